@@ -1,0 +1,123 @@
+//! Injected time: the [`Clock`] trait, the wall clock and a manual clock for tests.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// A source of the current time.
+///
+/// The idempotency logic never reads the system clock itself: it asks a `Clock`. Production
+/// code uses [`SystemClock`] (the default); tests drive a [`ManualClock`]. Any
+/// `Fn() -> SystemTime` closure is a clock too.
+pub trait Clock: Send + Sync + 'static {
+    /// The current time.
+    fn now(&self) -> SystemTime;
+}
+
+/// The wall clock, [`SystemTime::now`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> SystemTime {
+        SystemTime::now()
+    }
+}
+
+impl<F> Clock for F
+where
+    F: Fn() -> SystemTime + Send + Sync + 'static,
+{
+    fn now(&self) -> SystemTime {
+        self()
+    }
+}
+
+/// A clock that only moves when told to. Clones share the same time.
+///
+/// ```
+/// use lambda_idempotency::{Clock, ManualClock};
+/// use std::time::{Duration, UNIX_EPOCH};
+///
+/// let clock = ManualClock::at_epoch_ms(1_700_000_000_000);
+/// clock.advance(Duration::from_secs(5));
+/// assert_eq!(clock.now(), UNIX_EPOCH + Duration::from_millis(1_700_000_005_000));
+/// ```
+#[derive(Debug, Clone)]
+pub struct ManualClock {
+    epoch_ms: Arc<AtomicU64>,
+}
+
+impl ManualClock {
+    /// A clock standing at `epoch_ms` milliseconds after the Unix epoch.
+    pub fn at_epoch_ms(epoch_ms: u64) -> Self {
+        Self {
+            epoch_ms: Arc::new(AtomicU64::new(epoch_ms)),
+        }
+    }
+
+    /// A clock standing at the current wall-clock time (it does not move afterwards).
+    pub fn starting_now() -> Self {
+        Self::at_epoch_ms(epoch_ms(SystemTime::now()))
+    }
+
+    /// Moves the clock forward.
+    pub fn advance(&self, by: Duration) {
+        let by_ms = u64::try_from(by.as_millis()).unwrap_or(u64::MAX);
+        self.epoch_ms.fetch_add(by_ms, Ordering::SeqCst);
+    }
+
+    /// Sets the clock to `epoch_ms` milliseconds after the Unix epoch.
+    pub fn set_epoch_ms(&self, epoch_ms: u64) {
+        self.epoch_ms.store(epoch_ms, Ordering::SeqCst);
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> SystemTime {
+        UNIX_EPOCH + Duration::from_millis(self.epoch_ms.load(Ordering::SeqCst))
+    }
+}
+
+/// Milliseconds since the Unix epoch (0 for times before it).
+pub fn epoch_ms(time: SystemTime) -> u64 {
+    time.duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+/// Whole seconds since the Unix epoch, rounded down (0 for times before it).
+pub fn epoch_secs(time: SystemTime) -> u64 {
+    time.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn manual_clock_clones_share_time() {
+        let a = ManualClock::at_epoch_ms(1_000);
+        let b = a.clone();
+        a.advance(Duration::from_millis(500));
+        assert_eq!(epoch_ms(b.now()), 1_500);
+        b.set_epoch_ms(10);
+        assert_eq!(epoch_ms(a.now()), 10);
+    }
+
+    #[test]
+    fn closures_are_clocks() {
+        let clock = || UNIX_EPOCH + Duration::from_secs(42);
+        assert_eq!(epoch_secs(Clock::now(&clock)), 42);
+    }
+
+    #[test]
+    fn epoch_conversions_round_down() {
+        let t = UNIX_EPOCH + Duration::from_millis(1_999);
+        assert_eq!(epoch_secs(t), 1);
+        assert_eq!(epoch_ms(t), 1_999);
+        assert_eq!(epoch_ms(UNIX_EPOCH - Duration::from_secs(1)), 0);
+    }
+}

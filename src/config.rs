@@ -1,0 +1,114 @@
+//! [`Config`]: how the idempotency layer behaves. Immutable; built with `with_*` methods.
+
+use std::time::Duration;
+
+use crate::validation::PayloadValidation;
+
+/// What to do with a record whose idempotency key cannot be derived.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum MissingKey {
+    /// Fail the record with [`Error::Key`](crate::Error::Key) and report it (the default).
+    #[default]
+    Fail,
+    /// Run the handler without idempotency when the key's source is absent
+    /// ([`KeyError::is_absent`](crate::KeyError::is_absent)). The outcome is
+    /// [`Outcome::Unprotected`](crate::Outcome::Unprotected), so it shows in metrics.
+    ProcessUnprotected,
+}
+
+/// Configuration of the idempotency layer.
+///
+/// # Default
+/// - key prefix: the Lambda function name (from the invocation `Context`, else
+///   `AWS_LAMBDA_FUNCTION_NAME`);
+/// - records expire 1 hour after completion;
+/// - the lease ends at the invocation deadline, with no further cap;
+/// - no payload validation, no local cache, a missing key fails the record;
+/// - 3 acquire attempts when the record changes underneath.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    pub(crate) key_prefix: Option<String>,
+    pub(crate) expires_after: Duration,
+    pub(crate) max_lease: Option<Duration>,
+    pub(crate) validation: PayloadValidation,
+    pub(crate) local_cache_capacity: usize,
+    pub(crate) missing_key: MissingKey,
+    pub(crate) acquire_attempts: u32,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            key_prefix: None,
+            expires_after: Duration::from_secs(3600),
+            max_lease: None,
+            validation: PayloadValidation::Off,
+            local_cache_capacity: 0,
+            missing_key: MissingKey::Fail,
+            acquire_attempts: 3,
+        }
+    }
+}
+
+impl Config {
+    /// The default configuration.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Namespaces stored keys as `<prefix>#<hash>`. Choose a name that stays the same across
+    /// refactors and deployments of the function; two functions sharing a table need
+    /// different prefixes.
+    pub fn with_key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.key_prefix = Some(prefix.into());
+        self
+    }
+
+    /// How long a completed record is replayed (and a record counts at all).
+    pub fn with_expires_after(mut self, window: Duration) -> Self {
+        self.expires_after = window;
+        self
+    }
+
+    /// Caps the in-progress lease below the invocation deadline. Without a cap the lease ends
+    /// at the deadline, which is always also a bound.
+    pub fn with_max_lease(mut self, max_lease: Duration) -> Self {
+        self.max_lease = Some(max_lease);
+        self
+    }
+
+    /// Stores a hash of the payload and rejects the same key with another payload.
+    pub fn with_payload_validation(mut self, validation: PayloadValidation) -> Self {
+        self.validation = validation;
+        self
+    }
+
+    /// Keeps up to `capacity` completed records in memory (0 turns the cache off).
+    pub fn with_local_cache(mut self, capacity: usize) -> Self {
+        self.local_cache_capacity = capacity;
+        self
+    }
+
+    /// Chooses what happens to a record without a key.
+    pub fn with_missing_key(mut self, policy: MissingKey) -> Self {
+        self.missing_key = policy;
+        self
+    }
+
+    /// How many times to try the acquire when the record changes underneath (at least 1).
+    pub fn with_acquire_attempts(mut self, attempts: u32) -> Self {
+        self.acquire_attempts = attempts.max(1);
+        self
+    }
+
+    /// The configured key prefix, if any.
+    pub fn key_prefix(&self) -> Option<&str> {
+        self.key_prefix.as_deref()
+    }
+
+    /// The record expiry window.
+    pub fn expires_after(&self) -> Duration {
+        self.expires_after
+    }
+}

@@ -1,0 +1,104 @@
+//! Canonical JSON and SHA-256 hex digests.
+//!
+//! Object keys are sorted here explicitly, so the digest does not depend on serde_json's
+//! `preserve_order` feature, which another crate in the build may switch on.
+
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+/// Writes `value` as compact JSON with object keys sorted by their UTF-8 bytes.
+pub(crate) fn write_canonical_json(value: &Value, out: &mut Vec<u8>) {
+    match value {
+        Value::Object(map) => {
+            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+            entries.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+            out.push(b'{');
+            for (i, (k, v)) in entries.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_scalar(&Value::String(k.clone()), out);
+                out.push(b':');
+                write_canonical_json(v, out);
+            }
+            out.push(b'}');
+        }
+        Value::Array(items) => {
+            out.push(b'[');
+            for (i, v) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_canonical_json(v, out);
+            }
+            out.push(b']');
+        }
+        scalar => write_scalar(scalar, out),
+    }
+}
+
+fn write_scalar(value: &Value, out: &mut Vec<u8>) {
+    // Serializing a scalar into a Vec cannot fail.
+    serde_json::to_writer(&mut *out, value).expect("scalar JSON serialization");
+}
+
+/// Canonical JSON bytes of `value`.
+pub(crate) fn canonical_json(value: &Value) -> Vec<u8> {
+    let mut out = Vec::new();
+    write_canonical_json(value, &mut out);
+    out
+}
+
+/// Lower-case hex SHA-256 of `bytes`.
+pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
+    let digest = Sha256::digest(bytes);
+    let mut hex = String::with_capacity(64);
+    for byte in digest.iter() {
+        hex.push(char::from(HEX[usize::from(byte >> 4)]));
+        hex.push(char::from(HEX[usize::from(byte & 0x0f)]));
+    }
+    hex
+}
+
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn object_key_order_does_not_change_the_bytes() {
+        let a: Value = serde_json::from_str(r#"{"b":1,"a":{"y":[1,{"d":2,"c":3}],"x":null}}"#)
+            .unwrap();
+        let b: Value = serde_json::from_str(r#"{"a":{"x":null,"y":[1,{"c":3,"d":2}]},"b":1}"#)
+            .unwrap();
+        assert_eq!(canonical_json(&a), canonical_json(&b));
+        assert_eq!(
+            String::from_utf8(canonical_json(&a)).unwrap(),
+            r#"{"a":{"x":null,"y":[1,{"c":3,"d":2}]},"b":1}"#
+        );
+    }
+
+    #[test]
+    fn array_order_and_values_matter() {
+        assert_ne!(canonical_json(&json!([1, 2])), canonical_json(&json!([2, 1])));
+        assert_ne!(canonical_json(&json!({"a": 1})), canonical_json(&json!({"a": 2})));
+    }
+
+    #[test]
+    fn strings_are_escaped_like_json() {
+        assert_eq!(
+            String::from_utf8(canonical_json(&json!({"k\"": "é\n"}))).unwrap(),
+            "{\"k\\\"\":\"é\\n\"}"
+        );
+    }
+
+    #[test]
+    fn sha256_matches_known_vector() {
+        assert_eq!(
+            sha256_hex(b"abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
+}

@@ -1,0 +1,335 @@
+//! Idempotency keys: where they come from ([`KeyExtractor`]) and how they are stored
+//! ([`IdempotencyKey`]).
+
+use std::fmt;
+
+use aws_lambda_events::sqs::SqsMessage;
+use serde_json::Value;
+
+use crate::error::BoxError;
+use crate::hashing::{canonical_json, sha256_hex};
+
+/// The key stored in the table: `<prefix>#<sha256 hex of the key material>`.
+///
+/// Raw key material (an order id, a customer's reference) never reaches the table or the
+/// logs: only its digest does, namespaced by the prefix so that two functions sharing one
+/// table cannot collide.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct IdempotencyKey(String);
+
+impl IdempotencyKey {
+    /// Derives the stored key from a prefix and raw key material.
+    pub fn derive(prefix: &str, material: &[u8]) -> Self {
+        Self(format!("{prefix}#{}", sha256_hex(material)))
+    }
+
+    /// Wraps a key read back from a store.
+    pub fn from_stored(key: impl Into<String>) -> Self {
+        Self(key.into())
+    }
+
+    /// The stored form.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for IdempotencyKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Why no idempotency key (or payload hash) could be derived from a record.
+///
+/// The record fails alone with this error: it is never processed without idempotency unless
+/// that was chosen with [`MissingKey::ProcessUnprotected`](crate::MissingKey).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum KeyError {
+    /// The record has no `messageId`.
+    #[error("the record has no messageId")]
+    MissingMessageId,
+    /// The message attribute is absent or has no value.
+    #[error("message attribute {name:?} is missing or empty")]
+    MissingAttribute {
+        /// The attribute name.
+        name: String,
+    },
+    /// The record has no body.
+    #[error("the record has no body")]
+    MissingBody,
+    /// The body is not JSON, so a JSON pointer cannot be applied.
+    #[error("the body is not valid JSON")]
+    BodyNotJson(#[source] serde_json::Error),
+    /// The JSON pointer matches nothing (or `null`) in the body.
+    #[error("JSON pointer {pointer:?} matches nothing in the body")]
+    PointerNotFound {
+        /// The pointer.
+        pointer: String,
+    },
+    /// The derived key material is empty.
+    #[error("the idempotency key is empty")]
+    Empty,
+    /// A user-supplied extractor failed.
+    #[error("custom key extraction failed")]
+    Custom(#[source] BoxError),
+}
+
+impl KeyError {
+    /// The key's source is simply absent here, so a fallback extractor may be tried.
+    pub fn is_absent(&self) -> bool {
+        matches!(
+            self,
+            KeyError::MissingMessageId
+                | KeyError::MissingAttribute { .. }
+                | KeyError::MissingBody
+                | KeyError::PointerNotFound { .. }
+                | KeyError::Empty
+        )
+    }
+}
+
+/// Derives raw key material from an SQS record.
+///
+/// Implemented by [`MessageId`] (the default), [`MessageAttribute`], [`JsonPointer`],
+/// [`BodyHash`], and by any `Fn(&SqsMessage) -> Result<impl AsRef<[u8]>, KeyError>`.
+/// Combine two with [`or`](KeyExtractor::or).
+///
+/// # Which key to choose
+/// `messageId` catches redeliveries of one message by SQS. A producer that retries a send
+/// creates a *new* message with a new `messageId`, so when producers may retry, key on an id
+/// the producer generates (a message attribute such as `Idempotency-Key`, or a field in the
+/// body) instead.
+pub trait KeyExtractor: Send + Sync + 'static {
+    /// The raw key material for `message`. It is hashed before it is stored.
+    fn key_material(&self, message: &SqsMessage) -> Result<Vec<u8>, KeyError>;
+
+    /// Uses `fallback` when this extractor finds its source absent
+    /// ([`KeyError::is_absent`]); other errors are returned as they are.
+    ///
+    /// ```
+    /// use lambda_idempotency::{JsonPointer, KeyExtractor, MessageAttribute};
+    /// let key = MessageAttribute::new("Idempotency-Key").or(JsonPointer::new("/eventId"));
+    /// # let _ = key;
+    /// ```
+    fn or<F: KeyExtractor>(self, fallback: F) -> Or<Self, F>
+    where
+        Self: Sized,
+    {
+        Or {
+            first: self,
+            fallback,
+        }
+    }
+}
+
+fn non_empty(material: Vec<u8>) -> Result<Vec<u8>, KeyError> {
+    if material.is_empty() {
+        Err(KeyError::Empty)
+    } else {
+        Ok(material)
+    }
+}
+
+impl<F, M> KeyExtractor for F
+where
+    F: Fn(&SqsMessage) -> Result<M, KeyError> + Send + Sync + 'static,
+    M: AsRef<[u8]>,
+{
+    fn key_material(&self, message: &SqsMessage) -> Result<Vec<u8>, KeyError> {
+        non_empty(self(message)?.as_ref().to_vec())
+    }
+}
+
+/// Keys on the SQS `messageId` (the default). Catches SQS redeliveries, not producer retries.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct MessageId;
+
+impl KeyExtractor for MessageId {
+    fn key_material(&self, message: &SqsMessage) -> Result<Vec<u8>, KeyError> {
+        let id = message
+            .message_id
+            .as_deref()
+            .ok_or(KeyError::MissingMessageId)?;
+        non_empty(id.as_bytes().to_vec())
+    }
+}
+
+/// Keys on a message attribute's string (or binary) value, e.g. `Idempotency-Key`.
+#[derive(Debug, Clone)]
+pub struct MessageAttribute {
+    name: String,
+}
+
+impl MessageAttribute {
+    /// Keys on the attribute called `name`.
+    pub fn new(name: impl Into<String>) -> Self {
+        Self { name: name.into() }
+    }
+}
+
+impl KeyExtractor for MessageAttribute {
+    fn key_material(&self, message: &SqsMessage) -> Result<Vec<u8>, KeyError> {
+        let missing = || KeyError::MissingAttribute {
+            name: self.name.clone(),
+        };
+        let attribute = message.message_attributes.get(&self.name).ok_or_else(missing)?;
+        let material = match (&attribute.string_value, &attribute.binary_value) {
+            (Some(text), _) => text.as_bytes().to_vec(),
+            (None, Some(binary)) => binary.0.clone(),
+            (None, None) => return Err(missing()),
+        };
+        if material.is_empty() {
+            return Err(missing());
+        }
+        Ok(material)
+    }
+}
+
+/// Keys on the value a JSON pointer (RFC 6901, e.g. `/order/id`) selects in the body.
+///
+/// A string value is used as it is; any other value as canonical JSON (sorted object keys).
+/// `null` counts as absent.
+#[derive(Debug, Clone)]
+pub struct JsonPointer {
+    pointer: String,
+}
+
+impl JsonPointer {
+    /// Keys on the value at `pointer`.
+    pub fn new(pointer: impl Into<String>) -> Self {
+        Self {
+            pointer: pointer.into(),
+        }
+    }
+}
+
+/// Parses a record body as JSON.
+pub(crate) fn body_json(message: &SqsMessage) -> Result<Value, KeyError> {
+    let body = message.body.as_deref().ok_or(KeyError::MissingBody)?;
+    serde_json::from_str(body).map_err(KeyError::BodyNotJson)
+}
+
+impl KeyExtractor for JsonPointer {
+    fn key_material(&self, message: &SqsMessage) -> Result<Vec<u8>, KeyError> {
+        let body = body_json(message)?;
+        match body.pointer(&self.pointer) {
+            None | Some(Value::Null) => Err(KeyError::PointerNotFound {
+                pointer: self.pointer.clone(),
+            }),
+            Some(Value::String(text)) => non_empty(text.as_bytes().to_vec()),
+            Some(other) => Ok(canonical_json(other)),
+        }
+    }
+}
+
+/// Keys on the whole body, byte for byte: identical bodies are one message.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BodyHash;
+
+impl KeyExtractor for BodyHash {
+    fn key_material(&self, message: &SqsMessage) -> Result<Vec<u8>, KeyError> {
+        let body = message.body.as_deref().ok_or(KeyError::MissingBody)?;
+        non_empty(body.as_bytes().to_vec())
+    }
+}
+
+/// Two extractors, the second used when the first finds its source absent. Built by
+/// [`KeyExtractor::or`].
+#[derive(Debug, Clone)]
+pub struct Or<A, B> {
+    first: A,
+    fallback: B,
+}
+
+impl<A: KeyExtractor, B: KeyExtractor> KeyExtractor for Or<A, B> {
+    fn key_material(&self, message: &SqsMessage) -> Result<Vec<u8>, KeyError> {
+        match self.first.key_material(message) {
+            Err(err) if err.is_absent() => self.fallback.key_material(message),
+            other => other,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aws_lambda_events::sqs::SqsMessageAttribute;
+
+    fn message(body: &str) -> SqsMessage {
+        let mut m = SqsMessage::default();
+        m.message_id = Some("m-1".into());
+        m.body = Some(body.into());
+        m
+    }
+
+    fn with_attribute(mut m: SqsMessage, name: &str, value: &str) -> SqsMessage {
+        let mut attr = SqsMessageAttribute::default();
+        attr.string_value = Some(value.into());
+        attr.data_type = Some("String".into());
+        m.message_attributes.insert(name.into(), attr);
+        m
+    }
+
+    #[test]
+    fn stored_key_is_prefix_and_digest_only() {
+        let key = IdempotencyKey::derive("orders", b"secret-order-42");
+        assert!(key.as_str().starts_with("orders#"));
+        assert_eq!(key.as_str().len(), "orders#".len() + 64);
+        assert!(!key.as_str().contains("secret"));
+        assert_ne!(key, IdempotencyKey::derive("billing", b"secret-order-42"));
+    }
+
+    #[test]
+    fn message_id_is_the_default_source() {
+        assert_eq!(MessageId.key_material(&message("x")).unwrap(), b"m-1");
+        let mut m = message("x");
+        m.message_id = None;
+        assert!(matches!(
+            MessageId.key_material(&m),
+            Err(KeyError::MissingMessageId)
+        ));
+    }
+
+    #[test]
+    fn pointer_takes_strings_raw_and_other_values_canonically() {
+        let m = message(r#"{"id":"abc","n":{"b":1,"a":2},"z":null}"#);
+        assert_eq!(JsonPointer::new("/id").key_material(&m).unwrap(), b"abc");
+        assert_eq!(
+            JsonPointer::new("/n").key_material(&m).unwrap(),
+            br#"{"a":2,"b":1}"#
+        );
+        assert!(matches!(
+            JsonPointer::new("/z").key_material(&m),
+            Err(KeyError::PointerNotFound { .. })
+        ));
+        assert!(matches!(
+            JsonPointer::new("/id").key_material(&message("not json")),
+            Err(KeyError::BodyNotJson(_))
+        ));
+    }
+
+    #[test]
+    fn attribute_falls_back_to_pointer_only_when_absent() {
+        let key = MessageAttribute::new("Idempotency-Key").or(JsonPointer::new("/eventId"));
+        let body = r#"{"eventId":"evt-1"}"#;
+        assert_eq!(key.key_material(&message(body)).unwrap(), b"evt-1");
+        let tagged = with_attribute(message(body), "Idempotency-Key", "k-9");
+        assert_eq!(key.key_material(&tagged).unwrap(), b"k-9");
+        assert!(matches!(
+            key.key_material(&message("{}")),
+            Err(KeyError::PointerNotFound { .. })
+        ));
+    }
+
+    #[test]
+    fn closures_are_extractors_and_empty_material_is_rejected() {
+        let custom = |m: &SqsMessage| -> Result<String, KeyError> {
+            Ok(m.body.clone().unwrap_or_default().to_uppercase())
+        };
+        assert_eq!(custom.key_material(&message("ab")).unwrap(), b"AB");
+        assert!(matches!(custom.key_material(&message("")), Err(KeyError::Empty)));
+        assert!(matches!(BodyHash.key_material(&message("")), Err(KeyError::Empty)));
+    }
+}

@@ -1,0 +1,113 @@
+//! Exactly-once-in-effect SQS batch processing for AWS Lambda, with DynamoDB as the lock
+//! and result store.
+//!
+//! SQS delivers at least once. This crate runs your per-record handler at most once per
+//! idempotency key while the key's record counts, replays the stored result to duplicates,
+//! and reports only the records that need a retry in `batchItemFailures`.
+//!
+//! ```
+//! use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
+//! use lambda_idempotency::{BatchProcessor, IdempotencyLayer, InMemoryStore, Outcome};
+//! use lambda_runtime::{Context, LambdaEvent};
+//! use std::time::{Duration, SystemTime, UNIX_EPOCH};
+//!
+//! #[derive(serde::Serialize, serde::Deserialize)]
+//! struct Receipt { charged: u64 }
+//!
+//! async fn charge(message: SqsMessage) -> Result<Receipt, std::num::ParseIntError> {
+//!     let amount = message.body.unwrap_or_default().parse()?;
+//!     Ok(Receipt { charged: amount })
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! // The embedded store; use `DynamoDbStore` in Lambda.
+//! let layer = IdempotencyLayer::new(InMemoryStore::new());
+//! let processor = BatchProcessor::new(layer.handler(charge));
+//!
+//! // The same message delivered twice, and a poison message.
+//! let mut event = SqsEvent::default();
+//! for (id, body) in [("m-1", "42"), ("m-1", "42"), ("m-2", "not a number")] {
+//!     let mut message = SqsMessage::default();
+//!     message.message_id = Some(id.into());
+//!     message.body = Some(body.into());
+//!     event.records.push(message);
+//! }
+//! let mut context = Context::default(); // in Lambda, the runtime fills this in
+//! let deadline = SystemTime::now() + Duration::from_secs(30);
+//! context.deadline = deadline.duration_since(UNIX_EPOCH).unwrap().as_millis() as u64;
+//!
+//! let report = processor.process(LambdaEvent::new(event, context)).await;
+//! let outcomes: Vec<Outcome> = report.records.iter().map(|r| r.outcome).collect();
+//! assert_eq!(outcomes, [Outcome::Executed, Outcome::Replayed, Outcome::Failed]);
+//! // Only the poison message goes back to the queue.
+//! assert_eq!(report.response.batch_item_failures[0].item_identifier, "m-2");
+//! # }
+//! ```
+//!
+//! In a Lambda function, hand the processor to the runtime; it answers `SqsBatchResponse`:
+//!
+//! ```no_run
+//! # use aws_lambda_events::sqs::SqsMessage;
+//! # async fn charge(m: SqsMessage) -> Result<u64, std::num::ParseIntError> { m.body.unwrap_or_default().parse() }
+//! use lambda_idempotency::{BatchProcessor, Config, DynamoDbStore, IdempotencyLayer};
+//!
+//! # async fn example(client: aws_sdk_dynamodb::Client) -> Result<(), lambda_runtime::Error> {
+//! let store = DynamoDbStore::new(client, "idempotency");
+//! let layer = IdempotencyLayer::new(store).with_config(Config::new().with_local_cache(256));
+//! lambda_runtime::run(BatchProcessor::new(layer.handler(charge))).await
+//! # }
+//! ```
+//!
+//! # How it works
+//! For each record: derive the key ([`KeyExtractor`], default [`MessageId`]) and store it as
+//! `<prefix>#<sha256>`; take a lease with one conditional write ([`Store::acquire`]) that
+//! ends at the invocation deadline; run the handler; store the result with owner-fenced
+//! [`Store::complete`], or [`Store::release`] the lease on failure. A duplicate replays the
+//! stored result; a record locked elsewhere, failed, or rejected is reported for retry.
+//! Each record ends in one [`Outcome`].
+#![forbid(unsafe_code)]
+#![warn(
+    missing_docs,
+    missing_debug_implementations,
+    unreachable_pub,
+    rust_2018_idioms
+)]
+
+mod batch;
+mod cache;
+mod clock;
+mod config;
+mod dynamodb_store;
+mod error;
+mod hashing;
+mod idempotent;
+mod in_flight;
+mod key;
+mod memory_store;
+mod outcome;
+mod processed;
+mod record;
+mod record_fn;
+mod store;
+mod validation;
+
+pub use batch::{
+    BatchFuture, BatchMode, BatchProcessor, BatchReport, RecordReport, DEFAULT_DEADLINE_MARGIN,
+};
+pub use clock::{epoch_ms, epoch_secs, Clock, ManualClock, SystemClock};
+pub use config::{Config, MissingKey};
+pub use dynamodb_store::{AttributeNames, DynamoDbStore, DYNAMODB_ITEM_LIMIT_BYTES};
+pub use error::{BatchError, BoxError, Error};
+pub use idempotent::{IdempotencyLayer, Idempotent, ResponseFuture, FALLBACK_KEY_PREFIX};
+pub use key::{
+    BodyHash, IdempotencyKey, JsonPointer, KeyError, KeyExtractor, MessageAttribute, MessageId,
+    Or,
+};
+pub use memory_store::InMemoryStore;
+pub use outcome::Outcome;
+pub use processed::Processed;
+pub use record::{decide, Decision, OwnerToken, Record, Status};
+pub use record_fn::{record_fn, RecordFn};
+pub use store::{Acquire, AcquireRequest, CompleteRequest, Fenced, Store, StoreError};
+pub use validation::PayloadValidation;

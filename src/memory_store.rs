@@ -1,0 +1,151 @@
+//! [`InMemoryStore`]: the embedded store, for local runs and tests.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::key::IdempotencyKey;
+use crate::record::{OwnerToken, Record, Status};
+use crate::store::{Acquire, AcquireRequest, CompleteRequest, Fenced, Store, StoreError};
+
+/// An in-process store with the same semantics as [`DynamoDbStore`](crate::DynamoDbStore).
+///
+/// Records live as long as the store (and its clones, which share them). Use it for quick
+/// local runs, unit tests and examples; it does not coordinate separate processes.
+///
+/// [`set_unavailable`](InMemoryStore::set_unavailable) makes every call fail, to test how a
+/// handler behaves when the store is down.
+#[derive(Debug, Clone, Default)]
+pub struct InMemoryStore {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    records: Mutex<HashMap<IdempotencyKey, Record>>,
+    unavailable: AtomicBool,
+}
+
+impl InMemoryStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Makes every later call fail with [`StoreError::Unavailable`] (`true`) or work again
+    /// (`false`).
+    pub fn set_unavailable(&self, unavailable: bool) {
+        self.inner.unavailable.store(unavailable, Ordering::SeqCst);
+    }
+
+    /// A copy of every stored record, for inspection in tests.
+    pub fn records(&self) -> Vec<Record> {
+        let mut all: Vec<Record> = self.lock().values().cloned().collect();
+        all.sort_by(|a, b| a.key.cmp(&b.key));
+        all
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<IdempotencyKey, Record>> {
+        // A panic while holding the lock cannot leave a half-written record: every
+        // mutation is a single insert or remove.
+        self.inner
+            .records
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn check_available(&self) -> Result<(), StoreError> {
+        if self.inner.unavailable.load(Ordering::SeqCst) {
+            Err(StoreError::Unavailable("in-memory store set unavailable".into()))
+        } else {
+            Ok(())
+        }
+    }
+
+    fn acquire_now(&self, request: &AcquireRequest) -> Result<Acquire, StoreError> {
+        self.check_available()?;
+        let mut records = self.lock();
+        if let Some(existing) = records.get(&request.key) {
+            if !existing.can_be_taken_over(request.now) {
+                return Ok(Acquire::Existing(existing.clone()));
+            }
+        }
+        records.insert(
+            request.key.clone(),
+            Record {
+                key: request.key.clone(),
+                status: Status::InProgress,
+                expiration_secs: request.expiration_secs,
+                lease_expiration_ms: Some(request.lease_expiration_ms),
+                owner: Some(request.owner.clone()),
+                data: None,
+                validation: request.validation.clone(),
+            },
+        );
+        Ok(Acquire::Acquired)
+    }
+
+    fn complete_now(&self, request: &CompleteRequest) -> Result<Fenced, StoreError> {
+        self.check_available()?;
+        let mut records = self.lock();
+        match records.get_mut(&request.key) {
+            Some(record) if record.is_held_by(&request.owner) => {
+                record.status = Status::Completed;
+                record.data = Some(request.data.clone());
+                record.expiration_secs = request.expiration_secs;
+                record.lease_expiration_ms = None;
+                Ok(Fenced::Applied)
+            }
+            _ => Ok(Fenced::LeaseLost),
+        }
+    }
+
+    fn release_now(&self, key: &IdempotencyKey, owner: &OwnerToken) -> Result<Fenced, StoreError> {
+        self.check_available()?;
+        let mut records = self.lock();
+        match records.get(key) {
+            Some(record) if record.is_held_by(owner) => {
+                records.remove(key);
+                Ok(Fenced::Applied)
+            }
+            _ => Ok(Fenced::LeaseLost),
+        }
+    }
+
+    fn get_now(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
+        self.check_available()?;
+        Ok(self.lock().get(key).cloned())
+    }
+}
+
+impl Store for InMemoryStore {
+    fn acquire(
+        &self,
+        request: &AcquireRequest,
+    ) -> impl Future<Output = Result<Acquire, StoreError>> + Send {
+        std::future::ready(self.acquire_now(request))
+    }
+
+    fn complete(
+        &self,
+        request: &CompleteRequest,
+    ) -> impl Future<Output = Result<Fenced, StoreError>> + Send {
+        std::future::ready(self.complete_now(request))
+    }
+
+    fn release(
+        &self,
+        key: &IdempotencyKey,
+        owner: &OwnerToken,
+    ) -> impl Future<Output = Result<Fenced, StoreError>> + Send {
+        std::future::ready(self.release_now(key, owner))
+    }
+
+    fn get(
+        &self,
+        key: &IdempotencyKey,
+    ) -> impl Future<Output = Result<Option<Record>, StoreError>> + Send {
+        std::future::ready(self.get_now(key))
+    }
+}

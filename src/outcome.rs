@@ -1,0 +1,77 @@
+//! [`Outcome`]: how each record ended, for logs and metrics.
+
+use std::fmt;
+
+/// How one record of a batch ended. Every record ends in exactly one outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum Outcome {
+    /// The handler ran and its result was stored.
+    Executed,
+    /// Completed before: the handler did not run, the stored result was returned.
+    Replayed,
+    /// The handler ran without idempotency, because the key was absent and
+    /// [`MissingKey::ProcessUnprotected`](crate::MissingKey) was chosen.
+    Unprotected,
+    /// Another invocation holds the lease: reported for retry.
+    Locked,
+    /// The handler returned an error or panicked: lease released, reported for retry.
+    Failed,
+    /// No key could be derived, or the key came with a different payload: reported.
+    Rejected,
+    /// The store failed: the handler did not run (or its result was not stored), reported.
+    StoreUnavailable,
+    /// The lease was taken over before the result was stored: reported.
+    LeaseLost,
+    /// The invocation deadline was too near to start the record: reported for retry.
+    DeadlineNear,
+    /// FIFO: an earlier record of the batch (or of the message group) failed, so this one
+    /// was not started: reported for retry, in order.
+    FifoSkipped,
+}
+
+impl Outcome {
+    /// Every outcome, in declaration order.
+    pub const ALL: [Outcome; 10] = [
+        Outcome::Executed,
+        Outcome::Replayed,
+        Outcome::Unprotected,
+        Outcome::Locked,
+        Outcome::Failed,
+        Outcome::Rejected,
+        Outcome::StoreUnavailable,
+        Outcome::LeaseLost,
+        Outcome::DeadlineNear,
+        Outcome::FifoSkipped,
+    ];
+
+    /// A stable snake_case name, for logs and metric dimensions.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Executed => "executed",
+            Outcome::Replayed => "replayed",
+            Outcome::Unprotected => "unprotected",
+            Outcome::Locked => "locked",
+            Outcome::Failed => "failed",
+            Outcome::Rejected => "rejected",
+            Outcome::StoreUnavailable => "store_unavailable",
+            Outcome::LeaseLost => "lease_lost",
+            Outcome::DeadlineNear => "deadline_near",
+            Outcome::FifoSkipped => "fifo_skipped",
+        }
+    }
+
+    /// The message is done and may be deleted from the queue.
+    pub const fn is_success(self) -> bool {
+        matches!(
+            self,
+            Outcome::Executed | Outcome::Replayed | Outcome::Unprotected
+        )
+    }
+}
+
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
