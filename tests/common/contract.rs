@@ -1,0 +1,323 @@
+//! The store contract: one suite, run against every `Store` implementation
+//! (`tests/store_memory.rs`, `tests/store_dynamodb.rs`).
+
+use std::time::Duration;
+
+use lambda_idempotency::{
+    decide, epoch_ms, epoch_secs, Acquire, AcquireRequest, Clock, CompleteRequest, Decision,
+    Fenced, IdempotencyKey, ManualClock, OwnerToken, Status, Store,
+};
+
+fn key(name: &str) -> IdempotencyKey {
+    IdempotencyKey::derive("contract", name.as_bytes())
+}
+
+/// An acquire at the clock's time, with a lease of `lease` and a record window of 1 hour.
+fn acquire_request(
+    clock: &ManualClock,
+    key: &IdempotencyKey,
+    owner: &OwnerToken,
+    lease: Duration,
+    validation: Option<&str>,
+) -> AcquireRequest {
+    let now = clock.now();
+    AcquireRequest {
+        key: key.clone(),
+        owner: owner.clone(),
+        now,
+        lease_expiration_ms: epoch_ms(now + lease),
+        expiration_secs: epoch_secs(now + Duration::from_secs(3600)),
+        validation: validation.map(str::to_string),
+    }
+}
+
+fn complete_request(
+    clock: &ManualClock,
+    key: &IdempotencyKey,
+    owner: &OwnerToken,
+    data: &str,
+    window: Duration,
+) -> CompleteRequest {
+    CompleteRequest {
+        key: key.clone(),
+        owner: owner.clone(),
+        data: data.to_string(),
+        expiration_secs: epoch_secs(clock.now() + window),
+    }
+}
+
+const LEASE: Duration = Duration::from_secs(30);
+const HOUR: Duration = Duration::from_secs(3600);
+
+pub async fn first_acquire_wins_and_second_sees_in_progress<S: Store>(store: &S) {
+    let clock = ManualClock::starting_now();
+    let k = key("first-wins");
+    let (a, b) = (OwnerToken::generate(), OwnerToken::generate());
+    let first = store
+        .acquire(&acquire_request(&clock, &k, &a, LEASE, None))
+        .await
+        .unwrap();
+    assert_eq!(first, Acquire::Acquired);
+    let second = store
+        .acquire(&acquire_request(&clock, &k, &b, LEASE, None))
+        .await
+        .unwrap();
+    let Acquire::Existing(record) = second else {
+        panic!("second acquire must see the first: {second:?}")
+    };
+    assert_eq!(record.key, k);
+    assert_eq!(record.status, Status::InProgress);
+    assert_eq!(record.owner.as_ref(), Some(&a));
+    assert_eq!(
+        record.lease_expiration_ms,
+        Some(epoch_ms(clock.now() + LEASE))
+    );
+    assert_eq!(decide(&record, clock.now(), None), Decision::InProgress);
+}
+
+pub async fn elapsed_lease_is_taken_over<S: Store>(store: &S) {
+    let clock = ManualClock::starting_now();
+    let k = key("elapsed-lease");
+    let (a, b) = (OwnerToken::generate(), OwnerToken::generate());
+    let req = acquire_request(&clock, &k, &a, LEASE, None);
+    assert_eq!(store.acquire(&req).await.unwrap(), Acquire::Acquired);
+    // At the last millisecond of the lease it still holds.
+    clock.advance(LEASE);
+    assert!(matches!(
+        store
+            .acquire(&acquire_request(&clock, &k, &b, LEASE, None))
+            .await
+            .unwrap(),
+        Acquire::Existing(_)
+    ));
+    clock.advance(Duration::from_millis(1));
+    assert_eq!(
+        store
+            .acquire(&acquire_request(&clock, &k, &b, LEASE, None))
+            .await
+            .unwrap(),
+        Acquire::Acquired
+    );
+    // The old holder can neither complete nor release any more.
+    assert_eq!(
+        store
+            .complete(&complete_request(&clock, &k, &a, "1", HOUR))
+            .await
+            .unwrap(),
+        Fenced::LeaseLost
+    );
+    assert_eq!(store.release(&k, &a).await.unwrap(), Fenced::LeaseLost);
+    let record = store.get(&k).await.unwrap().expect("record");
+    assert_eq!(record.owner.as_ref(), Some(&b));
+    assert_eq!(record.status, Status::InProgress);
+}
+
+pub async fn expired_record_is_taken_over_before_ttl_deletes_it<S: Store>(store: &S) {
+    let clock = ManualClock::starting_now();
+    let k = key("expired");
+    let (a, b) = (OwnerToken::generate(), OwnerToken::generate());
+    store
+        .acquire(&acquire_request(&clock, &k, &a, LEASE, None))
+        .await
+        .unwrap();
+    let window = Duration::from_secs(60);
+    assert_eq!(
+        store
+            .complete(&complete_request(&clock, &k, &a, "\"old\"", window))
+            .await
+            .unwrap(),
+        Fenced::Applied
+    );
+    // Within the window: a duplicate sees the completed record.
+    clock.advance(window);
+    let Acquire::Existing(record) = store
+        .acquire(&acquire_request(&clock, &k, &b, LEASE, None))
+        .await
+        .unwrap()
+    else {
+        panic!("record still counts at its expiration second")
+    };
+    assert_eq!(record.status, Status::Completed);
+    // Past it, the record is still stored (no TTL sweep), but it no longer counts.
+    clock.advance(Duration::from_secs(1));
+    assert!(store.get(&k).await.unwrap().is_some());
+    assert_eq!(
+        store
+            .acquire(&acquire_request(&clock, &k, &b, LEASE, None))
+            .await
+            .unwrap(),
+        Acquire::Acquired
+    );
+    let record = store.get(&k).await.unwrap().expect("record");
+    assert_eq!(record.status, Status::InProgress);
+    assert_eq!(record.data, None);
+}
+
+pub async fn complete_then_replay<S: Store>(store: &S) {
+    let clock = ManualClock::starting_now();
+    let k = key("replay");
+    let (a, b) = (OwnerToken::generate(), OwnerToken::generate());
+    store
+        .acquire(&acquire_request(&clock, &k, &a, LEASE, Some("hash-1")))
+        .await
+        .unwrap();
+    let data = r#"{"balance":42,"note":"é ✓"}"#;
+    assert_eq!(
+        store
+            .complete(&complete_request(&clock, &k, &a, data, HOUR))
+            .await
+            .unwrap(),
+        Fenced::Applied
+    );
+    // Long after the lease, but within the window: still a replay.
+    clock.advance(Duration::from_secs(600));
+    let Acquire::Existing(record) = store
+        .acquire(&acquire_request(&clock, &k, &b, LEASE, Some("hash-1")))
+        .await
+        .unwrap()
+    else {
+        panic!("completed record must be returned")
+    };
+    assert_eq!(record.status, Status::Completed);
+    assert_eq!(record.lease_expiration_ms, None);
+    assert_eq!(
+        decide(&record, clock.now(), Some("hash-1")),
+        Decision::Replay {
+            data: Some(data.to_string())
+        }
+    );
+    // Completing twice is refused: the record is no longer in progress.
+    assert_eq!(
+        store
+            .complete(&complete_request(&clock, &k, &a, "2", HOUR))
+            .await
+            .unwrap(),
+        Fenced::LeaseLost
+    );
+}
+
+pub async fn complete_and_release_refuse_a_foreign_owner<S: Store>(store: &S) {
+    let clock = ManualClock::starting_now();
+    let k = key("foreign");
+    let (a, intruder) = (OwnerToken::generate(), OwnerToken::generate());
+    store
+        .acquire(&acquire_request(&clock, &k, &a, LEASE, None))
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .complete(&complete_request(&clock, &k, &intruder, "1", HOUR))
+            .await
+            .unwrap(),
+        Fenced::LeaseLost
+    );
+    assert_eq!(
+        store.release(&k, &intruder).await.unwrap(),
+        Fenced::LeaseLost
+    );
+    let record = store.get(&k).await.unwrap().expect("record untouched");
+    assert_eq!(record.status, Status::InProgress);
+    assert_eq!(record.owner.as_ref(), Some(&a));
+    // Nothing to complete or release on a key that was never acquired.
+    let never = key("never");
+    assert_eq!(
+        store
+            .complete(&complete_request(&clock, &never, &a, "1", HOUR))
+            .await
+            .unwrap(),
+        Fenced::LeaseLost
+    );
+    assert_eq!(store.release(&never, &a).await.unwrap(), Fenced::LeaseLost);
+    assert_eq!(store.get(&never).await.unwrap(), None);
+}
+
+pub async fn release_lets_the_next_acquire_win<S: Store>(store: &S) {
+    let clock = ManualClock::starting_now();
+    let k = key("release");
+    let (a, b) = (OwnerToken::generate(), OwnerToken::generate());
+    store
+        .acquire(&acquire_request(&clock, &k, &a, LEASE, None))
+        .await
+        .unwrap();
+    assert_eq!(store.release(&k, &a).await.unwrap(), Fenced::Applied);
+    assert_eq!(store.get(&k).await.unwrap(), None);
+    assert_eq!(
+        store
+            .acquire(&acquire_request(&clock, &k, &b, LEASE, None))
+            .await
+            .unwrap(),
+        Acquire::Acquired
+    );
+    // A completed record cannot be released: release only undoes a lease.
+    store
+        .complete(&complete_request(&clock, &k, &b, "1", HOUR))
+        .await
+        .unwrap();
+    assert_eq!(store.release(&k, &b).await.unwrap(), Fenced::LeaseLost);
+    assert!(store.get(&k).await.unwrap().is_some());
+}
+
+pub async fn payload_mismatch_is_detected<S: Store>(store: &S) {
+    let clock = ManualClock::starting_now();
+    let k = key("mismatch");
+    let (a, b) = (OwnerToken::generate(), OwnerToken::generate());
+    store
+        .acquire(&acquire_request(&clock, &k, &a, LEASE, Some("hash-a")))
+        .await
+        .unwrap();
+    let Acquire::Existing(in_progress) = store
+        .acquire(&acquire_request(&clock, &k, &b, LEASE, Some("hash-b")))
+        .await
+        .unwrap()
+    else {
+        panic!("existing record expected")
+    };
+    assert_eq!(in_progress.validation.as_deref(), Some("hash-a"));
+    assert_eq!(
+        decide(&in_progress, clock.now(), Some("hash-b")),
+        Decision::PayloadMismatch
+    );
+    store
+        .complete(&complete_request(&clock, &k, &a, "1", HOUR))
+        .await
+        .unwrap();
+    let Acquire::Existing(done) = store
+        .acquire(&acquire_request(&clock, &k, &b, LEASE, Some("hash-b")))
+        .await
+        .unwrap()
+    else {
+        panic!("existing record expected")
+    };
+    assert_eq!(done.validation.as_deref(), Some("hash-a"));
+    assert_eq!(
+        decide(&done, clock.now(), Some("hash-b")),
+        Decision::PayloadMismatch
+    );
+}
+
+/// Generates one `#[tokio::test]` per contract case; `$store` is an expression giving an
+/// `Option<impl Store>` (None: skipped).
+#[macro_export]
+macro_rules! store_contract_suite {
+    ($store:expr) => {
+        $crate::store_contract_suite!(@cases $store;
+            first_acquire_wins_and_second_sees_in_progress,
+            elapsed_lease_is_taken_over,
+            expired_record_is_taken_over_before_ttl_deletes_it,
+            complete_then_replay,
+            complete_and_release_refuse_a_foreign_owner,
+            release_lets_the_next_acquire_win,
+            payload_mismatch_is_detected,
+        );
+    };
+    (@cases $store:expr; $($case:ident),* $(,)?) => {
+        $(
+            #[tokio::test]
+            async fn $case() {
+                if let Some(store) = $store {
+                    $crate::common::contract::$case(&store).await;
+                }
+            }
+        )*
+    };
+}

@@ -1,0 +1,6 @@
+//! The store contract on `InMemoryStore`.
+mod common;
+
+use lambda_idempotency::InMemoryStore;
+
+store_contract_suite!(Some(InMemoryStore::new()));
