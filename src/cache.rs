@@ -101,19 +101,29 @@ mod tests {
         let mut cache = CompletedCache::new(2);
         cache.insert(completed("a", 100));
         cache.insert(completed("b", 100));
-        assert!(cache.get(&IdempotencyKey::from_stored("a"), at_secs(1)).is_some());
+        assert!(cache
+            .get(&IdempotencyKey::from_stored("a"), at_secs(1))
+            .is_some());
         cache.insert(completed("c", 100));
         assert_eq!(cache.len(), 2);
-        assert!(cache.get(&IdempotencyKey::from_stored("b"), at_secs(1)).is_none());
-        assert!(cache.get(&IdempotencyKey::from_stored("a"), at_secs(1)).is_some());
-        assert!(cache.get(&IdempotencyKey::from_stored("c"), at_secs(1)).is_some());
+        assert!(cache
+            .get(&IdempotencyKey::from_stored("b"), at_secs(1))
+            .is_none());
+        assert!(cache
+            .get(&IdempotencyKey::from_stored("a"), at_secs(1))
+            .is_some());
+        assert!(cache
+            .get(&IdempotencyKey::from_stored("c"), at_secs(1))
+            .is_some());
     }
 
     #[test]
     fn never_returns_expired_or_in_progress_records() {
         let mut cache = CompletedCache::new(4);
         cache.insert(completed("a", 10));
-        assert!(cache.get(&IdempotencyKey::from_stored("a"), at_secs(11)).is_none());
+        assert!(cache
+            .get(&IdempotencyKey::from_stored("a"), at_secs(11))
+            .is_none());
         assert_eq!(cache.len(), 0);
         let mut in_progress = completed("b", 100);
         in_progress.status = Status::InProgress;

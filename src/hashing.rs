@@ -69,10 +69,10 @@ mod tests {
 
     #[test]
     fn object_key_order_does_not_change_the_bytes() {
-        let a: Value = serde_json::from_str(r#"{"b":1,"a":{"y":[1,{"d":2,"c":3}],"x":null}}"#)
-            .unwrap();
-        let b: Value = serde_json::from_str(r#"{"a":{"x":null,"y":[1,{"c":3,"d":2}]},"b":1}"#)
-            .unwrap();
+        let a: Value =
+            serde_json::from_str(r#"{"b":1,"a":{"y":[1,{"d":2,"c":3}],"x":null}}"#).unwrap();
+        let b: Value =
+            serde_json::from_str(r#"{"a":{"x":null,"y":[1,{"c":3,"d":2}]},"b":1}"#).unwrap();
         assert_eq!(canonical_json(&a), canonical_json(&b));
         assert_eq!(
             String::from_utf8(canonical_json(&a)).unwrap(),
@@ -82,8 +82,14 @@ mod tests {
 
     #[test]
     fn array_order_and_values_matter() {
-        assert_ne!(canonical_json(&json!([1, 2])), canonical_json(&json!([2, 1])));
-        assert_ne!(canonical_json(&json!({"a": 1})), canonical_json(&json!({"a": 2})));
+        assert_ne!(
+            canonical_json(&json!([1, 2])),
+            canonical_json(&json!([2, 1]))
+        );
+        assert_ne!(
+            canonical_json(&json!({"a": 1})),
+            canonical_json(&json!({"a": 2}))
+        );
     }
 
     #[test]

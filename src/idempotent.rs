@@ -60,12 +60,18 @@ impl State {
 
     fn cached(&self, key: &IdempotencyKey, now: SystemTime) -> Option<Record> {
         let cache = self.cache.as_ref()?;
-        cache.lock().unwrap_or_else(|p| p.into_inner()).get(key, now)
+        cache
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(key, now)
     }
 
     fn remember(&self, record: Record) {
         if let Some(cache) = &self.cache {
-            cache.lock().unwrap_or_else(|p| p.into_inner()).insert(record);
+            cache
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(record);
         }
     }
 }

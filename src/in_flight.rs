@@ -67,7 +67,11 @@ impl Drop for FlightGuard {
         if self.sender.borrow().is_none() {
             self.sender.send_replace(Some(FlightResult::NotCompleted));
         }
-        let mut flights = self.flights.flights.lock().unwrap_or_else(|p| p.into_inner());
+        let mut flights = self
+            .flights
+            .flights
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         flights.remove(&self.key);
     }
 }

@@ -174,7 +174,10 @@ impl KeyExtractor for MessageAttribute {
         let missing = || KeyError::MissingAttribute {
             name: self.name.clone(),
         };
-        let attribute = message.message_attributes.get(&self.name).ok_or_else(missing)?;
+        let attribute = message
+            .message_attributes
+            .get(&self.name)
+            .ok_or_else(missing)?;
         let material = match (&attribute.string_value, &attribute.binary_value) {
             (Some(text), _) => text.as_bytes().to_vec(),
             (None, Some(binary)) => binary.0.clone(),
@@ -329,7 +332,13 @@ mod tests {
             Ok(m.body.clone().unwrap_or_default().to_uppercase())
         };
         assert_eq!(custom.key_material(&message("ab")).unwrap(), b"AB");
-        assert!(matches!(custom.key_material(&message("")), Err(KeyError::Empty)));
-        assert!(matches!(BodyHash.key_material(&message("")), Err(KeyError::Empty)));
+        assert!(matches!(
+            custom.key_material(&message("")),
+            Err(KeyError::Empty)
+        ));
+        assert!(matches!(
+            BodyHash.key_material(&message("")),
+            Err(KeyError::Empty)
+        ));
     }
 }

@@ -101,8 +101,7 @@ pub use dynamodb_store::{AttributeNames, DynamoDbStore, DYNAMODB_ITEM_LIMIT_BYTE
 pub use error::{BatchError, BoxError, Error};
 pub use idempotent::{IdempotencyLayer, Idempotent, ResponseFuture, FALLBACK_KEY_PREFIX};
 pub use key::{
-    BodyHash, IdempotencyKey, JsonPointer, KeyError, KeyExtractor, MessageAttribute, MessageId,
-    Or,
+    BodyHash, IdempotencyKey, JsonPointer, KeyError, KeyExtractor, MessageAttribute, MessageId, Or,
 };
 pub use memory_store::InMemoryStore;
 pub use outcome::Outcome;

@@ -57,7 +57,9 @@ impl InMemoryStore {
 
     fn check_available(&self) -> Result<(), StoreError> {
         if self.inner.unavailable.load(Ordering::SeqCst) {
-            Err(StoreError::Unavailable("in-memory store set unavailable".into()))
+            Err(StoreError::Unavailable(
+                "in-memory store set unavailable".into(),
+            ))
         } else {
             Ok(())
         }

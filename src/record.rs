@@ -222,7 +222,10 @@ mod tests {
     #[test]
     fn validation_is_skipped_when_either_side_has_none() {
         let mut r = record(Status::Completed, 5_000, None);
-        assert!(matches!(decide(&r, at_ms(1_000), None), Decision::Replay { .. }));
+        assert!(matches!(
+            decide(&r, at_ms(1_000), None),
+            Decision::Replay { .. }
+        ));
         r.validation = None;
         assert!(matches!(
             decide(&r, at_ms(1_000), Some("hash-b")),

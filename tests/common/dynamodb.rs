@@ -5,9 +5,13 @@
 //! `LAMBDA_IDEMPOTENCY_REQUIRE_DYNAMODB=1` or `CI` is set: then they fail. An endpoint that
 //! is set but unreachable always fails.
 
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use aws_config::BehaviorVersion;
+use aws_sdk_dynamodb::config::interceptors::BeforeSerializationInterceptorContextRef;
+use aws_sdk_dynamodb::config::{ConfigBag, Intercept};
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
 };
@@ -19,9 +23,77 @@ fn required() -> bool {
         || std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false")
 }
 
+/// Counts the DynamoDB operations a client sends (an SDK interceptor: counted, not
+/// estimated).
+#[derive(Debug, Clone, Default)]
+pub struct CallCounter {
+    calls: Arc<Mutex<BTreeMap<&'static str, usize>>>,
+}
+
+impl CallCounter {
+    /// How many calls of `operation` (e.g. "PutItem") were sent.
+    pub fn count(&self, operation: &str) -> usize {
+        self.calls
+            .lock()
+            .unwrap()
+            .get(operation)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Every count, by operation.
+    pub fn all(&self) -> BTreeMap<&'static str, usize> {
+        self.calls.lock().unwrap().clone()
+    }
+
+    pub fn reset(&self) {
+        self.calls.lock().unwrap().clear();
+    }
+}
+
+impl Intercept for CallCounter {
+    fn name(&self) -> &'static str {
+        "CallCounter"
+    }
+
+    fn read_before_execution(
+        &self,
+        context: &BeforeSerializationInterceptorContextRef<'_>,
+        _cfg: &mut ConfigBag,
+    ) -> Result<(), aws_sdk_dynamodb::error::BoxError> {
+        use aws_sdk_dynamodb::operation::{
+            delete_item::DeleteItemInput, get_item::GetItemInput, put_item::PutItemInput,
+            update_item::UpdateItemInput,
+        };
+        let input = context.input();
+        let operation = if input.downcast_ref::<PutItemInput>().is_some() {
+            "PutItem"
+        } else if input.downcast_ref::<GetItemInput>().is_some() {
+            "GetItem"
+        } else if input.downcast_ref::<UpdateItemInput>().is_some() {
+            "UpdateItem"
+        } else if input.downcast_ref::<DeleteItemInput>().is_some() {
+            "DeleteItem"
+        } else {
+            "Other"
+        };
+        *self.calls.lock().unwrap().entry(operation).or_default() += 1;
+        Ok(())
+    }
+}
+
 /// A client for DynamoDB Local, or `None` (test skipped) when no endpoint is configured and
 /// DynamoDB Local is not required.
 pub async fn client() -> Option<Client> {
+    client_with(None).await
+}
+
+/// A client that counts its calls with `counter`.
+pub async fn counted_client(counter: &CallCounter) -> Option<Client> {
+    client_with(Some(counter.clone())).await
+}
+
+async fn client_with(counter: Option<CallCounter>) -> Option<Client> {
     let endpoint = match std::env::var("AWS_ENDPOINT_URL_DYNAMODB") {
         Ok(endpoint) if !endpoint.is_empty() => endpoint,
         _ if required() => panic!(
@@ -45,7 +117,11 @@ pub async fn client() -> Option<Client> {
         )
         .load()
         .await;
-    let client = Client::new(&config);
+    let mut builder = aws_sdk_dynamodb::config::Builder::from(&config);
+    if let Some(counter) = counter {
+        builder = builder.interceptor(counter);
+    }
+    let client = Client::from_conf(builder.build());
     client
         .list_tables()
         .limit(1)
