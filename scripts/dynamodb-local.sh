@@ -73,8 +73,9 @@ ddb_start() {
 
 ddb_stop() {
   if [ -n "${DDB_PID:-}" ] && kill -0 "$DDB_PID" 2>/dev/null; then
-    kill "$DDB_PID" 2>/dev/null
-    wait "$DDB_PID" 2>/dev/null
+    kill "$DDB_PID" 2>/dev/null || true
+    wait "$DDB_PID" 2>/dev/null || true
   fi
   DDB_PID=
+  return 0
 }

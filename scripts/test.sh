@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/dynamodb-local.sh
 source scripts/dynamodb-local.sh
-trap ddb_stop EXIT
+trap 'status=$?; ddb_stop; exit $status' EXIT
 
 ddb_start
 # Tests that need DynamoDB Local fail, rather than skip, when it is unreachable.

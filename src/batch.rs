@@ -254,9 +254,11 @@ where
             },
         };
         span.record("outcome", report.outcome.as_str());
+        let id = report.message_id.as_deref().unwrap_or("<none>");
         span.in_scope(|| match &report.error {
-            None => tracing::info!(outcome = %report.outcome, "record processed"),
+            None => tracing::info!(message_id = id, outcome = %report.outcome, "record processed"),
             Some(error) => tracing::warn!(
+                message_id = id,
                 outcome = %report.outcome,
                 error_type = error.error_type(),
                 error = %error_chain(error),
