@@ -444,3 +444,33 @@ async fn release<St: Store>(store: &St, key: &IdempotencyKey, owner: &OwnerToken
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefix_comes_from_config_then_function_name() {
+        let mut context = lambda_runtime::Context::default();
+        let mut env = lambda_runtime::Config::default();
+        env.function_name = "order-consumer-prod".into();
+        context.env_config = Arc::new(env);
+        assert_eq!(key_prefix(&Config::new(), &context), "order-consumer-prod");
+        assert_eq!(
+            key_prefix(&Config::new().with_key_prefix("orders-v1"), &context),
+            "orders-v1"
+        );
+    }
+
+    #[test]
+    fn replay_reads_the_stored_json() {
+        let replayed: Processed<Vec<u32>> = replay(Some("[1,2]")).unwrap();
+        assert_eq!(replayed, Processed::Replayed(vec![1, 2]));
+        let unit: Processed<()> = replay(None).unwrap();
+        assert_eq!(unit.outcome(), crate::Outcome::Replayed);
+        assert!(matches!(
+            replay::<u32>(Some("\"text\"")),
+            Err(Error::Codec(_))
+        ));
+    }
+}

@@ -110,3 +110,8 @@ pub use record::{decide, Decision, OwnerToken, Record, Status};
 pub use record_fn::{record_fn, RecordFn};
 pub use store::{Acquire, AcquireRequest, CompleteRequest, Fenced, Store, StoreError};
 pub use validation::PayloadValidation;
+
+/// The README's Rust examples, compiled as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

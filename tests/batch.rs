@@ -648,3 +648,92 @@ async fn the_processor_is_a_lambda_ready_service_over_tower_composed_handlers() 
         "two distinct keys, each run once"
     );
 }
+
+/// A store whose first `contended` acquires report that the record changed underneath.
+#[derive(Clone)]
+struct ChangingStore {
+    inner: InMemoryStore,
+    contended: Arc<Mutex<usize>>,
+}
+
+impl Store for ChangingStore {
+    async fn acquire(
+        &self,
+        request: &AcquireRequest,
+    ) -> Result<lambda_idempotency::Acquire, lambda_idempotency::StoreError> {
+        {
+            let mut left = self.contended.lock().unwrap();
+            if *left > 0 {
+                *left -= 1;
+                return Ok(lambda_idempotency::Acquire::Contended);
+            }
+        }
+        self.inner.acquire(request).await
+    }
+    async fn complete(
+        &self,
+        request: &lambda_idempotency::CompleteRequest,
+    ) -> Result<lambda_idempotency::Fenced, lambda_idempotency::StoreError> {
+        self.inner.complete(request).await
+    }
+    async fn release(
+        &self,
+        key: &IdempotencyKey,
+        owner: &OwnerToken,
+    ) -> Result<lambda_idempotency::Fenced, lambda_idempotency::StoreError> {
+        self.inner.release(key, owner).await
+    }
+    async fn get(
+        &self,
+        key: &IdempotencyKey,
+    ) -> Result<Option<lambda_idempotency::Record>, lambda_idempotency::StoreError> {
+        self.inner.get(key).await
+    }
+}
+
+#[tokio::test]
+async fn a_record_changing_underneath_is_retried_a_bounded_number_of_times() {
+    // Default: 3 attempts. Two contended answers are absorbed; three are not.
+    for (contended, expected) in [(2, Outcome::Executed), (3, Outcome::Locked)] {
+        let store = ChangingStore {
+            inner: InMemoryStore::new(),
+            contended: Arc::new(Mutex::new(contended)),
+        };
+        let layer = IdempotencyLayer::new(store.clone());
+        let processor = BatchProcessor::new(
+            layer.handler(|_m: SqsMessage| async { Ok::<_, std::io::Error>(1) }),
+        );
+        let mut event = load_event("batch.json");
+        event.records.truncate(1);
+        let report = processor
+            .process(invocation(event, std::time::SystemTime::now(), REMAINING))
+            .await;
+        assert_eq!(
+            outcomes(&report),
+            [expected],
+            "{contended} contended answers"
+        );
+        if expected == Outcome::Locked {
+            assert!(matches!(
+                report.records[0].error,
+                Some(Error::Contended { .. })
+            ));
+            assert!(
+                store.inner.records().is_empty(),
+                "handler never ran unlocked"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn stored_keys_hold_no_raw_key_material() {
+    let setup = Setup::new();
+    setup.run(load_event("batch.json")).await;
+    for record in setup.store.records() {
+        let key = record.key.as_str();
+        assert!(key.starts_with("orders#"), "{key}");
+        assert!(!key.contains("evt-"), "{key}");
+        assert_eq!(key.len(), "orders#".len() + 64);
+    }
+}
