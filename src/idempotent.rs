@@ -452,9 +452,10 @@ mod tests {
     #[test]
     fn prefix_comes_from_config_then_function_name() {
         let mut context = lambda_runtime::Context::default();
-        let mut env = lambda_runtime::Config::default();
-        env.function_name = "order-consumer-prod".into();
-        context.env_config = Arc::new(env);
+        context.env_config = Arc::new(lambda_runtime::Config {
+            function_name: "order-consumer-prod".into(),
+            ..Default::default()
+        });
         assert_eq!(key_prefix(&Config::new(), &context), "order-consumer-prod");
         assert_eq!(
             key_prefix(&Config::new().with_key_prefix("orders-v1"), &context),
