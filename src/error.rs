@@ -39,6 +39,13 @@ pub enum Error {
     /// The handler returned an error.
     #[error("the record handler failed")]
     Handler(#[source] BoxError),
+    /// An earlier record of the same invocation with the same key failed in the handler;
+    /// this one was not run again.
+    #[error("a record with idempotency key {key} failed earlier in this batch")]
+    SameKeyFailed {
+        /// The stored key.
+        key: IdempotencyKey,
+    },
     /// The handler panicked.
     #[error("the record handler panicked: {message}")]
     Panic {
@@ -67,7 +74,10 @@ impl Error {
             Error::InProgress { .. } | Error::Contended { .. } => Outcome::Locked,
             Error::Store(StoreError::ItemTooLarge { .. }) => Outcome::Failed,
             Error::Store(_) => Outcome::StoreUnavailable,
-            Error::Handler(_) | Error::Panic { .. } | Error::Codec(_) => Outcome::Failed,
+            Error::Handler(_)
+            | Error::Panic { .. }
+            | Error::Codec(_)
+            | Error::SameKeyFailed { .. } => Outcome::Failed,
             Error::LeaseLost { .. } => Outcome::LeaseLost,
             Error::DeadlineNear => Outcome::DeadlineNear,
         }
@@ -84,6 +94,7 @@ impl Error {
             Error::Store(_) => "Idempotency.StoreError",
             Error::Handler(_) => "Idempotency.HandlerError",
             Error::Panic { .. } => "Idempotency.HandlerPanic",
+            Error::SameKeyFailed { .. } => "Idempotency.SameKeyFailed",
             Error::LeaseLost { .. } => "Idempotency.LeaseLost",
             Error::DeadlineNear => "Idempotency.DeadlineNear",
             Error::Codec(_) => "Idempotency.CodecError",

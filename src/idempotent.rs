@@ -21,7 +21,7 @@ use crate::clock::{epoch_ms, epoch_secs, Clock, SystemClock};
 use crate::config::{Config, MissingKey};
 use crate::error::{BoxError, Error};
 use crate::in_flight::{self, FlightResult, InFlight, Join};
-use crate::key::{IdempotencyKey, KeyExtractor, MessageId};
+use crate::key::{IdempotencyKey, KeyError, KeyExtractor, MessageId, MAX_KEY_BYTES};
 use crate::processed::Processed;
 use crate::record::{decide, Decision, OwnerToken, Record, Status};
 use crate::record_fn::{record_fn, RecordFn};
@@ -308,6 +308,11 @@ where
         }
         Err(err) => return Err(Error::Key(err)),
     };
+    if key.as_str().len() > MAX_KEY_BYTES {
+        return Err(Error::Key(KeyError::KeyTooLong {
+            len_bytes: key.as_str().len(),
+        }));
+    }
     tracing::Span::current().record("idempotency_key", key.as_str());
     let validation = config.validation.hash(&event.payload)?;
 
@@ -320,16 +325,37 @@ where
         }
     }
 
+    // Records of this process that share the key wait for the first one; once its handler
+    // failed, the others of the same invocation do not run it again.
+    let request_id = event.context.request_id.clone();
+    if shared.state.in_flight.failed_earlier(&request_id, &key) {
+        return Err(Error::SameKeyFailed { key });
+    }
     let flight = match shared.state.in_flight.join(&key) {
-        Join::Leader(guard) => guard,
+        Join::Leader(guard) => Some(guard),
         Join::Follower(slot) => match in_flight::wait(slot).await {
             FlightResult::Completed {
                 data,
                 validation: stored,
-            } if stored == validation => return replay(Some(&data)),
-            FlightResult::Completed { .. } => return Err(Error::PayloadMismatch { key }),
-            FlightResult::NotCompleted => return Err(Error::InProgress { key }),
+            } => {
+                return match (stored, &validation) {
+                    (Some(stored), Some(ours)) if &stored != ours => {
+                        Err(Error::PayloadMismatch { key })
+                    }
+                    _ => replay(Some(&data)),
+                };
+            }
+            FlightResult::HandlerFailed => return Err(Error::SameKeyFailed { key }),
+            FlightResult::NotStarted => None,
         },
+    };
+    let finish = |result: FlightResult| {
+        if result == FlightResult::HandlerFailed {
+            shared.state.in_flight.record_failure(&request_id, &key);
+        }
+        if let Some(guard) = flight {
+            guard.finish(result);
+        }
     };
 
     let deadline_ms = event.context.deadline;
@@ -364,6 +390,10 @@ where
                 Decision::Replay { data } => {
                     let replayed = replay(data.as_deref());
                     if replayed.is_ok() {
+                        finish(FlightResult::Completed {
+                            data: data.unwrap_or_else(|| "null".into()),
+                            validation: record.validation.clone(),
+                        });
                         shared.state.remember(record);
                     }
                     return replayed;
@@ -379,11 +409,11 @@ where
         return Err(Error::Contended { key });
     }
 
-    let outcome = call_inner(inner, event).await;
-    let value = match outcome {
+    let value = match call_inner(inner, event).await {
         Ok(value) => value,
         Err(err) => {
             release(&shared.store, &key, &owner).await;
+            finish(FlightResult::HandlerFailed);
             return Err(err);
         }
     };
@@ -391,6 +421,7 @@ where
         Ok(data) => data,
         Err(err) => {
             release(&shared.store, &key, &owner).await;
+            finish(FlightResult::HandlerFailed);
             return Err(Error::Codec(err));
         }
     };
@@ -404,7 +435,7 @@ where
     match shared.store.complete(&request).await {
         Ok(Fenced::Applied) => {
             shared.state.remember(Record {
-                key,
+                key: key.clone(),
                 status: Status::Completed,
                 expiration_secs,
                 lease_expiration_ms: None,
@@ -412,7 +443,7 @@ where
                 data: Some(request.data.clone()),
                 validation: validation.clone(),
             });
-            flight.finish(FlightResult::Completed {
+            finish(FlightResult::Completed {
                 data: request.data,
                 validation,
             });
@@ -421,6 +452,7 @@ where
         Ok(Fenced::LeaseLost) => Err(Error::LeaseLost { key }),
         Err(err @ crate::StoreError::ItemTooLarge { .. }) => {
             release(&shared.store, &key, &request.owner).await;
+            finish(FlightResult::HandlerFailed);
             Err(Error::Store(err))
         }
         Err(err) => Err(Error::Store(err)),

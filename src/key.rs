@@ -9,6 +9,9 @@ use serde_json::Value;
 use crate::error::BoxError;
 use crate::hashing::{canonical_json, sha256_hex};
 
+/// The longest stored key, in bytes (DynamoDB's partition key limit).
+pub const MAX_KEY_BYTES: usize = 2048;
+
 /// The key stored in the table: `<prefix>#<sha256 hex of the key material>`.
 ///
 /// Raw key material (an order id, a customer's reference) never reaches the table or the
@@ -71,6 +74,13 @@ pub enum KeyError {
     /// The derived key material is empty.
     #[error("the idempotency key is empty")]
     Empty,
+    /// The stored key (prefix, `#`, 64 hex digits) is longer than DynamoDB's partition key
+    /// limit: the configured prefix is too long.
+    #[error("the stored key is {len_bytes} bytes, over the limit of 2048: shorten the key prefix")]
+    KeyTooLong {
+        /// The stored key's length.
+        len_bytes: usize,
+    },
     /// A user-supplied extractor failed.
     #[error("custom key extraction failed")]
     Custom(#[source] BoxError),

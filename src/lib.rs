@@ -102,6 +102,7 @@ pub use error::{BatchError, BoxError, Error};
 pub use idempotent::{IdempotencyLayer, Idempotent, ResponseFuture, FALLBACK_KEY_PREFIX};
 pub use key::{
     BodyHash, IdempotencyKey, JsonPointer, KeyError, KeyExtractor, MessageAttribute, MessageId, Or,
+    MAX_KEY_BYTES,
 };
 pub use memory_store::InMemoryStore;
 pub use outcome::Outcome;

@@ -301,7 +301,48 @@ async fn same_key_twice_in_one_batch_runs_the_handler_once() {
         assert_eq!(setup.effects.count("evt-4001"), 1, "{mode:?}");
         assert_eq!(report.records[0].value, report.records[1].value);
         assert!(report.response.batch_item_failures.is_empty());
+        // Redelivered, both copies replay: the first one's replay is shared with the second.
+        let again = setup.run(load_event("same_key_in_batch.json")).await;
+        assert_eq!(outcomes(&again), [Outcome::Replayed; 3], "{mode:?}");
+        assert_eq!(setup.effects.count("evt-4001"), 1, "{mode:?}");
     }
+}
+
+#[tokio::test]
+async fn same_key_after_a_handler_failure_is_not_run_again_in_the_batch() {
+    let mut setup = Setup::new();
+    setup.hook = Arc::new(|order: &Order| {
+        if order.event_id == "evt-4001" {
+            panic!("downstream refused evt-4001");
+        }
+    });
+    let event = load_event("same_key_in_batch.json");
+    let report = setup.run(event.clone()).await;
+    assert_eq!(
+        outcomes(&report),
+        [Outcome::Failed, Outcome::Failed, Outcome::Executed]
+    );
+    assert!(matches!(report.records[0].error, Some(Error::Panic { .. })));
+    assert!(matches!(
+        report.records[1].error,
+        Some(Error::SameKeyFailed { .. })
+    ));
+    assert_eq!(reported(&report), ids(&event, &[0, 1]));
+}
+
+#[tokio::test]
+async fn a_key_prefix_too_long_for_dynamodb_is_a_typed_rejection() {
+    let mut setup = Setup::new();
+    setup.config = Config::new().with_key_prefix("p".repeat(2000));
+    let mut event = load_event("batch.json");
+    event.records.truncate(1);
+    let report = setup.run(event).await;
+    assert_eq!(outcomes(&report), [Outcome::Rejected]);
+    assert!(matches!(
+        report.records[0].error,
+        Some(Error::Key(lambda_idempotency::KeyError::KeyTooLong { .. }))
+    ));
+    assert_eq!(setup.effects.total(), 0);
 }
 
 #[tokio::test]
