@@ -190,7 +190,7 @@ where
                     } else {
                         self.process_record(record, &context).await
                     };
-                    if !report.outcome.is_success() {
+                    if !report.outcome.is_acknowledged() {
                         stopped = true;
                         if let Some(group) = group {
                             failed_groups.insert(group);
@@ -290,7 +290,7 @@ fn summarize<T>(records: Vec<RecordReport<T>>) -> BatchReport<T> {
     let mut counts: BTreeMap<Outcome, usize> = BTreeMap::new();
     for report in &records {
         *counts.entry(report.outcome).or_default() += 1;
-        if report.outcome.is_success() {
+        if report.outcome.is_acknowledged() {
             continue;
         }
         match &report.message_id {

@@ -17,6 +17,31 @@ pub enum MissingKey {
     ProcessUnprotected,
 }
 
+/// How a [`Transactional`](crate::Transactional) handler's writes are committed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum IdempotencyMode {
+    /// Take a lease first, then commit the writes with the record, fenced by the lease (the
+    /// default). The handler never runs twice at once.
+    #[default]
+    Lease,
+    /// No lease: run the handler, then commit the writes with the record if no live record
+    /// exists. One round trip per fresh record; concurrent duplicates may both compute, one
+    /// commits.
+    Optimistic,
+}
+
+impl IdempotencyMode {
+    /// Parses `lease` or `optimistic` (as in the `IDEMPOTENCY_MODE` variable).
+    pub fn parse(value: &str) -> Option<Self> {
+        match value.trim().to_ascii_lowercase().as_str() {
+            "lease" => Some(IdempotencyMode::Lease),
+            "optimistic" => Some(IdempotencyMode::Optimistic),
+            _ => None,
+        }
+    }
+}
+
 /// Configuration of the idempotency layer.
 ///
 /// # Default
@@ -25,7 +50,9 @@ pub enum MissingKey {
 /// - records expire 1 hour after completion;
 /// - the lease ends at the invocation deadline, with no further cap;
 /// - no payload validation, no local cache, a missing key fails the record;
-/// - 3 acquire attempts when the record changes underneath.
+/// - 3 acquire attempts when the record changes underneath, 3 commit attempts when a
+///   commit's answer is lost or conflicts;
+/// - lease mode for transactional handlers, no heartbeat.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
     pub(crate) key_prefix: Option<String>,
@@ -35,6 +62,9 @@ pub struct Config {
     pub(crate) local_cache_capacity: usize,
     pub(crate) missing_key: MissingKey,
     pub(crate) acquire_attempts: u32,
+    pub(crate) commit_attempts: u32,
+    pub(crate) mode: IdempotencyMode,
+    pub(crate) heartbeat: Option<Duration>,
 }
 
 impl Default for Config {
@@ -47,6 +77,9 @@ impl Default for Config {
             local_cache_capacity: 0,
             missing_key: MissingKey::Fail,
             acquire_attempts: 3,
+            commit_attempts: 3,
+            mode: IdempotencyMode::Lease,
+            heartbeat: None,
         }
     }
 }
@@ -100,6 +133,35 @@ impl Config {
     pub fn with_acquire_attempts(mut self, attempts: u32) -> Self {
         self.acquire_attempts = attempts.max(1);
         self
+    }
+
+    /// How many times to send a commit whose answer was lost or that met a transaction
+    /// conflict (at least 1). Each retry carries the same request token, so it is never
+    /// applied twice.
+    pub fn with_commit_attempts(mut self, attempts: u32) -> Self {
+        self.commit_attempts = attempts.max(1);
+        self
+    }
+
+    /// Chooses how transactional handlers commit.
+    pub fn with_mode(mut self, mode: IdempotencyMode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// Keeps leases of `lease` length (never past the invocation deadline) and extends them
+    /// every `every` while the handler runs, so work longer than one lease stays protected.
+    /// The extension is fenced by the owner token and stops when the handler ends. `every` is
+    /// clamped to a third of `lease` at most.
+    pub fn with_heartbeat(mut self, lease: Duration, every: Duration) -> Self {
+        self.max_lease = Some(lease);
+        self.heartbeat = Some(every.min(lease / 3).max(Duration::from_millis(1)));
+        self
+    }
+
+    /// The transactional commit mode.
+    pub fn mode(&self) -> IdempotencyMode {
+        self.mode
     }
 
     /// The configured key prefix, if any.

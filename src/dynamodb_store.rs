@@ -9,7 +9,9 @@ use aws_sdk_dynamodb::Client;
 use crate::clock::{epoch_ms, epoch_secs};
 use crate::key::IdempotencyKey;
 use crate::record::{OwnerToken, Record, Status};
-use crate::store::{Acquire, AcquireRequest, CompleteRequest, Fenced, Store, StoreError};
+use crate::store::{
+    Acquire, AcquireRequest, CompleteRequest, ExtendRequest, Fenced, Store, StoreError,
+};
 
 /// DynamoDB's maximum item size, in bytes.
 pub const DYNAMODB_ITEM_LIMIT_BYTES: usize = 400 * 1024;
@@ -104,9 +106,9 @@ impl AttributeNames {
 /// The client is injected: configure its timeouts and retries there.
 #[derive(Debug, Clone)]
 pub struct DynamoDbStore {
-    client: Client,
-    table: String,
-    names: AttributeNames,
+    pub(crate) client: Client,
+    pub(crate) table: String,
+    pub(crate) names: AttributeNames,
 }
 
 impl DynamoDbStore {
@@ -135,18 +137,21 @@ impl DynamoDbStore {
         &self.names
     }
 
-    fn key_item(&self, key: &IdempotencyKey) -> HashMap<String, AttributeValue> {
+    pub(crate) fn key_item(&self, key: &IdempotencyKey) -> HashMap<String, AttributeValue> {
         HashMap::from([(self.names.key.clone(), s(key.as_str()))])
     }
 
-    fn owner_condition_names(&self) -> HashMap<String, String> {
+    pub(crate) fn owner_condition_names(&self) -> HashMap<String, String> {
         HashMap::from([
             ("#status".to_string(), self.names.status.clone()),
             ("#owner".to_string(), self.names.owner.clone()),
         ])
     }
 
-    fn owner_condition_values(&self, owner: &OwnerToken) -> HashMap<String, AttributeValue> {
+    pub(crate) fn owner_condition_values(
+        &self,
+        owner: &OwnerToken,
+    ) -> HashMap<String, AttributeValue> {
         HashMap::from([
             (":inprogress".to_string(), s(Status::InProgress.as_str())),
             (":owner".to_string(), s(owner.as_str())),
@@ -213,7 +218,7 @@ impl DynamoDbStore {
         let size_bytes = n.key.len()
             + request.key.as_str().len()
             + n.status.len()
-            + Status::Completed.as_str().len()
+            + request.status.as_str().len()
             + n.data.len()
             + request.data.len()
             + n.expiration.len()
@@ -233,7 +238,7 @@ impl DynamoDbStore {
         names.insert("#exp".into(), n.expiration.clone());
         names.insert("#ipe".into(), n.in_progress_expiration.clone());
         let mut values = self.owner_condition_values(&request.owner);
-        values.insert(":completed".into(), s(Status::Completed.as_str()));
+        values.insert(":final".into(), s(request.status.as_str()));
         values.insert(":data".into(), s(&request.data));
         values.insert(":exp".into(), num(request.expiration_secs));
         let result = self
@@ -241,7 +246,38 @@ impl DynamoDbStore {
             .update_item()
             .table_name(&self.table)
             .set_key(Some(self.key_item(&request.key)))
-            .update_expression("SET #status = :completed, #data = :data, #exp = :exp REMOVE #ipe")
+            .update_expression("SET #status = :final, #data = :data, #exp = :exp REMOVE #ipe")
+            .condition_expression("#status = :inprogress AND #owner = :owner")
+            .set_expression_attribute_names(Some(names))
+            .set_expression_attribute_values(Some(values))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(Fenced::Applied),
+            Err(err)
+                if err
+                    .as_service_error()
+                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
+            {
+                Ok(Fenced::LeaseLost)
+            }
+            Err(err) => Err(unavailable(err)),
+        }
+    }
+
+    async fn extend_inner(&self, request: &ExtendRequest) -> Result<Fenced, StoreError> {
+        let mut names = self.owner_condition_names();
+        names.insert("#ipe".into(), self.names.in_progress_expiration.clone());
+        names.insert("#exp".into(), self.names.expiration.clone());
+        let mut values = self.owner_condition_values(&request.owner);
+        values.insert(":lease".into(), num(request.lease_expiration_ms));
+        values.insert(":exp".into(), num(request.expiration_secs));
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(self.key_item(&request.key)))
+            .update_expression("SET #ipe = :lease, #exp = :exp")
             .condition_expression("#status = :inprogress AND #owner = :owner")
             .set_expression_attribute_names(Some(names))
             .set_expression_attribute_values(Some(values))
@@ -288,7 +324,10 @@ impl DynamoDbStore {
         }
     }
 
-    async fn get_inner(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
+    pub(crate) async fn get_inner(
+        &self,
+        key: &IdempotencyKey,
+    ) -> Result<Option<Record>, StoreError> {
         let output = self
             .client
             .get_item()
@@ -301,7 +340,10 @@ impl DynamoDbStore {
         output.item().map(|item| self.parse(item)).transpose()
     }
 
-    fn parse(&self, item: &HashMap<String, AttributeValue>) -> Result<Record, StoreError> {
+    pub(crate) fn parse(
+        &self,
+        item: &HashMap<String, AttributeValue>,
+    ) -> Result<Record, StoreError> {
         let n = &self.names;
         let key = item
             .get(&n.key)
@@ -343,15 +385,15 @@ impl DynamoDbStore {
     }
 }
 
-fn s(value: &str) -> AttributeValue {
+pub(crate) fn s(value: &str) -> AttributeValue {
     AttributeValue::S(value.to_string())
 }
 
-fn num(value: u64) -> AttributeValue {
+pub(crate) fn num(value: u64) -> AttributeValue {
     AttributeValue::N(value.to_string())
 }
 
-fn unavailable<E>(err: E) -> StoreError
+pub(crate) fn unavailable<E>(err: E) -> StoreError
 where
     E: std::error::Error + Send + Sync + 'static,
 {
@@ -371,6 +413,13 @@ impl Store for DynamoDbStore {
         request: &CompleteRequest,
     ) -> impl Future<Output = Result<Fenced, StoreError>> + Send {
         self.complete_inner(request)
+    }
+
+    fn extend(
+        &self,
+        request: &ExtendRequest,
+    ) -> impl Future<Output = Result<Fenced, StoreError>> + Send {
+        self.extend_inner(request)
     }
 
     fn release(

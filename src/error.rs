@@ -61,6 +61,29 @@ pub enum Error {
     /// The invocation deadline is too near (or past) to start the record.
     #[error("the invocation deadline is too near to start this record")]
     DeadlineNear,
+    /// The handler failed with an error it marked [`Permanent`]: the failure is stored and
+    /// the message acknowledged; duplicates get the stored error until the record expires.
+    #[error("the record failed permanently: {message}")]
+    Permanent {
+        /// The error message (stored in the record).
+        message: String,
+        /// The failure was stored by an earlier delivery.
+        replayed: bool,
+    },
+    /// A condition of one of the handler's writes failed: nothing was applied.
+    #[error("condition of write {write_index} failed for {key}; nothing was applied")]
+    ConditionFailed {
+        /// The stored key.
+        key: IdempotencyKey,
+        /// Index into the handler's writes.
+        write_index: usize,
+    },
+    /// The commit kept meeting concurrent transactions on the same items.
+    #[error("the commit for {key} met a concurrent transaction; nothing was applied")]
+    Conflict {
+        /// The stored key.
+        key: IdempotencyKey,
+    },
     /// The handler's result could not be serialized, or a stored result deserialized.
     #[error("the result could not be serialized or deserialized")]
     Codec(#[source] serde_json::Error),
@@ -70,9 +93,18 @@ impl Error {
     /// The outcome this error gives the record.
     pub fn outcome(&self) -> Outcome {
         match self {
-            Error::Key(_) | Error::PayloadMismatch { .. } => Outcome::Rejected,
-            Error::InProgress { .. } | Error::Contended { .. } => Outcome::Locked,
-            Error::Store(StoreError::ItemTooLarge { .. }) => Outcome::Failed,
+            Error::Key(_) | Error::PayloadMismatch { .. } | Error::ConditionFailed { .. } => {
+                Outcome::Rejected
+            }
+            Error::InProgress { .. } | Error::Contended { .. } | Error::Conflict { .. } => {
+                Outcome::Locked
+            }
+            Error::Permanent { .. } => Outcome::FailedPermanently,
+            Error::Store(
+                StoreError::ItemTooLarge { .. }
+                | StoreError::TransactionTooLarge { .. }
+                | StoreError::InvalidWrite { .. },
+            ) => Outcome::Failed,
             Error::Store(_) => Outcome::StoreUnavailable,
             Error::Handler(_)
             | Error::Panic { .. }
@@ -91,6 +123,13 @@ impl Error {
             Error::InProgress { .. } => "Idempotency.InProgress",
             Error::Contended { .. } => "Idempotency.Contended",
             Error::Store(StoreError::ItemTooLarge { .. }) => "Idempotency.ResultTooLarge",
+            Error::Store(StoreError::TransactionTooLarge { .. }) => {
+                "Idempotency.TransactionTooLarge"
+            }
+            Error::Store(StoreError::InvalidWrite { .. }) => "Idempotency.InvalidWrite",
+            Error::Permanent { .. } => "Idempotency.PermanentFailure",
+            Error::ConditionFailed { .. } => "Idempotency.ConditionFailed",
+            Error::Conflict { .. } => "Idempotency.TransactionConflict",
             Error::Store(_) => "Idempotency.StoreError",
             Error::Handler(_) => "Idempotency.HandlerError",
             Error::Panic { .. } => "Idempotency.HandlerPanic",
@@ -108,6 +147,30 @@ impl From<Error> for lambda_runtime::Diagnostic {
             error_type: err.error_type().into(),
             error_message: error_chain(&err),
         }
+    }
+}
+
+/// Marks a handler error as permanent: retrying cannot help (a card declined, an order for
+/// an account that does not exist).
+///
+/// A handler returns `Err(Permanent::new(err).into())` (or `Err(Permanent::new(err))` when
+/// its error type is `Permanent`). The failure is then stored in the record, the message is
+/// acknowledged instead of retried, and duplicates get the stored error until the record
+/// expires ([`Outcome::FailedPermanently`]). Other errors are retryable: the lease is
+/// released and the record reported for retry.
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct Permanent(BoxError);
+
+impl Permanent {
+    /// Wraps `err` as a permanent failure.
+    pub fn new(err: impl Into<BoxError>) -> Self {
+        Self(err.into())
+    }
+
+    /// The wrapped error.
+    pub fn into_inner(self) -> BoxError {
+        self.0
     }
 }
 

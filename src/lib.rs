@@ -78,7 +78,9 @@ mod batch;
 mod cache;
 mod clock;
 mod config;
+mod dynamodb_commit;
 mod dynamodb_store;
+mod engine;
 mod error;
 mod hashing;
 mod idempotent;
@@ -91,15 +93,20 @@ mod record;
 mod record_fn;
 mod store;
 mod validation;
+mod write;
 
 pub use batch::{
     BatchFuture, BatchMode, BatchProcessor, BatchReport, RecordReport, DEFAULT_DEADLINE_MARGIN,
 };
 pub use clock::{epoch_ms, epoch_secs, Clock, ManualClock, SystemClock};
-pub use config::{Config, MissingKey};
+pub use config::{Config, IdempotencyMode, MissingKey};
+pub use dynamodb_commit::{DYNAMODB_TRANSACTION_ITEM_LIMIT, DYNAMODB_TRANSACTION_LIMIT_BYTES};
 pub use dynamodb_store::{AttributeNames, DynamoDbStore, DYNAMODB_ITEM_LIMIT_BYTES};
-pub use error::{BatchError, BoxError, Error};
-pub use idempotent::{IdempotencyLayer, Idempotent, ResponseFuture, FALLBACK_KEY_PREFIX};
+pub use engine::FALLBACK_KEY_PREFIX;
+pub use error::{BatchError, BoxError, Error, Permanent};
+pub use idempotent::{
+    IdempotencyLayer, Idempotent, ResponseFuture, Transactional, TransactionalLayer,
+};
 pub use key::{
     BodyHash, IdempotencyKey, JsonPointer, KeyError, KeyExtractor, MessageAttribute, MessageId, Or,
     MAX_KEY_BYTES,
@@ -109,8 +116,12 @@ pub use outcome::Outcome;
 pub use processed::Processed;
 pub use record::{decide, Decision, OwnerToken, Record, Status};
 pub use record_fn::{record_fn, RecordFn};
-pub use store::{Acquire, AcquireRequest, CompleteRequest, Fenced, Store, StoreError};
+pub use store::{
+    Acquire, AcquireRequest, Commit, CommitRequest, CompleteRequest, ExtendRequest, Fenced, Store,
+    StoreError, TransactionalStore,
+};
 pub use validation::PayloadValidation;
+pub use write::{Attr, Completion, Item, Write, WriteKind};
 
 /// The README's Rust examples, compiled as doctests.
 #[cfg(doctest)]

@@ -7,7 +7,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::key::IdempotencyKey;
 use crate::record::{OwnerToken, Record, Status};
-use crate::store::{Acquire, AcquireRequest, CompleteRequest, Fenced, Store, StoreError};
+use crate::store::{
+    Acquire, AcquireRequest, CompleteRequest, ExtendRequest, Fenced, Store, StoreError,
+};
 
 /// An in-process store with the same semantics as [`DynamoDbStore`](crate::DynamoDbStore).
 ///
@@ -93,10 +95,23 @@ impl InMemoryStore {
         let mut records = self.lock();
         match records.get_mut(&request.key) {
             Some(record) if record.is_held_by(&request.owner) => {
-                record.status = Status::Completed;
+                record.status = request.status;
                 record.data = Some(request.data.clone());
                 record.expiration_secs = request.expiration_secs;
                 record.lease_expiration_ms = None;
+                Ok(Fenced::Applied)
+            }
+            _ => Ok(Fenced::LeaseLost),
+        }
+    }
+
+    fn extend_now(&self, request: &ExtendRequest) -> Result<Fenced, StoreError> {
+        self.check_available()?;
+        let mut records = self.lock();
+        match records.get_mut(&request.key) {
+            Some(record) if record.is_held_by(&request.owner) => {
+                record.lease_expiration_ms = Some(request.lease_expiration_ms);
+                record.expiration_secs = request.expiration_secs;
                 Ok(Fenced::Applied)
             }
             _ => Ok(Fenced::LeaseLost),
@@ -134,6 +149,13 @@ impl Store for InMemoryStore {
         request: &CompleteRequest,
     ) -> impl Future<Output = Result<Fenced, StoreError>> + Send {
         std::future::ready(self.complete_now(request))
+    }
+
+    fn extend(
+        &self,
+        request: &ExtendRequest,
+    ) -> impl Future<Output = Result<Fenced, StoreError>> + Send {
+        std::future::ready(self.extend_now(request))
     }
 
     fn release(

@@ -21,6 +21,9 @@ pub enum Outcome {
     Rejected,
     /// The store failed: the handler did not run (or its result was not stored), reported.
     StoreUnavailable,
+    /// The handler failed with a [`Permanent`](crate::Permanent) error (now, or in an
+    /// earlier delivery whose stored failure is replayed): acknowledged, not retried.
+    FailedPermanently,
     /// The lease was taken over before the result was stored: reported.
     LeaseLost,
     /// The invocation deadline was too near to start the record: reported for retry.
@@ -32,7 +35,7 @@ pub enum Outcome {
 
 impl Outcome {
     /// Every outcome, in declaration order.
-    pub const ALL: [Outcome; 10] = [
+    pub const ALL: [Outcome; 11] = [
         Outcome::Executed,
         Outcome::Replayed,
         Outcome::Unprotected,
@@ -40,6 +43,7 @@ impl Outcome {
         Outcome::Failed,
         Outcome::Rejected,
         Outcome::StoreUnavailable,
+        Outcome::FailedPermanently,
         Outcome::LeaseLost,
         Outcome::DeadlineNear,
         Outcome::FifoSkipped,
@@ -55,17 +59,22 @@ impl Outcome {
             Outcome::Failed => "failed",
             Outcome::Rejected => "rejected",
             Outcome::StoreUnavailable => "store_unavailable",
+            Outcome::FailedPermanently => "failed_permanently",
             Outcome::LeaseLost => "lease_lost",
             Outcome::DeadlineNear => "deadline_near",
             Outcome::FifoSkipped => "fifo_skipped",
         }
     }
 
-    /// The message is done and may be deleted from the queue.
-    pub const fn is_success(self) -> bool {
+    /// The message is done and may be deleted from the queue (it is not reported in
+    /// `batchItemFailures`).
+    pub const fn is_acknowledged(self) -> bool {
         matches!(
             self,
-            Outcome::Executed | Outcome::Replayed | Outcome::Unprotected
+            Outcome::Executed
+                | Outcome::Replayed
+                | Outcome::Unprotected
+                | Outcome::FailedPermanently
         )
     }
 }

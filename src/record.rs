@@ -15,6 +15,9 @@ pub enum Status {
     InProgress,
     /// The handler finished and its result is stored (`COMPLETED`).
     Completed,
+    /// The handler failed permanently and its error is stored (`FAILED`); duplicates get the
+    /// stored error until the record expires. This status is this crate's addition.
+    Failed,
 }
 
 impl Status {
@@ -23,6 +26,7 @@ impl Status {
         match self {
             Status::InProgress => "INPROGRESS",
             Status::Completed => "COMPLETED",
+            Status::Failed => "FAILED",
         }
     }
 
@@ -31,6 +35,7 @@ impl Status {
         match value {
             "INPROGRESS" => Some(Status::InProgress),
             "COMPLETED" => Some(Status::Completed),
+            "FAILED" => Some(Status::Failed),
             _ => None,
         }
     }
@@ -86,7 +91,8 @@ pub struct Record {
     pub lease_expiration_ms: Option<u64>,
     /// The token of the lease holder, if any.
     pub owner: Option<OwnerToken>,
-    /// The stored result as JSON (completed records).
+    /// The stored result as JSON (completed records), or the error message as a JSON string
+    /// (failed records).
     pub data: Option<String>,
     /// The payload hash, when payload validation is on.
     pub validation: Option<String>,
@@ -127,6 +133,11 @@ pub enum Decision {
         /// The stored result as JSON.
         data: Option<String>,
     },
+    /// The record failed permanently: return its stored error, do not run the handler.
+    ReplayFailure {
+        /// The stored error message as a JSON string.
+        data: Option<String>,
+    },
     /// Another invocation holds a live lease.
     InProgress,
     /// The key was seen with a different payload.
@@ -149,6 +160,9 @@ pub fn decide(existing: &Record, now: SystemTime, validation: Option<&str>) -> D
     match existing.status {
         Status::InProgress => Decision::InProgress,
         Status::Completed => Decision::Replay {
+            data: existing.data.clone(),
+        },
+        Status::Failed => Decision::ReplayFailure {
             data: existing.data.clone(),
         },
     }
@@ -184,6 +198,19 @@ mod tests {
                 data: Some("42".into())
             }
         );
+    }
+
+    #[test]
+    fn failed_record_replays_its_error() {
+        let mut r = record(Status::Failed, 2_000, None);
+        r.data = Some("\"card declined\"".into());
+        assert_eq!(
+            decide(&r, at_ms(1_000_000), None),
+            Decision::ReplayFailure {
+                data: Some("\"card declined\"".into())
+            }
+        );
+        assert_eq!(Status::parse("FAILED"), Some(Status::Failed));
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::time::SystemTime;
 
 use crate::error::BoxError;
 use crate::key::IdempotencyKey;
-use crate::record::{OwnerToken, Record};
+use crate::record::{OwnerToken, Record, Status};
 
 /// A request to take the lease on a key.
 #[derive(Debug, Clone)]
@@ -38,17 +38,78 @@ pub enum Acquire {
     Contended,
 }
 
-/// A request to mark a held record completed with its result.
+/// A request to mark a held record completed (or permanently failed) with its result.
 #[derive(Debug, Clone)]
 pub struct CompleteRequest {
     /// The key.
     pub key: IdempotencyKey,
     /// The holder's fencing token: completion only succeeds if it is still the holder.
     pub owner: OwnerToken,
+    /// [`Status::Completed`], or [`Status::Failed`] for a permanent failure.
+    pub status: Status,
+    /// The result as JSON (for a permanent failure: the error message as a JSON string).
+    pub data: String,
+    /// When the record expires, in epoch seconds.
+    pub expiration_secs: u64,
+}
+
+/// A request to extend a held lease (heartbeat).
+#[derive(Debug, Clone)]
+pub struct ExtendRequest {
+    /// The key.
+    pub key: IdempotencyKey,
+    /// The holder's fencing token.
+    pub owner: OwnerToken,
+    /// The new end of the lease, in epoch milliseconds.
+    pub lease_expiration_ms: u64,
+    /// The new record expiry, in epoch seconds (never before the lease ends).
+    pub expiration_secs: u64,
+}
+
+/// A request to commit a handler's writes together with the record's final state, in one
+/// transaction.
+#[derive(Debug, Clone)]
+pub struct CommitRequest {
+    /// The key.
+    pub key: IdempotencyKey,
+    /// Lease mode: the lease holder's token. Optimistic mode: a fresh token that marks this
+    /// commit as ours if its response is lost and it is sent again.
+    pub owner: OwnerToken,
+    /// The current time (optimistic mode takes over expired records and elapsed leases at
+    /// this instant).
+    pub now: SystemTime,
+    /// [`Status::Completed`], or [`Status::Failed`] for a permanent failure.
+    pub status: Status,
     /// The result as JSON.
     pub data: String,
-    /// When the completed record expires, in epoch seconds.
+    /// When the record expires, in epoch seconds.
     pub expiration_secs: u64,
+    /// The payload hash, if payload validation is on.
+    pub validation: Option<String>,
+    /// The handler's writes, applied with the record or not at all.
+    pub writes: Vec<crate::write::Write>,
+}
+
+/// The answer to a transactional commit. Refusals are expected outcomes, not errors.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Commit {
+    /// The writes and the record were committed.
+    Applied,
+    /// The record's condition failed and nothing was applied. Carries the record as it is
+    /// now (`None` if there is none): lease mode, a lost lease, unless the record shows that
+    /// this very commit was applied before (its response was lost); optimistic mode, a live
+    /// record written by someone else (or by this commit before).
+    RecordRefused(Option<Record>),
+    /// A business condition of the handler's write at this index failed; nothing was
+    /// applied. Not worth retrying.
+    ConditionFailed {
+        /// Index into [`CommitRequest::writes`].
+        write_index: usize,
+    },
+    /// Another transaction touched the same items at the same time; nothing was applied.
+    /// Worth retrying.
+    Conflict,
 }
 
 /// The answer to an owner-fenced write (complete or release).
@@ -76,6 +137,26 @@ pub enum StoreError {
         key: String,
         /// What is wrong with it.
         reason: String,
+    },
+    /// A handler's write cannot be turned into a request.
+    #[error("write {write_index} is invalid: {reason}")]
+    InvalidWrite {
+        /// Index into the handler's writes.
+        write_index: usize,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The transaction would exceed the store's limits.
+    #[error("the transaction has {items} items ({size_bytes} bytes); the limits are {item_limit} items and {limit_bytes} bytes")]
+    TransactionTooLarge {
+        /// Items, the record included.
+        items: usize,
+        /// The item limit.
+        item_limit: usize,
+        /// Approximate size.
+        size_bytes: usize,
+        /// The size limit.
+        limit_bytes: usize,
     },
     /// The item would exceed the store's item size limit.
     #[error("the record is {size_bytes} bytes, over the store's limit of {limit_bytes}")]
@@ -109,6 +190,12 @@ pub trait Store: Send + Sync + 'static {
         request: &CompleteRequest,
     ) -> impl Future<Output = Result<Fenced, StoreError>> + Send;
 
+    /// Moves the lease end of a record that is in progress and held by `request.owner`.
+    fn extend(
+        &self,
+        request: &ExtendRequest,
+    ) -> impl Future<Output = Result<Fenced, StoreError>> + Send;
+
     /// Deletes the record, only if it is in progress and held by `owner`.
     fn release(
         &self,
@@ -138,6 +225,13 @@ impl<S: Store> Store for Arc<S> {
         (**self).complete(request)
     }
 
+    fn extend(
+        &self,
+        request: &ExtendRequest,
+    ) -> impl Future<Output = Result<Fenced, StoreError>> + Send {
+        (**self).extend(request)
+    }
+
     fn release(
         &self,
         key: &IdempotencyKey,
@@ -151,5 +245,40 @@ impl<S: Store> Store for Arc<S> {
         key: &IdempotencyKey,
     ) -> impl Future<Output = Result<Option<Record>, StoreError>> + Send {
         (**self).get(key)
+    }
+}
+
+/// A store that can commit a handler's writes with the record in one transaction
+/// ([`DynamoDbStore`](crate::DynamoDbStore)).
+pub trait TransactionalStore: Store {
+    /// Lease mode: sets the record to `request.status` with `request.data`, only if it is in
+    /// progress and held by `request.owner`, together with `request.writes`.
+    fn commit(
+        &self,
+        request: &CommitRequest,
+    ) -> impl Future<Output = Result<Commit, StoreError>> + Send;
+
+    /// Optimistic mode: writes the final record, only if no record exists or the existing
+    /// one [can be taken over](Record::can_be_taken_over) at `request.now`, together with
+    /// `request.writes`.
+    fn commit_fresh(
+        &self,
+        request: &CommitRequest,
+    ) -> impl Future<Output = Result<Commit, StoreError>> + Send;
+}
+
+impl<S: TransactionalStore> TransactionalStore for Arc<S> {
+    fn commit(
+        &self,
+        request: &CommitRequest,
+    ) -> impl Future<Output = Result<Commit, StoreError>> + Send {
+        (**self).commit(request)
+    }
+
+    fn commit_fresh(
+        &self,
+        request: &CommitRequest,
+    ) -> impl Future<Output = Result<Commit, StoreError>> + Send {
+        (**self).commit_fresh(request)
     }
 }

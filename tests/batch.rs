@@ -717,6 +717,12 @@ impl Store for ChangingStore {
     ) -> Result<lambda_idempotency::Fenced, lambda_idempotency::StoreError> {
         self.inner.complete(request).await
     }
+    async fn extend(
+        &self,
+        request: &lambda_idempotency::ExtendRequest,
+    ) -> Result<lambda_idempotency::Fenced, lambda_idempotency::StoreError> {
+        self.inner.extend(request).await
+    }
     async fn release(
         &self,
         key: &IdempotencyKey,

@@ -17,7 +17,11 @@ fn at_ms(ms: u64) -> SystemTime {
 }
 
 fn status() -> impl Strategy<Value = Status> {
-    prop_oneof![Just(Status::InProgress), Just(Status::Completed)]
+    prop_oneof![
+        Just(Status::InProgress),
+        Just(Status::Completed),
+        Just(Status::Failed)
+    ]
 }
 
 prop_compose! {
@@ -34,7 +38,7 @@ prop_compose! {
             expiration_secs: (base_secs + expiration_offset_secs) as u64,
             lease_expiration_ms: lease_offset_ms.map(|o| (BASE_MS as i64 + o) as u64),
             owner: Some(OwnerToken::new("o")),
-            data: (status == Status::Completed).then(|| "1".to_string()),
+            data: (status != Status::InProgress).then(|| "1".to_string()),
             validation,
         }
     }
@@ -85,6 +89,10 @@ proptest! {
             }
             Decision::Replay { data } => {
                 prop_assert_eq!(r.status, Status::Completed);
+                prop_assert_eq!(data, r.data.clone());
+            }
+            Decision::ReplayFailure { data } => {
+                prop_assert_eq!(r.status, Status::Failed);
                 prop_assert_eq!(data, r.data.clone());
             }
             Decision::Retry => prop_assert!(r.can_be_taken_over(now)),
@@ -195,6 +203,7 @@ proptest! {
                     let got = ready(store.complete(&CompleteRequest {
                         key: key.clone(),
                         owner: owners[owner].clone(),
+                        status: Status::Completed,
                         data: data.clone(),
                         expiration_secs: now_secs + window_secs,
                     })).unwrap();

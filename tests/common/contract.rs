@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use lambda_idempotency::{
     decide, epoch_ms, epoch_secs, Acquire, AcquireRequest, Clock, CompleteRequest, Decision,
-    Fenced, IdempotencyKey, ManualClock, OwnerToken, Status, Store,
+    ExtendRequest, Fenced, IdempotencyKey, ManualClock, OwnerToken, Status, Store,
 };
 
 fn key(name: &str) -> IdempotencyKey {
@@ -41,6 +41,7 @@ fn complete_request(
     CompleteRequest {
         key: key.clone(),
         owner: owner.clone(),
+        status: Status::Completed,
         data: data.to_string(),
         expiration_secs: epoch_secs(clock.now() + window),
     }
@@ -295,6 +296,79 @@ pub async fn payload_mismatch_is_detected<S: Store>(store: &S) {
     );
 }
 
+pub async fn extend_moves_the_lease_only_for_its_holder<S: Store>(store: &S) {
+    let clock = ManualClock::starting_now();
+    let k = key("extend");
+    let (a, b) = (OwnerToken::generate(), OwnerToken::generate());
+    store
+        .acquire(&acquire_request(&clock, &k, &a, LEASE, None))
+        .await
+        .unwrap();
+    let extend = |owner: &OwnerToken, until: Duration| ExtendRequest {
+        key: k.clone(),
+        owner: owner.clone(),
+        lease_expiration_ms: epoch_ms(clock.now() + until),
+        expiration_secs: epoch_secs(clock.now() + HOUR),
+    };
+    assert_eq!(
+        store.extend(&extend(&b, LEASE * 4)).await.unwrap(),
+        Fenced::LeaseLost
+    );
+    clock.advance(LEASE / 2);
+    assert_eq!(
+        store.extend(&extend(&a, LEASE)).await.unwrap(),
+        Fenced::Applied
+    );
+    // Past the first lease end, the extended lease still holds.
+    clock.advance(LEASE);
+    assert!(matches!(
+        store
+            .acquire(&acquire_request(&clock, &k, &b, LEASE, None))
+            .await
+            .unwrap(),
+        Acquire::Existing(_)
+    ));
+    clock.advance(LEASE);
+    assert_eq!(
+        store
+            .acquire(&acquire_request(&clock, &k, &b, LEASE, None))
+            .await
+            .unwrap(),
+        Acquire::Acquired
+    );
+    assert_eq!(
+        store.extend(&extend(&a, LEASE)).await.unwrap(),
+        Fenced::LeaseLost
+    );
+}
+
+pub async fn a_permanent_failure_is_stored_and_replayed<S: Store>(store: &S) {
+    let clock = ManualClock::starting_now();
+    let k = key("failed");
+    let (a, b) = (OwnerToken::generate(), OwnerToken::generate());
+    store
+        .acquire(&acquire_request(&clock, &k, &a, LEASE, None))
+        .await
+        .unwrap();
+    let mut request = complete_request(&clock, &k, &a, "\"card declined\"", HOUR);
+    request.status = Status::Failed;
+    assert_eq!(store.complete(&request).await.unwrap(), Fenced::Applied);
+    let Acquire::Existing(record) = store
+        .acquire(&acquire_request(&clock, &k, &b, LEASE, None))
+        .await
+        .unwrap()
+    else {
+        panic!("failed record must be returned")
+    };
+    assert_eq!(record.status, Status::Failed);
+    assert_eq!(
+        decide(&record, clock.now(), None),
+        Decision::ReplayFailure {
+            data: Some("\"card declined\"".into())
+        }
+    );
+}
+
 /// Generates one `#[tokio::test]` per contract case; `$store` is an expression giving an
 /// `Option<impl Store>` (None: skipped).
 #[macro_export]
@@ -308,6 +382,8 @@ macro_rules! store_contract_suite {
             complete_and_release_refuse_a_foreign_owner,
             release_lets_the_next_acquire_win,
             payload_mismatch_is_detected,
+            extend_moves_the_lease_only_for_its_holder,
+            a_permanent_failure_is_stored_and_replayed,
         );
     };
     (@cases $store:expr; $($case:ident),* $(,)?) => {

@@ -1,0 +1,273 @@
+//! Transactional commits on [`DynamoDbStore`]: the handler's writes and the record's final
+//! state in one `TransactWriteItems`.
+
+use std::collections::HashMap;
+use std::future::Future;
+
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::types::{
+    AttributeValue, ConditionCheck, Delete, Put, ReturnValuesOnConditionCheckFailure,
+    TransactWriteItem, Update,
+};
+
+use crate::clock::{epoch_ms, epoch_secs};
+use crate::dynamodb_store::{num, s, unavailable, DynamoDbStore, DYNAMODB_ITEM_LIMIT_BYTES};
+use crate::hashing::sha256_hex;
+use crate::record::Status;
+use crate::store::{Commit, CommitRequest, StoreError, TransactionalStore};
+use crate::write::{Attr, Item, Write, WriteKind};
+
+/// DynamoDB's limit on the items of one transaction, the record included.
+pub const DYNAMODB_TRANSACTION_ITEM_LIMIT: usize = 100;
+/// DynamoDB's limit on the size of one transaction, in bytes.
+pub const DYNAMODB_TRANSACTION_LIMIT_BYTES: usize = 4 * 1024 * 1024;
+
+fn sdk_value(value: &Attr) -> AttributeValue {
+    match value {
+        Attr::S(v) => AttributeValue::S(v.clone()),
+        Attr::N(v) => AttributeValue::N(v.clone()),
+        Attr::B(v) => AttributeValue::B(v.clone().into()),
+        Attr::Bool(v) => AttributeValue::Bool(*v),
+        Attr::Null => AttributeValue::Null(true),
+        Attr::L(items) => AttributeValue::L(items.iter().map(sdk_value).collect()),
+        Attr::M(map) => AttributeValue::M(sdk_item(map)),
+        Attr::Ss(v) => AttributeValue::Ss(v.clone()),
+        Attr::Ns(v) => AttributeValue::Ns(v.clone()),
+    }
+}
+
+fn sdk_item(item: &Item) -> HashMap<String, AttributeValue> {
+    item.iter()
+        .map(|(k, v)| (k.clone(), sdk_value(v)))
+        .collect()
+}
+
+fn invalid(index: usize, err: impl std::fmt::Display) -> StoreError {
+    StoreError::InvalidWrite {
+        write_index: index,
+        reason: err.to_string(),
+    }
+}
+
+fn sdk_write(index: usize, write: &Write) -> Result<TransactWriteItem, StoreError> {
+    let names = (!write.names.is_empty()).then(|| write.names.clone().into_iter().collect());
+    let values = (!write.values.is_empty()).then(|| sdk_item(&write.values));
+    let item = TransactWriteItem::builder();
+    Ok(match write.kind {
+        WriteKind::Put => item
+            .put(
+                Put::builder()
+                    .table_name(&write.table)
+                    .set_item(Some(sdk_item(&write.item)))
+                    .set_condition_expression(write.condition_expression.clone())
+                    .set_expression_attribute_names(names)
+                    .set_expression_attribute_values(values)
+                    .build()
+                    .map_err(|e| invalid(index, e))?,
+            )
+            .build(),
+        WriteKind::Update => item
+            .update(
+                Update::builder()
+                    .table_name(&write.table)
+                    .set_key(Some(sdk_item(&write.item)))
+                    .set_update_expression(write.update_expression.clone())
+                    .set_condition_expression(write.condition_expression.clone())
+                    .set_expression_attribute_names(names)
+                    .set_expression_attribute_values(values)
+                    .build()
+                    .map_err(|e| invalid(index, e))?,
+            )
+            .build(),
+        WriteKind::Delete => item
+            .delete(
+                Delete::builder()
+                    .table_name(&write.table)
+                    .set_key(Some(sdk_item(&write.item)))
+                    .set_condition_expression(write.condition_expression.clone())
+                    .set_expression_attribute_names(names)
+                    .set_expression_attribute_values(values)
+                    .build()
+                    .map_err(|e| invalid(index, e))?,
+            )
+            .build(),
+        WriteKind::ConditionCheck => item
+            .condition_check(
+                ConditionCheck::builder()
+                    .table_name(&write.table)
+                    .set_key(Some(sdk_item(&write.item)))
+                    .set_condition_expression(write.condition_expression.clone())
+                    .set_expression_attribute_names(names)
+                    .set_expression_attribute_values(values)
+                    .build()
+                    .map_err(|e| invalid(index, e))?,
+            )
+            .build(),
+    })
+}
+
+/// The same request always gets the same token, so a commit sent again after a lost
+/// response is recognised by DynamoDB (for 10 minutes) instead of applied twice.
+fn client_request_token(request: &CommitRequest) -> String {
+    let material = format!(
+        "{}#{}#{}",
+        request.key,
+        request.owner,
+        request.status.as_str()
+    );
+    sha256_hex(material.as_bytes())[..32].to_string()
+}
+
+impl DynamoDbStore {
+    fn check_limits(&self, request: &CommitRequest) -> Result<(), StoreError> {
+        let record_bytes = request.key.as_str().len()
+            + request.data.len()
+            + request.owner.as_str().len()
+            + request.validation.as_ref().map_or(0, String::len)
+            + 128;
+        if record_bytes > DYNAMODB_ITEM_LIMIT_BYTES {
+            return Err(StoreError::ItemTooLarge {
+                size_bytes: record_bytes,
+                limit_bytes: DYNAMODB_ITEM_LIMIT_BYTES,
+            });
+        }
+        let items = request.writes.len() + 1;
+        let bytes = record_bytes + request.writes.iter().map(Write::size_bytes).sum::<usize>();
+        if items > DYNAMODB_TRANSACTION_ITEM_LIMIT || bytes > DYNAMODB_TRANSACTION_LIMIT_BYTES {
+            return Err(StoreError::TransactionTooLarge {
+                items,
+                item_limit: DYNAMODB_TRANSACTION_ITEM_LIMIT,
+                size_bytes: bytes,
+                limit_bytes: DYNAMODB_TRANSACTION_LIMIT_BYTES,
+            });
+        }
+        Ok(())
+    }
+
+    /// Lease mode: the record goes from in progress (held by us) to its final state.
+    fn lease_marker(&self, request: &CommitRequest) -> Result<TransactWriteItem, StoreError> {
+        let n = &self.names;
+        let mut names = self.owner_condition_names();
+        names.insert("#data".into(), n.data.clone());
+        names.insert("#exp".into(), n.expiration.clone());
+        names.insert("#ipe".into(), n.in_progress_expiration.clone());
+        let mut values = self.owner_condition_values(&request.owner);
+        values.insert(":final".into(), s(request.status.as_str()));
+        values.insert(":data".into(), s(&request.data));
+        values.insert(":exp".into(), num(request.expiration_secs));
+        let update = Update::builder()
+            .table_name(&self.table)
+            .set_key(Some(self.key_item(&request.key)))
+            .update_expression("SET #status = :final, #data = :data, #exp = :exp REMOVE #ipe")
+            .condition_expression("#status = :inprogress AND #owner = :owner")
+            .set_expression_attribute_names(Some(names))
+            .set_expression_attribute_values(Some(values))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .build()
+            .map_err(|e| invalid(0, e))?;
+        Ok(TransactWriteItem::builder().update(update).build())
+    }
+
+    /// Optimistic mode: the final record is written if no live record exists.
+    fn fresh_marker(&self, request: &CommitRequest) -> Result<TransactWriteItem, StoreError> {
+        let n = &self.names;
+        let mut item = self.key_item(&request.key);
+        item.insert(n.status.clone(), s(request.status.as_str()));
+        item.insert(n.data.clone(), s(&request.data));
+        item.insert(n.expiration.clone(), num(request.expiration_secs));
+        item.insert(n.owner.clone(), s(request.owner.as_str()));
+        if let Some(validation) = &request.validation {
+            item.insert(n.validation.clone(), s(validation));
+        }
+        let put = Put::builder()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .condition_expression(
+                "attribute_not_exists(#id) OR #exp < :now_secs \
+                 OR (#status = :inprogress AND #ipe < :now_ms)",
+            )
+            .expression_attribute_names("#id", &n.key)
+            .expression_attribute_names("#exp", &n.expiration)
+            .expression_attribute_names("#status", &n.status)
+            .expression_attribute_names("#ipe", &n.in_progress_expiration)
+            .expression_attribute_values(":now_secs", num(epoch_secs(request.now)))
+            .expression_attribute_values(":now_ms", num(epoch_ms(request.now)))
+            .expression_attribute_values(":inprogress", s(Status::InProgress.as_str()))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .build()
+            .map_err(|e| invalid(0, e))?;
+        Ok(TransactWriteItem::builder().put(put).build())
+    }
+
+    async fn transact(
+        &self,
+        request: &CommitRequest,
+        marker: TransactWriteItem,
+    ) -> Result<Commit, StoreError> {
+        let mut items = Vec::with_capacity(request.writes.len() + 1);
+        items.push(marker);
+        for (index, write) in request.writes.iter().enumerate() {
+            items.push(sdk_write(index, write)?);
+        }
+        let result = self
+            .client
+            .transact_write_items()
+            .set_transact_items(Some(items))
+            .client_request_token(client_request_token(request))
+            .send()
+            .await;
+        let err = match result {
+            Ok(_) => return Ok(Commit::Applied),
+            Err(err) => err,
+        };
+        let Some(TransactWriteItemsError::TransactionCanceledException(cancelled)) =
+            err.as_service_error()
+        else {
+            return Err(unavailable(err));
+        };
+        let reasons = cancelled.cancellation_reasons();
+        let code = |i: usize| reasons.get(i).and_then(|r| r.code()).unwrap_or("None");
+        if code(0) == "ConditionalCheckFailed" {
+            let record = match reasons[0].item() {
+                Some(item) => Some(self.parse(item)?),
+                None => self.get_inner(&request.key).await?,
+            };
+            return Ok(Commit::RecordRefused(record));
+        }
+        if let Some(index) = (1..reasons.len()).find(|&i| code(i) == "ConditionalCheckFailed") {
+            return Ok(Commit::ConditionFailed {
+                write_index: index - 1,
+            });
+        }
+        if (0..reasons.len()).any(|i| code(i) == "TransactionConflict") {
+            return Ok(Commit::Conflict);
+        }
+        Err(unavailable(err))
+    }
+
+    async fn commit_inner(&self, request: &CommitRequest) -> Result<Commit, StoreError> {
+        self.check_limits(request)?;
+        self.transact(request, self.lease_marker(request)?).await
+    }
+
+    async fn commit_fresh_inner(&self, request: &CommitRequest) -> Result<Commit, StoreError> {
+        self.check_limits(request)?;
+        self.transact(request, self.fresh_marker(request)?).await
+    }
+}
+
+impl TransactionalStore for DynamoDbStore {
+    fn commit(
+        &self,
+        request: &CommitRequest,
+    ) -> impl Future<Output = Result<Commit, StoreError>> + Send {
+        self.commit_inner(request)
+    }
+
+    fn commit_fresh(
+        &self,
+        request: &CommitRequest,
+    ) -> impl Future<Output = Result<Commit, StoreError>> + Send {
+        self.commit_fresh_inner(request)
+    }
+}
