@@ -17,7 +17,10 @@ use lambda_runtime::LambdaEvent;
 use serde::{Deserialize, Serialize};
 use tower::{Service, ServiceExt};
 
-const EVENTS: [&str; 4] = [
+const EVENTS: [&str; 7] = [
+    "batch_redelivered.json",
+    "producer_retry.json",
+    "tampered.json",
     "batch.json",
     "poison.json",
     "fifo.json",
@@ -782,5 +785,55 @@ async fn stored_keys_hold_no_raw_key_material() {
         assert!(key.starts_with("orders#"), "{key}");
         assert!(!key.contains("evt-"), "{key}");
         assert_eq!(key.len(), "orders#".len() + 64);
+    }
+}
+
+#[tokio::test]
+async fn a_heartbeat_keeps_a_long_handler_protected_beyond_one_lease() {
+    // Without a heartbeat a 300 ms lease elapses during a 1 s handler and a second container
+    // takes the record over; with it, the lease is extended and the second one is locked out.
+    for heartbeat in [false, true] {
+        let store = InMemoryStore::new();
+        let runs = Arc::new(Mutex::new(0));
+        let config = if heartbeat {
+            Config::new().with_heartbeat(Duration::from_millis(300), Duration::from_millis(50))
+        } else {
+            Config::new().with_max_lease(Duration::from_millis(300))
+        };
+        let container = |config: Config| {
+            let runs = runs.clone();
+            let layer = IdempotencyLayer::new(store.clone()).with_config(config);
+            BatchProcessor::new(layer.handler(move |_m: SqsMessage| {
+                let runs = runs.clone();
+                async move {
+                    *runs.lock().unwrap() += 1;
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    Ok::<_, std::io::Error>(())
+                }
+            }))
+        };
+        let (slow, other) = (container(config.clone()), container(config));
+        let mut event = load_event("batch.json");
+        event.records.truncate(1);
+        let now = std::time::SystemTime::now;
+        let first = slow.process(invocation(event.clone(), now(), REMAINING));
+        let second = async {
+            tokio::time::sleep(Duration::from_millis(600)).await;
+            other
+                .process(invocation(event.clone(), now(), REMAINING))
+                .await
+        };
+        let (first, second) = tokio::join!(first, second);
+        if heartbeat {
+            assert_eq!(outcomes(&first), [Outcome::Executed]);
+            assert_eq!(outcomes(&second), [Outcome::Locked]);
+            assert_eq!(*runs.lock().unwrap(), 1);
+        } else {
+            // The lease elapsed: the second container took over, and the first one's
+            // completion was refused.
+            assert_eq!(outcomes(&first), [Outcome::LeaseLost]);
+            assert_eq!(outcomes(&second), [Outcome::Executed]);
+            assert_eq!(*runs.lock().unwrap(), 2);
+        }
     }
 }

@@ -66,7 +66,10 @@ impl Intercept for CallCounter {
             update_item::UpdateItemInput,
         };
         let input = context.input();
-        let operation = if input.downcast_ref::<PutItemInput>().is_some() {
+        use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsInput;
+        let operation = if input.downcast_ref::<TransactWriteItemsInput>().is_some() {
+            "TransactWriteItems"
+        } else if input.downcast_ref::<PutItemInput>().is_some() {
             "PutItem"
         } else if input.downcast_ref::<GetItemInput>().is_some() {
             "GetItem"
@@ -133,20 +136,25 @@ async fn client_with(counter: Option<CallCounter>) -> Option<Client> {
 
 /// Creates a fresh table with the idempotency schema (partition key `id` (S), on-demand).
 pub async fn create_table(client: &Client) -> String {
-    let table = format!("idempotency-{}", uuid::Uuid::new_v4().simple());
+    create_table_keyed(client, "idempotency", "id").await
+}
+
+/// Creates a fresh on-demand table with a string partition key `key`.
+pub async fn create_table_keyed(client: &Client, prefix: &str, key: &str) -> String {
+    let table = format!("{prefix}-{}", uuid::Uuid::new_v4().simple());
     client
         .create_table()
         .table_name(&table)
         .attribute_definitions(
             AttributeDefinition::builder()
-                .attribute_name("id")
+                .attribute_name(key)
                 .attribute_type(ScalarAttributeType::S)
                 .build()
                 .unwrap(),
         )
         .key_schema(
             KeySchemaElement::builder()
-                .attribute_name("id")
+                .attribute_name(key)
                 .key_type(KeyType::Hash)
                 .build()
                 .unwrap(),
@@ -163,4 +171,22 @@ pub async fn fresh_store() -> Option<DynamoDbStore> {
     let client = client().await?;
     let table = create_table(&client).await;
     Some(DynamoDbStore::new(client, table))
+}
+
+/// The `balance` of `account` in a ledger table (0 when the item does not exist).
+pub async fn balance(client: &Client, table: &str, account: &str) -> i64 {
+    let item = client
+        .get_item()
+        .table_name(table)
+        .key(
+            "account",
+            aws_sdk_dynamodb::types::AttributeValue::S(account.into()),
+        )
+        .consistent_read(true)
+        .send()
+        .await
+        .expect("read ledger")
+        .item;
+    item.and_then(|i| i.get("balance").and_then(|b| b.as_n().ok().cloned()))
+        .map_or(0, |n| n.parse().expect("numeric balance"))
 }
