@@ -3,6 +3,8 @@
 
 pub mod contract;
 pub mod dynamodb;
+pub mod order_consumer;
+pub mod runtime_api;
 
 use std::time::{Duration, SystemTime};
 

@@ -1,0 +1,176 @@
+//! `order-consumer`: the SQS-triggered Lambda function users deploy.
+//!
+//! Contract (tests outside the repository rely on it):
+//! - Environment: `IDEMPOTENCY_TABLE`, `LEDGER_TABLE`, and `IDEMPOTENCY_MODE` = `optimistic`
+//!   (the default) or `lease`. The DynamoDB endpoint comes from the standard AWS settings
+//!   (`AWS_ENDPOINT_URL_DYNAMODB` locally).
+//! - Message body: `{"eventId": string, "account": string, "amount": integer}`. The
+//!   idempotency key is the message attribute `Idempotency-Key` when present, else
+//!   `eventId`. Payload validation covers the body: the same key with another account or
+//!   amount is rejected, never applied, and reported as a batch item failure.
+//! - Effect: `balance` of the ledger item with partition key `account` grows by `amount`,
+//!   committed in the same DynamoDB transaction as the idempotency record.
+//! - A body that is not valid JSON, or lacks or mistypes a field, fails that record only and
+//!   is reported, so the queue's redrive policy moves it to the dead-letter queue.
+
+use std::time::Duration;
+
+use aws_config::retry::RetryConfig;
+use aws_config::timeout::TimeoutConfig;
+use aws_config::BehaviorVersion;
+use aws_lambda_events::sqs::SqsMessage;
+use lambda_idempotency::{
+    Attr, BatchProcessor, Completion, Config, DynamoDbStore, IdempotencyLayer, IdempotencyMode,
+    JsonPointer, KeyExtractor, MessageAttribute, PayloadValidation, Write,
+};
+use serde::{Deserialize, Serialize};
+
+/// The message body.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Order {
+    event_id: String,
+    account: String,
+    amount: i64,
+}
+
+/// The stored (and replayed) result of one order.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Applied {
+    event_id: String,
+    account: String,
+    amount: i64,
+}
+
+/// Why a body is not an order.
+#[derive(Debug, thiserror::Error)]
+enum OrderError {
+    #[error("the record has no body")]
+    NoBody,
+    #[error("the body is not an order: {0}")]
+    NotAnOrder(#[from] serde_json::Error),
+    #[error("the order has an empty {0}")]
+    Empty(&'static str),
+}
+
+fn parse_order(message: &SqsMessage) -> Result<Order, OrderError> {
+    let body = message.body.as_deref().ok_or(OrderError::NoBody)?;
+    let order: Order = serde_json::from_str(body)?;
+    if order.event_id.is_empty() {
+        return Err(OrderError::Empty("eventId"));
+    }
+    if order.account.is_empty() {
+        return Err(OrderError::Empty("account"));
+    }
+    Ok(order)
+}
+
+/// Credits the order's amount to its account, in the same transaction as the record.
+async fn apply_order(
+    ledger_table: String,
+    message: SqsMessage,
+) -> Result<Completion<Applied>, OrderError> {
+    let order = parse_order(&message)?;
+    let credit = Write::update(
+        ledger_table,
+        [("account", Attr::s(&order.account))],
+        "ADD #balance :amount",
+    )
+    .name("#balance", "balance")
+    .value(":amount", Attr::n(order.amount));
+    Ok(Completion::new(Applied {
+        event_id: order.event_id,
+        account: order.account,
+        amount: order.amount,
+    })
+    .with_write(credit))
+}
+
+fn required_env(name: &str) -> Result<String, lambda_runtime::Error> {
+    std::env::var(name)
+        .ok()
+        .filter(|v| !v.is_empty())
+        .ok_or_else(|| format!("environment variable {name} is required").into())
+}
+
+#[tokio::main]
+async fn main() -> Result<(), lambda_runtime::Error> {
+    lambda_runtime::tracing::init_default_subscriber();
+    let idempotency_table = required_env("IDEMPOTENCY_TABLE")?;
+    let ledger_table = required_env("LEDGER_TABLE")?;
+    let mode_text = std::env::var("IDEMPOTENCY_MODE").unwrap_or_else(|_| "optimistic".into());
+    let mode = IdempotencyMode::parse(&mode_text).ok_or_else(|| {
+        format!("IDEMPOTENCY_MODE must be optimistic or lease, not {mode_text:?}")
+    })?;
+
+    // A hung store must not eat the invocation: short attempts, few retries.
+    let aws = aws_config::defaults(BehaviorVersion::latest())
+        .timeout_config(
+            TimeoutConfig::builder()
+                .connect_timeout(Duration::from_secs(1))
+                .operation_attempt_timeout(Duration::from_secs(2))
+                .operation_timeout(Duration::from_secs(5))
+                .build(),
+        )
+        .retry_config(RetryConfig::standard().with_max_attempts(3))
+        .load()
+        .await;
+    let store = DynamoDbStore::new(aws_sdk_dynamodb::Client::new(&aws), idempotency_table);
+    let layer = IdempotencyLayer::new(store)
+        .with_key(MessageAttribute::new("Idempotency-Key").or(JsonPointer::new("/eventId")))
+        .with_config(
+            Config::new()
+                .with_key_prefix("order-consumer")
+                .with_mode(mode)
+                .with_payload_validation(PayloadValidation::Body)
+                .with_local_cache(1024),
+        );
+    tracing::info!(?mode, "order-consumer ready");
+    let handler =
+        layer.transactional_handler(move |message| apply_order(ledger_table.clone(), message));
+    lambda_runtime::run(BatchProcessor::new(handler)).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message(body: &str) -> SqsMessage {
+        let mut m = SqsMessage::default();
+        m.body = Some(body.into());
+        m
+    }
+
+    #[test]
+    fn orders_must_have_every_field_with_its_type() {
+        assert!(parse_order(&message(r#"{"eventId":"e","account":"a","amount":5}"#)).is_ok());
+        for bad in [
+            "not json",
+            r#"{"eventId":"e","account":"a"}"#,
+            r#"{"eventId":"e","account":"a","amount":"5"}"#,
+            r#"{"eventId":"e","account":"a","amount":5.5}"#,
+            r#"{"eventId":"","account":"a","amount":5}"#,
+            r#"{"eventId":"e","account":"","amount":5}"#,
+        ] {
+            assert!(parse_order(&message(bad)).is_err(), "{bad}");
+        }
+        assert!(matches!(
+            parse_order(&SqsMessage::default()),
+            Err(OrderError::NoBody)
+        ));
+    }
+
+    #[tokio::test]
+    async fn an_order_becomes_one_ledger_credit() {
+        let completion = apply_order(
+            "ledger".into(),
+            message(r#"{"eventId":"e","account":"acct-1","amount":-7}"#),
+        )
+        .await
+        .unwrap();
+        assert_eq!(completion.result().amount, -7);
+        assert_eq!(completion.writes().len(), 1);
+        assert_eq!(completion.writes()[0].table(), "ledger");
+    }
+}

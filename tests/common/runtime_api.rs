@@ -1,0 +1,266 @@
+//! A small Lambda Runtime API emulator on 127.0.0.1, enough to drive a real function binary:
+//! `GET /2018-06-01/runtime/invocation/next` (long poll), `POST .../{id}/response`,
+//! `POST .../{id}/error` and `POST /2018-06-01/runtime/init/error`, over HTTP/1.1 with
+//! keep-alive.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, oneshot, Mutex};
+
+/// How an invocation ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reply {
+    /// The function's response body.
+    Response(serde_json::Value),
+    /// The function reported an error (its body: `errorType`, `errorMessage`).
+    Error(serde_json::Value),
+}
+
+struct Invocation {
+    request_id: String,
+    deadline_ms: u64,
+    event: Vec<u8>,
+}
+
+#[derive(Default)]
+struct Pending {
+    replies: HashMap<String, oneshot::Sender<Reply>>,
+}
+
+/// The emulator. Dropping it stops accepting connections.
+pub struct RuntimeApi {
+    address: SocketAddr,
+    queue: mpsc::UnboundedSender<Invocation>,
+    pending: Arc<Mutex<Pending>>,
+    init_errors: Arc<Mutex<Vec<String>>>,
+    next_id: AtomicU64,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for RuntimeApi {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+impl RuntimeApi {
+    /// Starts the emulator on a free loopback port.
+    pub async fn start() -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind loopback");
+        let address = listener.local_addr().unwrap();
+        let (queue, invocations) = mpsc::unbounded_channel();
+        let invocations = Arc::new(Mutex::new(invocations));
+        let pending: Arc<Mutex<Pending>> = Arc::default();
+        let init_errors: Arc<Mutex<Vec<String>>> = Arc::default();
+        let server = {
+            let (pending, init_errors) = (pending.clone(), init_errors.clone());
+            tokio::spawn(async move {
+                loop {
+                    let Ok((stream, _)) = listener.accept().await else {
+                        return;
+                    };
+                    let (invocations, pending, init_errors) =
+                        (invocations.clone(), pending.clone(), init_errors.clone());
+                    tokio::spawn(async move {
+                        let _ = serve(stream, invocations, pending, init_errors).await;
+                    });
+                }
+            })
+        };
+        Self {
+            address,
+            queue,
+            pending,
+            init_errors,
+            next_id: AtomicU64::new(1),
+            server,
+        }
+    }
+
+    /// `host:port`, the value of `AWS_LAMBDA_RUNTIME_API`.
+    pub fn address(&self) -> String {
+        self.address.to_string()
+    }
+
+    /// Errors the function reported while starting.
+    pub async fn init_errors(&self) -> Vec<String> {
+        self.init_errors.lock().await.clone()
+    }
+
+    /// Invokes the function with `event`, giving it `remaining` before its deadline, and
+    /// waits for its reply (`None` if none came within `wait`).
+    pub async fn invoke(
+        &self,
+        event: &serde_json::Value,
+        remaining: Duration,
+        wait: Duration,
+    ) -> Option<Reply> {
+        let request_id = format!(
+            "8476a536-e9f4-11e8-9739-{:012}",
+            self.next_id.fetch_add(1, Ordering::SeqCst)
+        );
+        let (tx, rx) = oneshot::channel();
+        self.pending
+            .lock()
+            .await
+            .replies
+            .insert(request_id.clone(), tx);
+        self.queue
+            .send(Invocation {
+                request_id: request_id.clone(),
+                deadline_ms: now_ms() + remaining.as_millis() as u64,
+                event: serde_json::to_vec(event).unwrap(),
+            })
+            .ok()?;
+        let reply = tokio::time::timeout(wait, rx).await.ok()?.ok();
+        self.pending.lock().await.replies.remove(&request_id);
+        reply
+    }
+}
+
+struct Request {
+    method: String,
+    path: String,
+    body: Vec<u8>,
+}
+
+async fn read_request(reader: &mut BufReader<TcpStream>) -> std::io::Result<Option<Request>> {
+    let mut line = String::new();
+    if reader.read_line(&mut line).await? == 0 {
+        return Ok(None);
+    }
+    let mut parts = line.split_whitespace();
+    let method = parts.next().unwrap_or_default().to_string();
+    let path = parts.next().unwrap_or_default().to_string();
+    let mut content_length = 0usize;
+    let mut chunked = false;
+    loop {
+        let mut header = String::new();
+        reader.read_line(&mut header).await?;
+        let header = header.trim_end();
+        if header.is_empty() {
+            break;
+        }
+        if let Some((name, value)) = header.split_once(':') {
+            let (name, value) = (name.trim().to_ascii_lowercase(), value.trim());
+            if name == "content-length" {
+                content_length = value.parse().unwrap_or(0);
+            } else if name == "transfer-encoding" && value.eq_ignore_ascii_case("chunked") {
+                chunked = true;
+            }
+        }
+    }
+    let mut body = Vec::new();
+    if chunked {
+        loop {
+            let mut size_line = String::new();
+            reader.read_line(&mut size_line).await?;
+            let size = usize::from_str_radix(size_line.trim().split(';').next().unwrap_or("0"), 16)
+                .unwrap_or(0);
+            let mut chunk = vec![0; size + 2];
+            reader.read_exact(&mut chunk).await?;
+            if size == 0 {
+                break;
+            }
+            body.extend_from_slice(&chunk[..size]);
+        }
+    } else {
+        body.resize(content_length, 0);
+        reader.read_exact(&mut body).await?;
+    }
+    Ok(Some(Request { method, path, body }))
+}
+
+async fn write_response(
+    stream: &mut BufReader<TcpStream>,
+    status: &str,
+    headers: &[(&str, String)],
+    body: &[u8],
+) -> std::io::Result<()> {
+    let mut head = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("\r\n");
+    let stream = stream.get_mut();
+    stream.write_all(head.as_bytes()).await?;
+    stream.write_all(body).await?;
+    stream.flush().await
+}
+
+async fn serve(
+    stream: TcpStream,
+    invocations: Arc<Mutex<mpsc::UnboundedReceiver<Invocation>>>,
+    pending: Arc<Mutex<Pending>>,
+    init_errors: Arc<Mutex<Vec<String>>>,
+) -> std::io::Result<()> {
+    let mut stream = BufReader::new(stream);
+    while let Some(request) = read_request(&mut stream).await? {
+        let path = request.path.as_str();
+        if request.method == "GET" && path.ends_with("/runtime/invocation/next") {
+            let invocation = invocations.lock().await.recv().await;
+            let Some(invocation) = invocation else {
+                return Ok(());
+            };
+            let headers = [
+                ("Lambda-Runtime-Aws-Request-Id", invocation.request_id),
+                (
+                    "Lambda-Runtime-Deadline-Ms",
+                    invocation.deadline_ms.to_string(),
+                ),
+                (
+                    "Lambda-Runtime-Invoked-Function-Arn",
+                    "arn:aws:lambda:us-east-1:123456789012:function:order-consumer".to_string(),
+                ),
+                (
+                    "Lambda-Runtime-Trace-Id",
+                    "Root=1-5bef4de7-ad49b0e87f6ef6c87fc2e700;Parent=9a9197af755a6419;Sampled=1"
+                        .to_string(),
+                ),
+            ];
+            write_response(&mut stream, "200 OK", &headers, &invocation.event).await?;
+        } else if request.method == "POST" && path.contains("/runtime/invocation/") {
+            let mut segments = path.rsplit('/');
+            let kind = segments.next().unwrap_or_default();
+            let request_id = segments.next().unwrap_or_default().to_string();
+            let body: serde_json::Value =
+                serde_json::from_slice(&request.body).unwrap_or(serde_json::Value::Null);
+            let reply = if kind == "response" {
+                Reply::Response(body)
+            } else {
+                Reply::Error(body)
+            };
+            if let Some(tx) = pending.lock().await.replies.remove(&request_id) {
+                let _ = tx.send(reply);
+            }
+            write_response(&mut stream, "202 Accepted", &[], b"{}").await?;
+        } else if request.method == "POST" && path.ends_with("/runtime/init/error") {
+            init_errors
+                .lock()
+                .await
+                .push(String::from_utf8_lossy(&request.body).into_owned());
+            write_response(&mut stream, "202 Accepted", &[], b"{}").await?;
+        } else {
+            write_response(&mut stream, "404 Not Found", &[], b"{}").await?;
+        }
+    }
+    Ok(())
+}
