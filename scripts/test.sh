@@ -1,12 +1,21 @@
 #!/usr/bin/env bash
 # The project's test command (README Quickstart, and CI through .ci/run):
-# starts DynamoDB Local (installing it if missing), then runs the format check, clippy,
-# the docs build and every test, the DynamoDB Local ones included, and stops it.
+# installs what is missing (DynamoDB Local, the Python-packaged tools), lints template.yaml,
+# starts DynamoDB Local, then runs the format check, clippy, the docs build and every test,
+# the DynamoDB Local ones included, and stops it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/dynamodb-local.sh
 source scripts/dynamodb-local.sh
+# shellcheck source=scripts/tools.sh
+source scripts/tools.sh
 trap 'status=$?; ddb_stop; exit $status' EXIT
+
+tools_install
+echo "== template.yaml: cfn-lint, sam validate --lint, key settings"
+cfn-lint template.yaml
+sam validate --lint --template template.yaml
+python3 scripts/check_template.py template.yaml
 
 ddb_start
 # Tests that need DynamoDB Local fail, rather than skip, when it is unreachable.

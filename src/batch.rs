@@ -14,7 +14,7 @@ use lambda_runtime::LambdaEvent;
 use tower::{Service, ServiceExt};
 use tracing::Instrument;
 
-use crate::clock::{epoch_ms, Clock, SystemClock};
+use crate::clock::{deadline_ms, epoch_ms, Clock, SystemClock};
 use crate::error::{error_chain, BatchError, Error};
 use crate::outcome::Outcome;
 use crate::processed::Processed;
@@ -159,8 +159,18 @@ where
 {
     /// Processes every record of `event`.
     pub async fn process(&self, event: LambdaEvent<SqsEvent>) -> BatchReport<T> {
-        let LambdaEvent { payload, context } = event;
+        let LambdaEvent {
+            payload,
+            mut context,
+        } = event;
+        context.deadline = deadline_ms(context.deadline, self.clock.now());
         let records = payload.records;
+        tracing::debug!(
+            records = records.len(),
+            deadline_ms = context.deadline,
+            now_ms = epoch_ms(self.clock.now()),
+            "batch received"
+        );
         let reports = match self.mode {
             BatchMode::Concurrent { limit } => {
                 futures_util::stream::iter(

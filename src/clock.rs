@@ -79,6 +79,24 @@ impl Clock for ManualClock {
     }
 }
 
+/// Deadlines below this many epoch milliseconds (September 2001) cannot be absolute times:
+/// local emulators such as `cargo lambda watch` send the remaining time instead.
+pub const RELATIVE_DEADLINE_BELOW_MS: u64 = 1_000_000_000_000;
+
+/// The invocation deadline in epoch milliseconds, given the `Lambda-Runtime-Deadline-Ms`
+/// value and the time it was read.
+///
+/// AWS sends an absolute time. `cargo lambda watch` sends the remaining milliseconds
+/// (600000 by default): a value below [`RELATIVE_DEADLINE_BELOW_MS`] is read as that, from
+/// `now`. A deadline of 0 stays passed: it never means "unknown".
+pub fn deadline_ms(context_deadline_ms: u64, now: SystemTime) -> u64 {
+    if context_deadline_ms > 0 && context_deadline_ms < RELATIVE_DEADLINE_BELOW_MS {
+        epoch_ms(now).saturating_add(context_deadline_ms)
+    } else {
+        context_deadline_ms
+    }
+}
+
 /// Milliseconds since the Unix epoch (0 for times before it).
 pub fn epoch_ms(time: SystemTime) -> u64 {
     time.duration_since(UNIX_EPOCH)
@@ -111,6 +129,14 @@ mod tests {
     fn closures_are_clocks() {
         let clock = || UNIX_EPOCH + Duration::from_secs(42);
         assert_eq!(epoch_secs(Clock::now(&clock)), 42);
+    }
+
+    #[test]
+    fn relative_deadlines_from_local_emulators_are_anchored_at_now() {
+        let now = UNIX_EPOCH + Duration::from_millis(1_795_000_000_000);
+        assert_eq!(deadline_ms(600_000, now), 1_795_000_600_000);
+        assert_eq!(deadline_ms(1_795_000_030_000, now), 1_795_000_030_000);
+        assert_eq!(deadline_ms(0, now), 0, "a zero deadline stays passed");
     }
 
     #[test]

@@ -16,7 +16,7 @@ use serde::Serialize;
 use tower::Service;
 
 use crate::cache::CompletedCache;
-use crate::clock::{epoch_ms, epoch_secs, Clock};
+use crate::clock::{deadline_ms, epoch_ms, epoch_secs, Clock};
 use crate::config::{Config, MissingKey};
 use crate::error::{error_chain, BoxError, Error, Permanent};
 use crate::in_flight::{self, FlightGuard, FlightResult, InFlight, Join};
@@ -240,7 +240,7 @@ where
         key,
         validation,
         request_id,
-        deadline_ms: event.context.deadline,
+        deadline_ms: deadline_ms(event.context.deadline, now),
         flight,
     })
 }

@@ -98,7 +98,9 @@ mod write;
 pub use batch::{
     BatchFuture, BatchMode, BatchProcessor, BatchReport, RecordReport, DEFAULT_DEADLINE_MARGIN,
 };
-pub use clock::{epoch_ms, epoch_secs, Clock, ManualClock, SystemClock};
+pub use clock::{
+    deadline_ms, epoch_ms, epoch_secs, Clock, ManualClock, SystemClock, RELATIVE_DEADLINE_BELOW_MS,
+};
 pub use config::{Config, IdempotencyMode, MissingKey};
 pub use dynamodb_commit::{DYNAMODB_TRANSACTION_ITEM_LIMIT, DYNAMODB_TRANSACTION_LIMIT_BYTES};
 pub use dynamodb_store::{AttributeNames, DynamoDbStore, DYNAMODB_ITEM_LIMIT_BYTES};

@@ -1,0 +1,90 @@
+"""Checks template.yaml's key settings, which neither cfn-lint nor `sam validate --lint`
+catches (a misspelt ReportBatchItemFailures passes both). Run with the tools venv's python
+(it has cfn-lint's YAML decoder, which understands !Ref and !GetAtt)."""
+import sys
+
+from cfnlint.decode import decode
+
+problems = []
+
+
+def check(condition, message):
+    if not condition:
+        problems.append(message)
+
+
+template, matches = decode(sys.argv[1] if len(sys.argv) > 1 else "template.yaml")
+if matches:
+    sys.exit(f"template.yaml does not parse: {matches}")
+resources = template["Resources"]
+
+
+def of_type(kind):
+    return {name: r for name, r in resources.items() if r["Type"] == kind}
+
+
+functions = of_type("AWS::Serverless::Function")
+check(len(functions) == 1, "exactly one function")
+name, function = next(iter(functions.items()))
+props = function["Properties"]
+check(function.get("Metadata", {}).get("BuildMethod") == "rust-cargolambda", "BuildMethod rust-cargolambda")
+check(function["Metadata"].get("BuildProperties", {}).get("Binary") == "order-consumer", "Binary order-consumer")
+check(props.get("Runtime") == "provided.al2023", "Runtime provided.al2023")
+check(props.get("Architectures") == ["arm64"], "Architectures [arm64]")
+check(props.get("Handler") == "bootstrap", "Handler bootstrap")
+timeout = props.get("Timeout")
+check(isinstance(timeout, int), "an explicit function Timeout")
+
+env = props.get("Environment", {}).get("Variables", {})
+check(env.get("IDEMPOTENCY_TABLE") == {"Ref": "IdempotencyTable"}, "IDEMPOTENCY_TABLE refers to IdempotencyTable")
+check(env.get("LEDGER_TABLE") == {"Ref": "LedgerTable"}, "LEDGER_TABLE refers to LedgerTable")
+check("IDEMPOTENCY_MODE" in env, "IDEMPOTENCY_MODE is set")
+
+events = [e for e in props.get("Events", {}).values() if e["Type"] == "SQS"]
+check(len(events) == 1, "one SQS event source")
+sqs = events[0]["Properties"]
+check(sqs.get("FunctionResponseTypes") == ["ReportBatchItemFailures"],
+      "the SQS event source has FunctionResponseTypes: [ReportBatchItemFailures], spelt exactly")
+queue_name = sqs["Queue"]["Fn::GetAtt"][0]
+queue = resources[queue_name]["Properties"]
+check(queue.get("VisibilityTimeout", 30) >= 6 * timeout,
+      f"queue VisibilityTimeout ({queue.get('VisibilityTimeout')}) is at least 6 x the function Timeout ({timeout})")
+redrive = queue.get("RedrivePolicy", {})
+check("deadLetterTargetArn" in redrive and redrive.get("maxReceiveCount", 0) >= 1, "the queue has a redrive policy")
+dlq = redrive.get("deadLetterTargetArn", {}).get("Fn::GetAtt", [None])[0]
+check(resources.get(dlq, {}).get("Type") == "AWS::SQS::Queue", "the dead-letter queue is an SQS queue")
+
+
+def table(name, key):
+    t = resources[name]["Properties"]
+    check(t.get("KeySchema") == [{"AttributeName": key, "KeyType": "HASH"}], f"{name}: partition key {key} only")
+    check(t.get("AttributeDefinitions") == [{"AttributeName": key, "AttributeType": "S"}], f"{name}: {key} is a string")
+    check(t.get("BillingMode") == "PAY_PER_REQUEST", f"{name}: on-demand")
+    return t
+
+
+idempotency = table("IdempotencyTable", "id")
+check(idempotency.get("TimeToLiveSpecification") == {"AttributeName": "expiration", "Enabled": True},
+      "IdempotencyTable: TTL on expiration")
+table("LedgerTable", "account")
+
+expected = {
+    "IdempotencyTable": {"dynamodb:PutItem", "dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"},
+    "LedgerTable": {"dynamodb:UpdateItem"},
+}
+granted = {}
+for policy in props.get("Policies", []):
+    check(isinstance(policy, dict) and "Statement" in policy, "policies are inline statements only")
+    for statement in policy.get("Statement", []):
+        target = statement["Resource"]["Fn::GetAtt"][0]
+        actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+        check(all("*" not in a for a in actions), "no wildcard actions")
+        granted.setdefault(target, set()).update(actions)
+check(granted == expected, f"IAM is limited to the actions used: {granted} != {expected}")
+
+if problems:
+    print("template.yaml check failed:")
+    for p in problems:
+        print(f"  - {p}")
+    sys.exit(1)
+print("template.yaml key settings: ok")
