@@ -66,6 +66,13 @@
 //! [`Store::complete`], or [`Store::release`] the lease on failure. A duplicate replays the
 //! stored result; a record locked elsewhere, failed, or rejected is reported for retry.
 //! Each record ends in one [`Outcome`].
+//!
+//! When the effect is a DynamoDB write, a [`Transactional`] handler returns a [`Completion`]
+//! (its result and [`Write`]s) and the writes are committed with the record in one
+//! `TransactWriteItems` ([`TransactionalStore`]), so they are applied exactly once even if
+//! the process dies at any instant; [`IdempotencyMode`] chooses between a lease first and an
+//! optimistic single round trip. Errors marked [`Permanent`] are stored and acknowledged
+//! instead of retried.
 #![forbid(unsafe_code)]
 #![warn(
     missing_docs,
