@@ -34,11 +34,11 @@ struct Order {
     amount: i64,
 }
 
-/// The stored (and replayed) result of one order.
+/// The stored (and replayed) result of one order. It holds no key material (the event id
+/// stays out of the table).
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct Applied {
-    event_id: String,
     account: String,
     amount: i64,
 }
@@ -80,7 +80,6 @@ async fn apply_order(
     .name("#balance", "balance")
     .value(":amount", Attr::n(order.amount));
     Ok(Completion::new(Applied {
-        event_id: order.event_id,
         account: order.account,
         amount: order.amount,
     })
