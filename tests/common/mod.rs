@@ -5,6 +5,7 @@ pub mod contract;
 pub mod dynamodb;
 pub mod order_consumer;
 pub mod runtime_api;
+pub mod sqs_sim;
 
 use std::time::{Duration, SystemTime};
 

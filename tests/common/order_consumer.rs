@@ -33,7 +33,7 @@ pub fn spawn(runtime_api: &str, tables: &Tables, mode: &str) -> Child {
         .env("IDEMPOTENCY_TABLE", &tables.idempotency)
         .env("LEDGER_TABLE", &tables.ledger)
         .env("IDEMPOTENCY_MODE", mode)
-        .env("RUST_LOG", "warn")
+        .env("RUST_LOG", "error")
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .kill_on_drop(true)
