@@ -48,6 +48,9 @@ ddb_start() {
     -inMemory -sharedDb -disableTelemetry -port "$port" >"$log" 2>&1 &
   DDB_PID=$!
   DDB_ENDPOINT="http://127.0.0.1:$port"
+  # For tests that start (and restart) a DynamoDB Local of their own.
+  export LAMBDA_IDEMPOTENCY_DDB_CLASSPATH="$jar_dir/DynamoDBLocal.jar:$DDB_HOME/launcher"
+  export LAMBDA_IDEMPOTENCY_DDB_LIBRARY_PATH="$jar_dir/DynamoDBLocal_lib"
   export AWS_ENDPOINT_URL_DYNAMODB="$DDB_ENDPOINT"
   export AWS_ACCESS_KEY_ID="${AWS_ACCESS_KEY_ID:-local}"
   export AWS_SECRET_ACCESS_KEY="${AWS_SECRET_ACCESS_KEY:-local}"

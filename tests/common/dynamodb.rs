@@ -96,6 +96,28 @@ pub async fn counted_client(counter: &CallCounter) -> Option<Client> {
     client_with(Some(counter.clone())).await
 }
 
+/// A client for `endpoint` (a fault proxy, say) with short timeouts and the standard
+/// retries, as a function would configure it.
+pub async fn client_for(endpoint: &str, attempt_timeout: Duration) -> Client {
+    let config = aws_config::defaults(BehaviorVersion::latest())
+        .region(aws_config::Region::new("us-east-1"))
+        .credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
+            "local", "local", None, None, "tests",
+        ))
+        .endpoint_url(endpoint)
+        .timeout_config(
+            aws_config::timeout::TimeoutConfig::builder()
+                .connect_timeout(Duration::from_millis(500))
+                .operation_attempt_timeout(attempt_timeout)
+                .operation_timeout(attempt_timeout * 4)
+                .build(),
+        )
+        .retry_config(aws_config::retry::RetryConfig::standard().with_max_attempts(3))
+        .load()
+        .await;
+    Client::new(&config)
+}
+
 async fn client_with(counter: Option<CallCounter>) -> Option<Client> {
     let endpoint = match std::env::var("AWS_ENDPOINT_URL_DYNAMODB") {
         Ok(endpoint) if !endpoint.is_empty() => endpoint,

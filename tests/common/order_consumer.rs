@@ -17,6 +17,16 @@ pub struct Tables {
 pub fn spawn(runtime_api: &str, tables: &Tables, mode: &str) -> Child {
     let endpoint =
         std::env::var("AWS_ENDPOINT_URL_DYNAMODB").expect("AWS_ENDPOINT_URL_DYNAMODB is set");
+    spawn_with_endpoint(runtime_api, tables, mode, &endpoint)
+}
+
+/// As [`spawn`], with the DynamoDB endpoint given (a fault proxy, say).
+pub fn spawn_with_endpoint(
+    runtime_api: &str,
+    tables: &Tables,
+    mode: &str,
+    endpoint: &str,
+) -> Child {
     Command::new(env!("CARGO_BIN_EXE_order-consumer"))
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())

@@ -1,0 +1,342 @@
+//! A fault-injecting HTTP/1.1 proxy on 127.0.0.1 between a DynamoDB client and DynamoDB
+//! Local. Per request it forwards, or answers with throttling or a 5xx, or answers slowly
+//! (past the SDK's timeouts), or drops the connection before or after forwarding (the
+//! latter: the request was applied but its response is lost). The upstream can be switched
+//! (DynamoDB Local restarted on another port) or taken away (down).
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+
+use super::sqs_sim::Rng;
+
+/// How often each fault strikes (probabilities per request).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FaultRates {
+    pub throttle: f64,
+    pub server_error: f64,
+    pub slow: f64,
+    pub drop_before: f64,
+    pub drop_after: f64,
+}
+
+/// What happened to requests, by kind.
+#[derive(Debug, Default)]
+pub struct FaultCounts {
+    pub forwarded: AtomicU64,
+    pub throttled: AtomicU64,
+    pub server_errors: AtomicU64,
+    pub slowed: AtomicU64,
+    pub dropped_before: AtomicU64,
+    pub dropped_after: AtomicU64,
+    pub refused: AtomicU64,
+}
+
+impl FaultCounts {
+    pub fn summary(&self) -> String {
+        let l = |a: &AtomicU64| a.load(Ordering::SeqCst);
+        format!(
+            "forwarded={} throttled={} 5xx={} slow={} dropped_before={} dropped_after={} upstream_down={}",
+            l(&self.forwarded),
+            l(&self.throttled),
+            l(&self.server_errors),
+            l(&self.slowed),
+            l(&self.dropped_before),
+            l(&self.dropped_after),
+            l(&self.refused)
+        )
+    }
+
+    pub fn injected(&self) -> u64 {
+        let l = |a: &AtomicU64| a.load(Ordering::SeqCst);
+        l(&self.throttled)
+            + l(&self.server_errors)
+            + l(&self.slowed)
+            + l(&self.dropped_before)
+            + l(&self.dropped_after)
+            + l(&self.refused)
+    }
+}
+
+struct Plan {
+    rates: FaultRates,
+    slow_by: Duration,
+    upstream: Option<SocketAddr>,
+    rng: Rng,
+}
+
+/// The proxy. Dropping it stops accepting connections.
+pub struct FaultProxy {
+    address: SocketAddr,
+    plan: Arc<Mutex<Plan>>,
+    pub counts: Arc<FaultCounts>,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for FaultProxy {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
+enum Fault {
+    None,
+    Throttle,
+    ServerError,
+    Slow(Duration),
+    DropBefore,
+    DropAfter,
+}
+
+impl FaultProxy {
+    /// Starts a proxy to `upstream` (an `http://127.0.0.1:PORT` endpoint), faults off.
+    pub async fn start(upstream: &str, seed: u64) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind loopback");
+        let address = listener.local_addr().unwrap();
+        let plan = Arc::new(Mutex::new(Plan {
+            rates: FaultRates::default(),
+            slow_by: Duration::from_secs(3),
+            upstream: Some(parse_endpoint(upstream)),
+            rng: Rng::new(seed),
+        }));
+        let counts = Arc::new(FaultCounts::default());
+        let server = {
+            let (plan, counts) = (plan.clone(), counts.clone());
+            tokio::spawn(async move {
+                while let Ok((stream, _)) = listener.accept().await {
+                    let (plan, counts) = (plan.clone(), counts.clone());
+                    tokio::spawn(async move {
+                        let _ = serve(stream, plan, counts).await;
+                    });
+                }
+            })
+        };
+        Self {
+            address,
+            plan,
+            counts,
+            server,
+        }
+    }
+
+    /// The endpoint clients use: `http://127.0.0.1:PORT`.
+    pub fn endpoint(&self) -> String {
+        format!("http://{}", self.address)
+    }
+
+    /// Sets the fault rates.
+    pub fn set_rates(&self, rates: FaultRates) {
+        self.plan.lock().unwrap().rates = rates;
+    }
+
+    /// How long a slow answer is held back.
+    pub fn set_slow_by(&self, by: Duration) {
+        self.plan.lock().unwrap().slow_by = by;
+    }
+
+    /// Points the proxy at another upstream, or at none (every connection is refused).
+    pub fn set_upstream(&self, upstream: Option<&str>) {
+        self.plan.lock().unwrap().upstream = upstream.map(parse_endpoint);
+    }
+}
+
+fn parse_endpoint(endpoint: &str) -> SocketAddr {
+    endpoint
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .parse()
+        .expect("an http://127.0.0.1:PORT endpoint")
+}
+
+/// One HTTP/1.1 message: its head (start line and headers, without the framing headers)
+/// and its body.
+struct Message {
+    head: Vec<String>,
+    body: Vec<u8>,
+}
+
+impl Message {
+    fn to_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        for line in &self.head {
+            out.extend_from_slice(line.as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
+        out.extend_from_slice(format!("Content-Length: {}\r\n\r\n", self.body.len()).as_bytes());
+        out.extend_from_slice(&self.body);
+        out
+    }
+}
+
+async fn read_message<R: AsyncBufReadExt + Unpin>(
+    reader: &mut R,
+) -> std::io::Result<Option<Message>> {
+    let mut head = Vec::new();
+    let mut content_length = 0usize;
+    let mut chunked = false;
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).await? == 0 {
+            return Ok(None);
+        }
+        let line = line.trim_end().to_string();
+        if line.is_empty() {
+            if head.is_empty() {
+                continue;
+            }
+            break;
+        }
+        let lower = line.to_ascii_lowercase();
+        if let Some(value) = lower.strip_prefix("content-length:") {
+            content_length = value.trim().parse().unwrap_or(0);
+            continue;
+        }
+        if lower.starts_with("transfer-encoding:") {
+            chunked = lower.contains("chunked");
+            continue;
+        }
+        head.push(line);
+    }
+    let mut body = Vec::new();
+    if chunked {
+        loop {
+            let mut size_line = String::new();
+            reader.read_line(&mut size_line).await?;
+            let size = usize::from_str_radix(size_line.trim().split(';').next().unwrap_or("0"), 16)
+                .unwrap_or(0);
+            let mut chunk = vec![0; size + 2];
+            reader.read_exact(&mut chunk).await?;
+            if size == 0 {
+                break;
+            }
+            body.extend_from_slice(&chunk[..size]);
+        }
+    } else {
+        body.resize(content_length, 0);
+        reader.read_exact(&mut body).await?;
+    }
+    Ok(Some(Message { head, body }))
+}
+
+fn error_response(status: &str, error_type: &str, message: &str) -> Vec<u8> {
+    let body = format!(
+        r#"{{"__type":"com.amazonaws.dynamodb.v20120810#{error_type}","message":"{message}"}}"#
+    );
+    Message {
+        head: vec![
+            format!("HTTP/1.1 {status}"),
+            "Content-Type: application/x-amz-json-1.0".into(),
+            format!("x-amzn-ErrorType: {error_type}"),
+        ],
+        body: body.into_bytes(),
+    }
+    .to_bytes()
+}
+
+async fn serve(
+    client: TcpStream,
+    plan: Arc<Mutex<Plan>>,
+    counts: Arc<FaultCounts>,
+) -> std::io::Result<()> {
+    let mut client = BufReader::new(client);
+    let mut upstream: Option<(SocketAddr, BufReader<TcpStream>)> = None;
+    while let Some(request) = read_message(&mut client).await? {
+        let (fault, slow_by, target) = {
+            let mut plan = plan.lock().unwrap();
+            let rates = plan.rates;
+            let roll = (plan.rng.next_u64() >> 11) as f64 / ((1u64 << 53) as f64);
+            let mut edge = 0.0;
+            let mut pick = |p: f64| {
+                edge += p;
+                roll < edge
+            };
+            let fault = if pick(rates.throttle) {
+                Fault::Throttle
+            } else if pick(rates.server_error) {
+                Fault::ServerError
+            } else if pick(rates.slow) {
+                Fault::Slow(plan.slow_by)
+            } else if pick(rates.drop_before) {
+                Fault::DropBefore
+            } else if pick(rates.drop_after) {
+                Fault::DropAfter
+            } else {
+                Fault::None
+            };
+            (fault, plan.slow_by, plan.upstream)
+        };
+        let _ = slow_by;
+        let stream = client.get_mut();
+        match fault {
+            Fault::Throttle => {
+                counts.throttled.fetch_add(1, Ordering::SeqCst);
+                stream
+                    .write_all(&error_response(
+                        "400 Bad Request",
+                        "ThrottlingException",
+                        "Rate of requests exceeds the allowed throughput.",
+                    ))
+                    .await?;
+                continue;
+            }
+            Fault::ServerError => {
+                counts.server_errors.fetch_add(1, Ordering::SeqCst);
+                stream
+                    .write_all(&error_response(
+                        "500 Internal Server Error",
+                        "InternalServerError",
+                        "Internal server error",
+                    ))
+                    .await?;
+                continue;
+            }
+            Fault::DropBefore => {
+                counts.dropped_before.fetch_add(1, Ordering::SeqCst);
+                return Ok(());
+            }
+            Fault::Slow(by) => {
+                counts.slowed.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(by).await;
+            }
+            Fault::None | Fault::DropAfter => {}
+        }
+        let Some(target) = target else {
+            counts.refused.fetch_add(1, Ordering::SeqCst);
+            return Ok(());
+        };
+        if upstream.as_ref().map(|(addr, _)| *addr) != Some(target) {
+            match TcpStream::connect(target).await {
+                Ok(stream) => upstream = Some((target, BufReader::new(stream))),
+                Err(_) => {
+                    counts.refused.fetch_add(1, Ordering::SeqCst);
+                    return Ok(());
+                }
+            }
+        }
+        let (_, up) = upstream.as_mut().unwrap();
+        if up.get_mut().write_all(&request.to_bytes()).await.is_err() {
+            counts.refused.fetch_add(1, Ordering::SeqCst);
+            return Ok(());
+        }
+        let response = match read_message(up).await {
+            Ok(Some(response)) => response,
+            _ => {
+                counts.refused.fetch_add(1, Ordering::SeqCst);
+                return Ok(());
+            }
+        };
+        if matches!(fault, Fault::DropAfter) {
+            counts.dropped_after.fetch_add(1, Ordering::SeqCst);
+            return Ok(());
+        }
+        counts.forwarded.fetch_add(1, Ordering::SeqCst);
+        client.get_mut().write_all(&response.to_bytes()).await?;
+    }
+    Ok(())
+}

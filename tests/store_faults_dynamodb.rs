@@ -1,0 +1,448 @@
+//! Store faults: a fault-injecting proxy between the toolkit and DynamoDB Local answers with
+//! throttling and 5xx errors, answers past the SDK's timeouts, drops connections before and
+//! after forwarding, and DynamoDB Local itself is stopped and restarted. The toolkit must fail
+//! closed (no handler runs without its lease), apply nothing twice, lose nothing, and recover
+//! once the store answers again.
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
+use aws_sdk_dynamodb::types::AttributeValue;
+use aws_sdk_dynamodb::Client;
+use common::dynamodb::{balance, client_for, create_table, create_table_keyed};
+use common::fault_proxy::{FaultProxy, FaultRates};
+use common::order_consumer::{spawn_with_endpoint, Tables};
+use common::runtime_api::{Reply, RuntimeApi};
+use common::{invocation, load_event, Order};
+use lambda_idempotency::{
+    Attr, BatchProcessor, BatchReport, Completion, Config, DynamoDbStore, IdempotencyKey,
+    IdempotencyLayer, IdempotencyMode, JsonPointer, KeyExtractor, MessageAttribute, Outcome, Write,
+};
+
+const MODES: [IdempotencyMode; 2] = [IdempotencyMode::Lease, IdempotencyMode::Optimistic];
+
+/// Thirty orders over five accounts, in the shape of `events/batch.json`.
+fn orders(count: usize) -> (SqsEvent, BTreeMap<String, i64>) {
+    let template = load_event("batch.json").records.remove(0);
+    let mut event = SqsEvent::default();
+    let mut expected = BTreeMap::new();
+    for i in 0..count {
+        let account = format!("acct-{}", i % 5);
+        let amount = (i as i64 * 7) % 31 - 9;
+        *expected.entry(account.clone()).or_default() += amount;
+        let mut record = template.clone();
+        record.message_id = Some(format!("5f0a0000-0000-4000-8000-{i:012}"));
+        record.body = Some(
+            serde_json::json!({"eventId": format!("evt-f-{i}"), "account": account, "amount": amount})
+                .to_string(),
+        );
+        event.records.push(record);
+    }
+    (event, expected)
+}
+
+/// Handler runs that found no lease of theirs in the table (must stay 0 in lease mode).
+#[derive(Default)]
+struct Witness {
+    runs: AtomicU64,
+    unleased: AtomicU64,
+}
+
+/// A container whose store goes through `endpoint`; `direct` reads the table past the proxy
+/// to witness, in lease mode, that the handler runs only under an in-progress record.
+fn container(
+    store_client: Client,
+    direct: Client,
+    tables: &Tables,
+    mode: IdempotencyMode,
+    witness: Arc<Witness>,
+) -> BatchProcessor<
+    impl tower::Service<
+            lambda_runtime::LambdaEvent<SqsMessage>,
+            Response = lambda_idempotency::Processed<i64>,
+            Error = lambda_idempotency::Error,
+        > + Clone
+        + Send
+        + Sync
+        + 'static,
+> {
+    let (ledger, idempotency) = (tables.ledger.clone(), tables.idempotency.clone());
+    let layer = IdempotencyLayer::new(DynamoDbStore::new(store_client, &tables.idempotency))
+        .with_key(MessageAttribute::new("Idempotency-Key").or(JsonPointer::new("/eventId")))
+        .with_config(
+            Config::new()
+                .with_key_prefix("order-consumer")
+                .with_mode(mode),
+        );
+    BatchProcessor::new(layer.transactional_handler(move |message: SqsMessage| {
+        let (ledger, idempotency, direct, witness) = (
+            ledger.clone(),
+            idempotency.clone(),
+            direct.clone(),
+            witness.clone(),
+        );
+        async move {
+            let order: Order = serde_json::from_str(message.body.as_deref().unwrap_or(""))?;
+            witness.runs.fetch_add(1, Ordering::SeqCst);
+            if mode == IdempotencyMode::Lease {
+                let key = IdempotencyKey::derive("order-consumer", order.event_id.as_bytes());
+                let item = direct
+                    .get_item()
+                    .table_name(idempotency)
+                    .key("id", AttributeValue::S(key.as_str().into()))
+                    .consistent_read(true)
+                    .send()
+                    .await?
+                    .item;
+                let leased = item
+                    .and_then(|i| i.get("status").and_then(|s| s.as_s().ok().cloned()))
+                    .is_some_and(|s| s == "INPROGRESS");
+                if !leased {
+                    witness.unleased.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+            let credit = Write::update(
+                ledger,
+                [("account", Attr::s(&order.account))],
+                "ADD #balance :amount",
+            )
+            .name("#balance", "balance")
+            .value(":amount", Attr::n(order.amount));
+            Ok::<_, lambda_idempotency::BoxError>(Completion::new(order.amount).with_write(credit))
+        }
+    }))
+}
+
+/// Delivers `event` until every record is acknowledged (at least once, as SQS does),
+/// turning the faults off after `fault_rounds`. Returns every outcome seen.
+async fn deliver_until_done<S>(
+    processor: &BatchProcessor<S>,
+    event: SqsEvent,
+    proxy: &FaultProxy,
+    fault_rounds: usize,
+) -> BTreeMap<Outcome, usize>
+where
+    S: tower::Service<
+            lambda_runtime::LambdaEvent<SqsMessage>,
+            Response = lambda_idempotency::Processed<i64>,
+            Error = lambda_idempotency::Error,
+        > + Clone,
+{
+    let mut pending = event;
+    let mut seen = BTreeMap::new();
+    for round in 0..200 {
+        if round == fault_rounds {
+            proxy.set_rates(FaultRates::default());
+        }
+        let report: BatchReport<i64> = processor
+            .process(invocation(
+                pending.clone(),
+                SystemTime::now(),
+                Duration::from_secs(4),
+            ))
+            .await;
+        for record in &report.records {
+            *seen.entry(record.outcome).or_default() += 1;
+        }
+        let retry: Vec<String> = report
+            .response
+            .batch_item_failures
+            .iter()
+            .map(|f| f.item_identifier.clone())
+            .collect();
+        if retry.is_empty() {
+            return seen;
+        }
+        pending
+            .records
+            .retain(|r| retry.contains(r.message_id.as_ref().unwrap()));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    panic!("records still failing after 200 deliveries: {seen:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_store_faults_nothing_is_lost_applied_twice_or_run_unleased() {
+    let Some(direct) = common::dynamodb::client().await else {
+        return;
+    };
+    let endpoint = std::env::var("AWS_ENDPOINT_URL_DYNAMODB").unwrap();
+    for (seed, mode) in MODES.into_iter().enumerate() {
+        let tables = Tables {
+            idempotency: create_table(&direct).await,
+            ledger: create_table_keyed(&direct, "ledger", "account").await,
+        };
+        let proxy = FaultProxy::start(&endpoint, seed as u64 + 11).await;
+        proxy.set_slow_by(Duration::from_millis(900));
+        proxy.set_rates(FaultRates {
+            throttle: 0.12,
+            server_error: 0.12,
+            slow: 0.08,
+            drop_before: 0.08,
+            drop_after: 0.08,
+        });
+        let store_client = client_for(&proxy.endpoint(), Duration::from_millis(400)).await;
+        let witness = Arc::new(Witness::default());
+        let processor = container(store_client, direct.clone(), &tables, mode, witness.clone());
+        let (event, expected) = orders(30);
+        let seen = deliver_until_done(&processor, event.clone(), &proxy, 6).await;
+
+        for (account, amount) in &expected {
+            assert_eq!(
+                balance(&direct, &tables.ledger, account).await,
+                *amount,
+                "{mode:?}: {account} applied exactly once"
+            );
+        }
+        assert_eq!(
+            witness.unleased.load(Ordering::SeqCst),
+            0,
+            "{mode:?}: a handler ran unleased"
+        );
+        assert!(
+            proxy.counts.injected() > 10,
+            "{mode:?}: {}",
+            proxy.counts.summary()
+        );
+        let failed: usize = seen
+            .iter()
+            .filter(|(o, _)| !o.is_acknowledged())
+            .map(|(_, n)| n)
+            .sum();
+        // In lease mode the faults reach records (two calls each, and a lost complete keeps
+        // the lease until its deadline); optimistic mode's single, retried commit may absorb
+        // them all.
+        if mode == IdempotencyMode::Lease {
+            assert!(
+                failed > 0,
+                "{mode:?}: the faults never reached a record: {seen:?}"
+            );
+        }
+        // A redelivery after recovery replays everything and applies nothing.
+        proxy.set_rates(FaultRates::default());
+        let again = processor
+            .process(invocation(event, SystemTime::now(), Duration::from_secs(4)))
+            .await;
+        let again: Vec<_> = again
+            .records
+            .iter()
+            .map(|r| (r.outcome, r.error.as_ref().map(ToString::to_string)))
+            .collect();
+        assert!(
+            again.iter().all(|(o, _)| *o == Outcome::Replayed),
+            "{mode:?}: {again:?}"
+        );
+        eprintln!(
+            "store faults ({mode:?}): {}; outcomes {seen:?}; {} handler runs for 30 records; ledger exact",
+            proxy.counts.summary(),
+            witness.runs.load(Ordering::SeqCst)
+        );
+    }
+}
+
+/// A DynamoDB Local of the test's own, on disk, so that it can be stopped and restarted.
+struct OwnDynamoDbLocal {
+    child: tokio::process::Child,
+    endpoint: String,
+}
+
+impl OwnDynamoDbLocal {
+    async fn start(db_path: &std::path::Path) -> Option<Self> {
+        let (Ok(classpath), Ok(library)) = (
+            std::env::var("LAMBDA_IDEMPOTENCY_DDB_CLASSPATH"),
+            std::env::var("LAMBDA_IDEMPOTENCY_DDB_LIBRARY_PATH"),
+        ) else {
+            assert!(
+                std::env::var("LAMBDA_IDEMPOTENCY_REQUIRE_DYNAMODB").is_err(),
+                "scripts/dynamodb-local.sh sets LAMBDA_IDEMPOTENCY_DDB_CLASSPATH"
+            );
+            eprintln!("SKIPPED: no DynamoDB Local installation given");
+            return None;
+        };
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = tokio::process::Command::new("java")
+            .arg(format!("-Djava.library.path={library}"))
+            .args([
+                "-cp",
+                &classpath,
+                "DynamoDbLocalLauncher",
+                "-sharedDb",
+                "-disableTelemetry",
+            ])
+            .arg("-dbPath")
+            .arg(db_path)
+            .args(["-port", &port.to_string()])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start DynamoDB Local");
+        let endpoint = format!("http://127.0.0.1:{port}");
+        let started = Instant::now();
+        while tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_err()
+        {
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "DynamoDB Local did not start"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Some(Self { child, endpoint })
+    }
+
+    /// Stops it the way an operator would (SIGTERM), and waits.
+    async fn stop(mut self) {
+        if let Some(pid) = self.child.id() {
+            let _ = std::process::Command::new("kill")
+                .args(["-TERM", &pid.to_string()])
+                .status();
+        }
+        let _ = tokio::time::timeout(Duration::from_secs(10), self.child.wait()).await;
+        let _ = self.child.kill().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dynamodb_local_stopped_and_restarted_mid_run() {
+    if common::dynamodb::client().await.is_none() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("ddb-restart-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let Some(first) = OwnDynamoDbLocal::start(&dir).await else {
+        return;
+    };
+    let proxy = FaultProxy::start(&first.endpoint, 3).await;
+    let direct = client_for(&first.endpoint, Duration::from_secs(2)).await;
+    let tables = Tables {
+        idempotency: create_table(&direct).await,
+        ledger: create_table_keyed(&direct, "ledger", "account").await,
+    };
+    let store_client = client_for(&proxy.endpoint(), Duration::from_millis(400)).await;
+    let witness = Arc::new(Witness::default());
+    let (event, expected) = orders(20);
+    let (first_half, second_half) = {
+        let mut a = event.clone();
+        let b_records = a.records.split_off(10);
+        let mut b = SqsEvent::default();
+        b.records = b_records;
+        (a, b)
+    };
+    let processor = container(
+        store_client,
+        direct.clone(),
+        &tables,
+        IdempotencyMode::Optimistic,
+        witness.clone(),
+    );
+    let report = processor
+        .process(invocation(
+            first_half.clone(),
+            SystemTime::now(),
+            Duration::from_secs(4),
+        ))
+        .await;
+    assert!(report
+        .records
+        .iter()
+        .all(|r| r.outcome == Outcome::Executed));
+
+    // The store goes away: every record fails closed and is reported; nothing is applied.
+    first.stop().await;
+    let runs = witness.runs.load(Ordering::SeqCst);
+    let report = processor
+        .process(invocation(
+            second_half.clone(),
+            SystemTime::now(),
+            Duration::from_secs(4),
+        ))
+        .await;
+    assert!(
+        report
+            .records
+            .iter()
+            .all(|r| r.outcome == Outcome::StoreUnavailable),
+        "{:?}",
+        report.records.iter().map(|r| r.outcome).collect::<Vec<_>>()
+    );
+    assert_eq!(report.response.batch_item_failures.len(), 10);
+
+    // It comes back (same data, new port): the redelivered batches complete exactly once.
+    let second = OwnDynamoDbLocal::start(&dir).await.unwrap();
+    proxy.set_upstream(Some(&second.endpoint));
+    let direct = client_for(&second.endpoint, Duration::from_secs(2)).await;
+    let report = processor
+        .process(invocation(event, SystemTime::now(), Duration::from_secs(4)))
+        .await;
+    let outcomes: Vec<Outcome> = report.records.iter().map(|r| r.outcome).collect();
+    assert_eq!(&outcomes[..10], &[Outcome::Replayed; 10]);
+    assert_eq!(&outcomes[10..], &[Outcome::Executed; 10]);
+    for (account, amount) in &expected {
+        assert_eq!(
+            balance(&direct, &tables.ledger, account).await,
+            *amount,
+            "{account}"
+        );
+    }
+    assert!(witness.runs.load(Ordering::SeqCst) >= runs);
+    second.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_store_cannot_eat_the_invocation() {
+    let Some(direct) = common::dynamodb::client().await else {
+        return;
+    };
+    let endpoint = std::env::var("AWS_ENDPOINT_URL_DYNAMODB").unwrap();
+    let tables = Tables {
+        idempotency: create_table(&direct).await,
+        ledger: create_table_keyed(&direct, "ledger", "account").await,
+    };
+    // Every request hangs for a minute.
+    let proxy = FaultProxy::start(&endpoint, 5).await;
+    proxy.set_slow_by(Duration::from_secs(60));
+    proxy.set_rates(FaultRates {
+        slow: 1.0,
+        ..FaultRates::default()
+    });
+    let api = RuntimeApi::start().await;
+    let _container = spawn_with_endpoint(&api.address(), &tables, "lease", &proxy.endpoint());
+    let event: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(format!("{}/events/batch.json", env!("CARGO_MANIFEST_DIR")))
+            .unwrap(),
+    )
+    .unwrap();
+    let started = Instant::now();
+    let reply = api
+        .invoke(&event, Duration::from_secs(30), Duration::from_secs(30))
+        .await;
+    let took = started.elapsed();
+    // order-consumer's SDK timeouts (2 s per attempt, 5 s per operation) bound the wait.
+    assert!(
+        took < Duration::from_secs(12),
+        "the invocation took {took:?}"
+    );
+    match reply {
+        Some(Reply::Response(body)) => {
+            assert_eq!(
+                body["batchItemFailures"].as_array().unwrap().len(),
+                3,
+                "{body}"
+            );
+        }
+        other => panic!("expected a batch response, got {other:?}"),
+    }
+    assert_eq!(balance(&direct, &tables.ledger, "acct-alice").await, 0);
+    eprintln!("a hung store: order-consumer answered in {took:?}, every record reported");
+}
