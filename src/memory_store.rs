@@ -5,6 +5,7 @@ use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use crate::dynamodb_store::DYNAMODB_ITEM_LIMIT_BYTES;
 use crate::key::IdempotencyKey;
 use crate::record::{OwnerToken, Record, Status};
 use crate::store::{
@@ -92,6 +93,15 @@ impl InMemoryStore {
 
     fn complete_now(&self, request: &CompleteRequest) -> Result<Fenced, StoreError> {
         self.check_available()?;
+        // The same item size limit as DynamoDB, so both stores answer alike.
+        let size_bytes =
+            request.key.as_str().len() + request.data.len() + request.owner.as_str().len() + 128;
+        if size_bytes > DYNAMODB_ITEM_LIMIT_BYTES {
+            return Err(StoreError::ItemTooLarge {
+                size_bytes,
+                limit_bytes: DYNAMODB_ITEM_LIMIT_BYTES,
+            });
+        }
         let mut records = self.lock();
         match records.get_mut(&request.key) {
             Some(record) if record.is_held_by(&request.owner) => {

@@ -137,3 +137,42 @@ async fn order_consumer_refuses_to_start_without_its_tables() {
     // It exits at init (Lambda reports Runtime.ExitError) rather than run half-configured.
     assert!(!status.success());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_event_fails_its_invocation_and_the_container_goes_on() {
+    let Some(client) = common::dynamodb::client().await else {
+        return;
+    };
+    let tables = Tables {
+        idempotency: create_table(&client).await,
+        ledger: create_table_keyed(&client, "ledger", "account").await,
+    };
+    let api = RuntimeApi::start().await;
+    let _container = spawn(&api.address(), &tables, "optimistic");
+    let wait = Duration::from_secs(60);
+    for malformed in [
+        json!({"Records": "not a list"}),
+        json!({"Records": [{"messageId": 42, "body": []}]}),
+        json!("just a string"),
+    ] {
+        match api.invoke(&malformed, Duration::from_secs(30), wait).await {
+            Some(Reply::Error(body)) => assert!(body["errorType"].is_string(), "{body}"),
+            other => panic!("a malformed event must fail its invocation, got {other:?}"),
+        }
+    }
+    // The same container then processes a good batch.
+    assert_eq!(
+        failures(invoke_file(&api, "batch.json").await),
+        Vec::<String>::new()
+    );
+    assert_eq!(balance(&client, &tables.ledger, "acct-bob").await, 40);
+}
+
+async fn invoke_file(api: &RuntimeApi, name: &str) -> Option<Reply> {
+    api.invoke(
+        &event(name),
+        Duration::from_secs(30),
+        Duration::from_secs(60),
+    )
+    .await
+}

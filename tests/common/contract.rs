@@ -369,6 +369,29 @@ pub async fn a_permanent_failure_is_stored_and_replayed<S: Store>(store: &S) {
     );
 }
 
+pub async fn a_result_over_the_item_limit_is_refused_and_changes_nothing<S: Store>(store: &S) {
+    let clock = ManualClock::starting_now();
+    let k = key("too-large");
+    let a = OwnerToken::generate();
+    store
+        .acquire(&acquire_request(&clock, &k, &a, LEASE, None))
+        .await
+        .unwrap();
+    let huge = format!("\"{}\"", "x".repeat(410 * 1024));
+    match store
+        .complete(&complete_request(&clock, &k, &a, &huge, HOUR))
+        .await
+    {
+        Err(lambda_idempotency::StoreError::ItemTooLarge { limit_bytes, .. }) => {
+            assert_eq!(limit_bytes, 400 * 1024)
+        }
+        other => panic!("expected ItemTooLarge, got {other:?}"),
+    }
+    let record = store.get(&k).await.unwrap().expect("record kept");
+    assert_eq!(record.status, Status::InProgress);
+    assert_eq!(store.release(&k, &a).await.unwrap(), Fenced::Applied);
+}
+
 /// Generates one `#[tokio::test]` per contract case; `$store` is an expression giving an
 /// `Option<impl Store>` (None: skipped).
 #[macro_export]
@@ -384,6 +407,7 @@ macro_rules! store_contract_suite {
             payload_mismatch_is_detected,
             extend_moves_the_lease_only_for_its_holder,
             a_permanent_failure_is_stored_and_replayed,
+            a_result_over_the_item_limit_is_refused_and_changes_nothing,
         );
     };
     (@cases $store:expr; $($case:ident),* $(,)?) => {

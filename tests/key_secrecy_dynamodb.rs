@@ -1,0 +1,118 @@
+//! Security: raw key material (event ids, `Idempotency-Key` values) never lands in the
+//! table or in the logs: only `<prefix>#<sha256>` does. Its own test binary, so that its
+//! global log subscriber sees every line.
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use aws_lambda_events::sqs::{SqsEvent, SqsMessage, SqsMessageAttribute};
+use common::dynamodb::{create_table, create_table_keyed};
+use common::{invocation, load_event, Order};
+use lambda_idempotency::{
+    Attr, BatchProcessor, Completion, Config, DynamoDbStore, IdempotencyLayer, JsonPointer,
+    KeyExtractor, MessageAttribute, PayloadValidation, Write,
+};
+
+/// Collects everything the subscriber writes.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn raw_key_material_never_reaches_the_table_or_the_logs() {
+    let Some(client) = common::dynamodb::client().await else {
+        return;
+    };
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_writer(move || writer.clone())
+        .finish();
+    tracing::subscriber::set_global_default(subscriber).expect("the only subscriber");
+
+    let table = create_table(&client).await;
+    let ledger = create_table_keyed(&client, "ledger", "account").await;
+    let mut event = SqsEvent::default();
+    let template = load_event("batch.json").records.remove(0);
+    for i in 0..4 {
+        let mut record = template.clone();
+        record.message_id = Some(format!("message-{i}"));
+        record.body = Some(if i == 3 {
+            "not json SECRET-BODY".to_string()
+        } else {
+            serde_json::json!({"eventId": format!("SECRET-EVENT-{i}"), "account": "acct-s", "amount": 1}).to_string()
+        });
+        if i % 2 == 1 {
+            let mut attribute = SqsMessageAttribute::default();
+            attribute.string_value = Some(format!("SECRET-KEY-{i}"));
+            attribute.data_type = Some("String".into());
+            record
+                .message_attributes
+                .insert("Idempotency-Key".into(), attribute);
+        }
+        event.records.push(record);
+    }
+    let layer = IdempotencyLayer::new(DynamoDbStore::new(client.clone(), &table))
+        .with_key(MessageAttribute::new("Idempotency-Key").or(JsonPointer::new("/eventId")))
+        .with_config(
+            Config::new()
+                .with_key_prefix("order-consumer")
+                .with_payload_validation(PayloadValidation::Body),
+        );
+    let ledger_table = ledger.clone();
+    let processor = BatchProcessor::new(layer.transactional_handler(move |m: SqsMessage| {
+        let ledger_table = ledger_table.clone();
+        async move {
+            let order: Order = serde_json::from_str(m.body.as_deref().unwrap_or(""))?;
+            let write = Write::update(
+                ledger_table,
+                [("account", Attr::s(&order.account))],
+                "ADD #b :a",
+            )
+            .name("#b", "balance")
+            .value(":a", Attr::n(order.amount));
+            Ok::<_, lambda_idempotency::BoxError>(Completion::new(order.amount).with_write(write))
+        }
+    }));
+    for _ in 0..2 {
+        processor
+            .process(invocation(
+                event.clone(),
+                SystemTime::now(),
+                Duration::from_secs(30),
+            ))
+            .await;
+    }
+
+    let mut stored = String::new();
+    for table in [&table, &ledger] {
+        let items = client.scan().table_name(table).send().await.unwrap();
+        assert!(!items.items().is_empty());
+        stored.push_str(&format!("{:?}", items.items()));
+    }
+    assert!(
+        !stored.contains("SECRET"),
+        "raw key material in the table: {stored}"
+    );
+
+    let logs = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    assert!(
+        logs.contains("message-0") && logs.contains("idempotency_key"),
+        "logs were captured"
+    );
+    assert!(
+        !logs.contains("SECRET"),
+        "raw key material in the logs:\n{logs}"
+    );
+}
