@@ -28,6 +28,7 @@ fn required() -> bool {
 #[derive(Debug, Clone, Default)]
 pub struct CallCounter {
     calls: Arc<Mutex<BTreeMap<&'static str, usize>>>,
+    capacity_units: Arc<Mutex<f64>>,
 }
 
 impl CallCounter {
@@ -48,6 +49,18 @@ impl CallCounter {
 
     pub fn reset(&self) {
         self.calls.lock().unwrap().clear();
+        *self.capacity_units.lock().unwrap() = 0.0;
+    }
+
+    /// Every call sent.
+    pub fn total(&self) -> usize {
+        self.calls.lock().unwrap().values().sum()
+    }
+
+    /// Capacity units DynamoDB reported as consumed (`ReturnConsumedCapacity=TOTAL` is set on
+    /// every write); a write refused by its condition reports none.
+    pub fn capacity_units(&self) -> f64 {
+        *self.capacity_units.lock().unwrap()
     }
 }
 
@@ -81,6 +94,69 @@ impl Intercept for CallCounter {
             "Other"
         };
         *self.calls.lock().unwrap().entry(operation).or_default() += 1;
+        Ok(())
+    }
+
+    fn modify_before_serialization(
+        &self,
+        context: &mut aws_sdk_dynamodb::config::interceptors::BeforeSerializationInterceptorContextMut<'_>,
+        _components: &aws_sdk_dynamodb::config::RuntimeComponents,
+        _cfg: &mut ConfigBag,
+    ) -> Result<(), aws_sdk_dynamodb::error::BoxError> {
+        use aws_sdk_dynamodb::operation::{
+            delete_item::DeleteItemInput, put_item::PutItemInput,
+            transact_write_items::TransactWriteItemsInput, update_item::UpdateItemInput,
+        };
+        use aws_sdk_dynamodb::types::ReturnConsumedCapacity::Total;
+        let input = context.input_mut();
+        if let Some(i) = input.downcast_mut::<PutItemInput>() {
+            i.return_consumed_capacity = Some(Total);
+        } else if let Some(i) = input.downcast_mut::<UpdateItemInput>() {
+            i.return_consumed_capacity = Some(Total);
+        } else if let Some(i) = input.downcast_mut::<DeleteItemInput>() {
+            i.return_consumed_capacity = Some(Total);
+        } else if let Some(i) = input.downcast_mut::<TransactWriteItemsInput>() {
+            i.return_consumed_capacity = Some(Total);
+        }
+        Ok(())
+    }
+
+    fn read_after_deserialization(
+        &self,
+        context: &aws_sdk_dynamodb::config::interceptors::AfterDeserializationInterceptorContextRef<
+            '_,
+        >,
+        _components: &aws_sdk_dynamodb::config::RuntimeComponents,
+        _cfg: &mut ConfigBag,
+    ) -> Result<(), aws_sdk_dynamodb::error::BoxError> {
+        use aws_sdk_dynamodb::operation::{
+            delete_item::DeleteItemOutput, put_item::PutItemOutput,
+            transact_write_items::TransactWriteItemsOutput, update_item::UpdateItemOutput,
+        };
+        let Ok(output) = context.output_or_error() else {
+            return Ok(());
+        };
+        let units: f64 = if let Some(o) = output.downcast_ref::<PutItemOutput>() {
+            o.consumed_capacity()
+                .and_then(|c| c.capacity_units())
+                .unwrap_or(0.0)
+        } else if let Some(o) = output.downcast_ref::<UpdateItemOutput>() {
+            o.consumed_capacity()
+                .and_then(|c| c.capacity_units())
+                .unwrap_or(0.0)
+        } else if let Some(o) = output.downcast_ref::<DeleteItemOutput>() {
+            o.consumed_capacity()
+                .and_then(|c| c.capacity_units())
+                .unwrap_or(0.0)
+        } else if let Some(o) = output.downcast_ref::<TransactWriteItemsOutput>() {
+            o.consumed_capacity()
+                .iter()
+                .filter_map(|c| c.capacity_units())
+                .sum()
+        } else {
+            0.0
+        };
+        *self.capacity_units.lock().unwrap() += units;
         Ok(())
     }
 }

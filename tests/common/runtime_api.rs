@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
@@ -39,6 +39,7 @@ pub struct RuntimeApi {
     queue: mpsc::UnboundedSender<Invocation>,
     pending: Arc<Mutex<Pending>>,
     init_errors: Arc<Mutex<Vec<String>>>,
+    first_poll: Arc<Mutex<Option<Instant>>>,
     next_id: AtomicU64,
     server: tokio::task::JoinHandle<()>,
 }
@@ -67,17 +68,23 @@ impl RuntimeApi {
         let invocations = Arc::new(Mutex::new(invocations));
         let pending: Arc<Mutex<Pending>> = Arc::default();
         let init_errors: Arc<Mutex<Vec<String>>> = Arc::default();
+        let first_poll: Arc<Mutex<Option<Instant>>> = Arc::default();
         let server = {
-            let (pending, init_errors) = (pending.clone(), init_errors.clone());
+            let (pending, init_errors, first_poll) =
+                (pending.clone(), init_errors.clone(), first_poll.clone());
             tokio::spawn(async move {
                 loop {
                     let Ok((stream, _)) = listener.accept().await else {
                         return;
                     };
-                    let (invocations, pending, init_errors) =
-                        (invocations.clone(), pending.clone(), init_errors.clone());
+                    let (invocations, pending, init_errors, first_poll) = (
+                        invocations.clone(),
+                        pending.clone(),
+                        init_errors.clone(),
+                        first_poll.clone(),
+                    );
                     tokio::spawn(async move {
-                        let _ = serve(stream, invocations, pending, init_errors).await;
+                        let _ = serve(stream, invocations, pending, init_errors, first_poll).await;
                     });
                 }
             })
@@ -87,6 +94,7 @@ impl RuntimeApi {
             queue,
             pending,
             init_errors,
+            first_poll,
             next_id: AtomicU64::new(1),
             server,
         }
@@ -95,6 +103,11 @@ impl RuntimeApi {
     /// `host:port`, the value of `AWS_LAMBDA_RUNTIME_API`.
     pub fn address(&self) -> String {
         self.address.to_string()
+    }
+
+    /// When the function first asked for an invocation: it is ready (cold start ends).
+    pub async fn first_poll_at(&self) -> Option<Instant> {
+        *self.first_poll.lock().await
     }
 
     /// Errors the function reported while starting.
@@ -211,11 +224,13 @@ async fn serve(
     invocations: Arc<Mutex<mpsc::UnboundedReceiver<Invocation>>>,
     pending: Arc<Mutex<Pending>>,
     init_errors: Arc<Mutex<Vec<String>>>,
+    first_poll: Arc<Mutex<Option<Instant>>>,
 ) -> std::io::Result<()> {
     let mut stream = BufReader::new(stream);
     while let Some(request) = read_request(&mut stream).await? {
         let path = request.path.as_str();
         if request.method == "GET" && path.ends_with("/runtime/invocation/next") {
+            first_poll.lock().await.get_or_insert_with(Instant::now);
             let invocation = invocations.lock().await.recv().await;
             let Some(invocation) = invocation else {
                 return Ok(());

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The benchmarks: lambda-idempotency against the raw DynamoDB limit and Powertools for AWS
+# Lambda (Python), side by side, against DynamoDB Local. Installs the Python baseline (a
+# venv with aws-lambda-powertools and boto3, pinned in scripts/bench-requirements.txt),
+# starts DynamoDB Local, builds in release mode, prints one JSON line per scenario and
+# writes BENCHMARKS.md.
+#
+#   scripts/bench.sh                  # BENCH_BATCHES=40 batches per scenario
+#   BENCH_BATCHES=100 scripts/bench.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# shellcheck source=scripts/dynamodb-local.sh
+source scripts/dynamodb-local.sh
+trap 'status=$?; ddb_stop; exit $status' EXIT
+
+BENCH_VENV="${LAMBDA_IDEMPOTENCY_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/lambda-idempotency}/bench-venv"
+if [ ! -x "$BENCH_VENV/bin/python3" ] || ! cmp -s scripts/bench-requirements.txt "$BENCH_VENV/requirements.txt"; then
+  echo "Installing the Powertools baseline into $BENCH_VENV (once)" >&2
+  python3 -m venv "$BENCH_VENV"
+  "$BENCH_VENV/bin/pip" install --quiet --disable-pip-version-check -r scripts/bench-requirements.txt
+  cp scripts/bench-requirements.txt "$BENCH_VENV/requirements.txt"
+fi
+
+echo "== building (release)" >&2
+cargo build --release --quiet --bin order-consumer --example bench
+ddb_start
+BENCH_PYTHON="$BENCH_VENV/bin/python3" \
+BENCH_ORDER_CONSUMER="$PWD/target/release/order-consumer" \
+BENCH_OUT="${BENCH_OUT:-BENCHMARKS.md}" \
+  target/release/examples/bench
