@@ -10,10 +10,11 @@ use aws_sdk_dynamodb::types::{
     TransactWriteItem, Update,
 };
 
-use crate::clock::{epoch_ms, epoch_secs};
-use crate::dynamodb_store::{num, s, unavailable, DynamoDbStore, DYNAMODB_ITEM_LIMIT_BYTES};
+use crate::dynamodb_store::{
+    num, s, takeover_values, unavailable, DynamoDbStore, DYNAMODB_ITEM_LIMIT_BYTES,
+    TAKEOVER_CONDITION,
+};
 use crate::hashing::sha256_hex;
-use crate::record::Status;
 use crate::store::{Commit, CommitRequest, StoreError, TransactionalStore};
 use crate::write::{Attr, Item, Write, WriteKind};
 
@@ -182,17 +183,9 @@ impl DynamoDbStore {
         let put = Put::builder()
             .table_name(&self.table)
             .set_item(Some(item))
-            .condition_expression(
-                "attribute_not_exists(#id) OR #exp < :now_secs \
-                 OR (#status = :inprogress AND #ipe < :now_ms)",
-            )
-            .expression_attribute_names("#id", &n.key)
-            .expression_attribute_names("#exp", &n.expiration)
-            .expression_attribute_names("#status", &n.status)
-            .expression_attribute_names("#ipe", &n.in_progress_expiration)
-            .expression_attribute_values(":now_secs", num(epoch_secs(request.now)))
-            .expression_attribute_values(":now_ms", num(epoch_ms(request.now)))
-            .expression_attribute_values(":inprogress", s(Status::InProgress.as_str()))
+            .condition_expression(TAKEOVER_CONDITION)
+            .set_expression_attribute_names(Some(self.takeover_names()))
+            .set_expression_attribute_values(Some(takeover_values(request.now)))
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .build()
             .map_err(|e| invalid(0, e))?;

@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::time::SystemTime;
 
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
 use aws_sdk_dynamodb::Client;
@@ -141,6 +142,17 @@ impl DynamoDbStore {
         HashMap::from([(self.names.key.clone(), s(key.as_str()))])
     }
 
+    /// The attribute names [`TAKEOVER_CONDITION`] uses.
+    pub(crate) fn takeover_names(&self) -> HashMap<String, String> {
+        let n = &self.names;
+        HashMap::from([
+            ("#id".to_string(), n.key.clone()),
+            ("#exp".to_string(), n.expiration.clone()),
+            ("#status".to_string(), n.status.clone()),
+            ("#ipe".to_string(), n.in_progress_expiration.clone()),
+        ])
+    }
+
     pub(crate) fn owner_condition_names(&self) -> HashMap<String, String> {
         HashMap::from([
             ("#status".to_string(), self.names.status.clone()),
@@ -176,17 +188,9 @@ impl DynamoDbStore {
             .put_item()
             .table_name(&self.table)
             .set_item(Some(item))
-            .condition_expression(
-                "attribute_not_exists(#id) OR #exp < :now_secs \
-                 OR (#status = :inprogress AND #ipe < :now_ms)",
-            )
-            .expression_attribute_names("#id", &n.key)
-            .expression_attribute_names("#exp", &n.expiration)
-            .expression_attribute_names("#status", &n.status)
-            .expression_attribute_names("#ipe", &n.in_progress_expiration)
-            .expression_attribute_values(":now_secs", num(epoch_secs(request.now)))
-            .expression_attribute_values(":now_ms", num(epoch_ms(request.now)))
-            .expression_attribute_values(":inprogress", s(Status::InProgress.as_str()))
+            .condition_expression(TAKEOVER_CONDITION)
+            .set_expression_attribute_names(Some(self.takeover_names()))
+            .set_expression_attribute_values(Some(takeover_values(request.now)))
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .send()
             .await;
@@ -383,6 +387,21 @@ impl DynamoDbStore {
             validation: text(&n.validation),
         })
     }
+}
+
+/// When a write may replace what is stored under the key: nothing is, or the record has
+/// expired, or it is in progress with an elapsed lease. The acquire and the optimistic
+/// commit share it, so both check expiry the same way, never relying on TTL deletion.
+pub(crate) const TAKEOVER_CONDITION: &str = "attribute_not_exists(#id) OR #exp < :now_secs \
+     OR (#status = :inprogress AND #ipe < :now_ms)";
+
+/// The values [`TAKEOVER_CONDITION`] compares with, at `now`.
+pub(crate) fn takeover_values(now: SystemTime) -> HashMap<String, AttributeValue> {
+    HashMap::from([
+        (":now_secs".to_string(), num(epoch_secs(now))),
+        (":now_ms".to_string(), num(epoch_ms(now))),
+        (":inprogress".to_string(), s(Status::InProgress.as_str())),
+    ])
 }
 
 pub(crate) fn s(value: &str) -> AttributeValue {
