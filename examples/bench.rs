@@ -212,12 +212,24 @@ async fn raw_batch(client: &Client, t: &Tables, mode: IdempotencyMode, event: &S
             .unwrap();
         let marker = match mode {
             IdempotencyMode::Lease => {
+                // The same attributes as the toolkit's record, and the old item back on a
+                // refusal (what a duplicate needs to be answered without a second read).
                 let taken = client
                     .put_item()
                     .table_name(&t.idempotency)
                     .item("id", s(&id))
                     .item("status", s("INPROGRESS"))
+                    .item("expiration", AttributeValue::N("1795306000".into()))
+                    .item(
+                        "in_progress_expiration",
+                        AttributeValue::N("1795302060000".into()),
+                    )
+                    .item("lease_owner", s("00000000-0000-4000-8000-000000000000"))
+                    .item("validation", s(&"0".repeat(64)))
                     .condition_expression("attribute_not_exists(id)")
+                    .return_values_on_condition_check_failure(
+                        aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure::AllOld,
+                    )
                     .send()
                     .await;
                 if taken.is_err() {
@@ -228,7 +240,12 @@ async fn raw_batch(client: &Client, t: &Tables, mode: IdempotencyMode, event: &S
                         Update::builder()
                             .table_name(&t.idempotency)
                             .key("id", s(&id))
-                            .update_expression("SET #s = :c")
+                            .update_expression("SET #s = :c, #d = :d")
+                            .expression_attribute_names("#d", "data")
+                            .expression_attribute_values(
+                                ":d",
+                                s(r#"{"account":"acct-0","amount":-3}"#),
+                            )
                             .condition_expression("#s = :p")
                             .expression_attribute_names("#s", "status")
                             .expression_attribute_values(":c", s("COMPLETED"))
@@ -244,7 +261,14 @@ async fn raw_batch(client: &Client, t: &Tables, mode: IdempotencyMode, event: &S
                         .table_name(&t.idempotency)
                         .item("id", s(&id))
                         .item("status", s("COMPLETED"))
+                        .item("expiration", AttributeValue::N("1795306000".into()))
+                        .item("lease_owner", s("00000000-0000-4000-8000-000000000000"))
+                        .item("validation", s(&"0".repeat(64)))
+                        .item("data", s(r#"{"account":"acct-0","amount":-3}"#))
                         .condition_expression("attribute_not_exists(id)")
+                        .return_values_on_condition_check_failure(
+                            aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure::AllOld,
+                        )
                         .build()
                         .unwrap(),
                 )
@@ -718,6 +742,78 @@ fn report(lines: &[Value], batches: usize) -> String {
             p / r,
             if r * 4.0 <= p { "met" } else { "missed" }
         );
+    }
+    let _ = writeln!(md, "\n## Where a target is missed, and why\n");
+    for scenario in ["fresh-10", "duplicates-10"] {
+        let py = num(
+            find(lines, scenario, "powertools-python", ""),
+            "records_per_sec",
+        );
+        for mode in ["optimistic", "lease"] {
+            let (ours, raw) = (
+                num(
+                    find(lines, scenario, "lambda-idempotency", mode),
+                    "records_per_sec",
+                ),
+                num(
+                    find(lines, scenario, "raw-dynamodb", mode),
+                    "records_per_sec",
+                ),
+            );
+            if let (Some(ours), Some(raw), Some(py)) = (ours, raw, py) {
+                if ours < 10.0 * py {
+                    let _ = writeln!(
+                        md,
+                        "- {scenario}, {mode}: {:.1}x Powertools' throughput, short of 10x by {:.1}x. The store is the ceiling here: \
+                         the raw requests alone reach {:.1}x Powertools on DynamoDB Local, and the toolkit reaches {:.0}% of them. \
+                         DynamoDB Local answers a call in milliseconds and does not scale with concurrency on {} cores, so it leaves \
+                         little time for client-side speed to show; against DynamoDB, where calls are cheaper and parallel, the \
+                         client's own cost (Python's per-record overhead, sequential records) weighs more.",
+                        ours / py,
+                        10.0 * py / ours,
+                        raw / py,
+                        100.0 * ours / raw,
+                        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+                    );
+                }
+            }
+        }
+    }
+    for scenario in ["fresh-10", "duplicates-10", "mixed-10", "fresh-100"] {
+        for mode in ["optimistic", "lease"] {
+            if let (Some(ours), Some(raw)) = (
+                num(
+                    find(lines, scenario, "lambda-idempotency", mode),
+                    "median_ms",
+                ),
+                num(find(lines, scenario, "raw-dynamodb", mode), "median_ms"),
+            ) {
+                if ours > raw * 1.1 {
+                    let _ = writeln!(
+                        md,
+                        "- {scenario}, {mode}: {:+.1}% over the raw limit, {:.2} ms a batch. The toolkit does per record what the raw \
+                         requests skip: hashing the key and the payload, JSON for the result, the record's decoding on a refusal, \
+                         and the handler itself (optimistic mode computes a duplicate before its refused commit tells it so). \
+                         At a few milliseconds a batch, DynamoDB Local's jitter is of the same size: compare several runs.",
+                        (ours / raw - 1.0) * 100.0,
+                        ours - raw
+                    );
+                }
+            }
+        }
+    }
+    if let (Some(r), Some(p)) = (
+        cold("order-consumer", "peak_rss_mib"),
+        cold("powertools-python", "peak_rss_mib"),
+    ) {
+        if r * 4.0 > p {
+            let _ = writeln!(
+                md,
+                "- Peak memory: {r} MiB against {p} MiB, {:.1}x less, short of 4x. Most of it is the AWS SDK's HTTP and TLS \
+                 stack (aws-lc) and the runtime, loaded whatever the workload.",
+                p / r
+            );
+        }
     }
     let _ = writeln!(md, "\n## Reading the figures\n");
     let _ = writeln!(md, "- *raw-dynamodb* issues exactly the requests each mode must make (optimistic: one `TransactWriteItems` per fresh record; lease: a conditional `PutItem`, then the `TransactWriteItems`; a duplicate: the one refused request), at the same concurrency, with no toolkit logic. The toolkit's overhead over it is key hashing, payload hashing, JSON, and the refused request's decoding.");
