@@ -274,8 +274,10 @@ async fn raw_batch(client: &Client, t: &Tables, mode: IdempotencyMode, event: &S
                 )
                 .build(),
         };
-        // A token, as the toolkit sends, so a retried commit is recognised.
-        let token: String = id.chars().filter(char::is_ascii_alphanumeric).take(32).collect();
+        // A token per attempt, as the toolkit sends (its owner token is new for each
+        // delivery), so a retried commit is recognised; reusing the priming run's token
+        // would turn a duplicate into DynamoDB's cheap replay of that earlier request.
+        let token = uuid::Uuid::new_v4().simple().to_string();
         let _ = client
             .transact_write_items()
             .client_request_token(token)

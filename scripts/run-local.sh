@@ -4,7 +4,7 @@
 # Installs what is missing (DynamoDB Local, cargo-lambda), starts DynamoDB Local on a free
 # loopback port, creates the idempotency and ledger tables with template.yaml's schema,
 # runs order-consumer under `cargo lambda watch`, invokes the sample events (a batch, its
-# redelivery, a producer retry, a poison record, a tampered duplicate), prints each
+# redelivery, a producer retry, a poison record, a tampered duplicate, a FIFO batch), prints each
 # response and the ledger balances, and stops everything it started.
 #
 #   IDEMPOTENCY_MODE=lease scripts/run-local.sh     # the other commit mode
@@ -72,9 +72,10 @@ invoke batch_redelivered.json "the same batch delivered again: replayed, nothing
 invoke producer_retry.json "the producer sent evt-1002 again under a new messageId: replayed"
 invoke poison.json "carol +10, a body that is not JSON, carol +7: only the poison record is reported"
 invoke tampered.json "evt-1002's key with another amount: rejected and reported, never applied"
+invoke fifo.json "a FIFO batch: dave +5, a poison record, then erin +8 and dave +9 wait their turn"
 
 echo
-echo "== ledger balances (expected: acct-alice 20, acct-bob 40, acct-carol 17)"
+echo "== ledger balances (expected: acct-alice 20, acct-bob 40, acct-carol 17, acct-dave 5)"
 python3 scripts/local_tables.py balances "$LEDGER_TABLE"
 echo
 echo "Each record's outcome is in the function's log: $LOG"

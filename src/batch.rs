@@ -23,6 +23,13 @@ use crate::processed::Processed;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum BatchMode {
+    /// The default: FIFO processing (stop at the first failure) for events from a FIFO queue
+    /// (an `eventSourceARN` ending in `.fifo`), concurrent processing, at most `limit` at
+    /// once, otherwise. Ordering is not opt-in.
+    Auto {
+        /// The most records in flight at once on standard queues (at least 1).
+        limit: usize,
+    },
     /// Standard queues: records run concurrently, at most `limit` at once.
     Concurrent {
         /// The most records in flight at once (at least 1).
@@ -39,7 +46,30 @@ pub enum BatchMode {
 
 impl Default for BatchMode {
     fn default() -> Self {
-        BatchMode::Concurrent { limit: 10 }
+        BatchMode::Auto { limit: 10 }
+    }
+}
+
+impl BatchMode {
+    /// The mode for a batch of `records`: `Auto` decided, the others as they are.
+    fn resolve(self, records: &[SqsMessage]) -> BatchMode {
+        match self {
+            BatchMode::Auto { limit } => {
+                let fifo = records.iter().any(|r| {
+                    r.event_source_arn
+                        .as_deref()
+                        .is_some_and(|arn| arn.ends_with(".fifo"))
+                });
+                if fifo {
+                    BatchMode::Fifo {
+                        skip_failed_group_only: false,
+                    }
+                } else {
+                    BatchMode::Concurrent { limit }
+                }
+            }
+            other => other,
+        }
     }
 }
 
@@ -69,7 +99,8 @@ pub struct BatchProcessor<S, C = SystemClock> {
 }
 
 impl<S> BatchProcessor<S> {
-    /// A processor over `service`, concurrent (10 at once), with a 1 s deadline margin.
+    /// A processor over `service`: FIFO events in order, others concurrently (10 at once);
+    /// a 1 s deadline margin.
     pub fn new(service: S) -> Self {
         Self {
             service,
@@ -171,7 +202,8 @@ where
             now_ms = epoch_ms(self.clock.now()),
             "batch received"
         );
-        let reports = match self.mode {
+        let reports = match self.mode.resolve(&records) {
+            BatchMode::Auto { .. } => unreachable!("resolved above"),
             BatchMode::Concurrent { limit } => {
                 futures_util::stream::iter(
                     records

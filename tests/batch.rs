@@ -263,6 +263,30 @@ async fn fifo_stops_at_the_first_failure_and_reports_every_later_record() {
 }
 
 #[tokio::test]
+async fn events_from_a_fifo_queue_are_processed_in_order_by_default() {
+    // The default mode sees the `.fifo` source and keeps the order: no opt-in needed.
+    let setup = Setup::new();
+    let event = load_event("fifo.json");
+    let report = setup.run(event.clone()).await;
+    assert_eq!(
+        outcomes(&report),
+        [
+            Outcome::Executed,
+            Outcome::Rejected,
+            Outcome::FifoSkipped,
+            Outcome::FifoSkipped
+        ]
+    );
+    assert_eq!(reported(&report), ids(&event, &[1, 2, 3]));
+    // A standard queue's batch runs concurrently: the poison record fails alone.
+    let report = setup.run(load_event("poison.json")).await;
+    assert_eq!(
+        outcomes(&report),
+        [Outcome::Executed, Outcome::Rejected, Outcome::Executed]
+    );
+}
+
+#[tokio::test]
 async fn fifo_can_stop_only_the_failed_message_group() {
     let mut setup = Setup::new();
     setup.mode = BatchMode::Fifo {

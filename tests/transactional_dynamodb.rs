@@ -31,6 +31,9 @@ enum Fault {
     /// The commit is applied, but its response is lost (connection reset): the toolkit
     /// sends it again.
     LoseResponse,
+    /// The next commits meet a concurrent transaction (DynamoDB's `TransactionConflict`)
+    /// and apply nothing.
+    Conflicts(usize),
 }
 
 /// A `DynamoDbStore` with a fault injected into the next commit.
@@ -42,7 +45,14 @@ struct FaultyStore {
 
 impl FaultyStore {
     fn take_fault(&self) -> Option<Fault> {
-        self.fault.lock().unwrap().take()
+        let mut fault = self.fault.lock().unwrap();
+        match *fault {
+            Some(Fault::Conflicts(n)) if n > 1 => {
+                *fault = Some(Fault::Conflicts(n - 1));
+                Some(Fault::Conflicts(n))
+            }
+            _ => fault.take(),
+        }
     }
 
     async fn faulty(
@@ -57,6 +67,7 @@ impl FaultyStore {
                 assert_eq!(applied.unwrap(), Commit::Applied);
                 std::future::pending().await
             }
+            Some(Fault::Conflicts(_)) => Ok(Commit::Conflict),
             Some(Fault::LoseResponse) => {
                 let applied = commit.await;
                 assert_eq!(applied.unwrap(), Commit::Applied);
@@ -549,4 +560,31 @@ async fn the_order_key_prefers_the_attribute_then_the_event_id() {
     let key = MessageAttribute::new("Idempotency-Key").or(JsonPointer::new("/eventId"));
     let event = load_event("producer_retry.json");
     assert_eq!(key.key_material(&event.records[0]).unwrap(), b"evt-1002");
+}
+
+#[tokio::test]
+async fn a_transaction_conflict_is_retried_then_reported_without_applying_anything() {
+    for mode in MODES {
+        let Some(ledger) = Ledger::new().await else {
+            return;
+        };
+        // A passing conflict: retried at once with the same request token, applied once.
+        ledger.inject(Fault::Conflicts(1));
+        let report = ledger.deliver(mode, one_record("batch.json", 0)).await;
+        assert_eq!(outcomes(&report), [Outcome::Executed], "{mode:?}");
+        assert_eq!(ledger.balance("acct-alice").await, 25, "{mode:?}");
+        // A lasting one: after the commit attempts (3), reported for retry, nothing applied,
+        // and nothing left locked: the next delivery commits.
+        ledger.inject(Fault::Conflicts(3));
+        let report = ledger.deliver(mode, one_record("batch.json", 1)).await;
+        assert_eq!(outcomes(&report), [Outcome::Locked], "{mode:?}");
+        assert!(matches!(
+            report.records[0].error,
+            Some(Error::Conflict { .. })
+        ));
+        assert_eq!(ledger.balance("acct-bob").await, 0, "{mode:?}");
+        let report = ledger.deliver(mode, one_record("batch.json", 1)).await;
+        assert_eq!(outcomes(&report), [Outcome::Executed], "{mode:?}");
+        assert_eq!(ledger.balance("acct-bob").await, 40, "{mode:?}");
+    }
 }
