@@ -11,6 +11,9 @@
 #[path = "../tests/common/dynamodb.rs"]
 #[allow(dead_code)]
 mod dynamodb;
+#[path = "../tests/common/http1.rs"]
+#[allow(dead_code)]
+mod http1;
 #[path = "../tests/common/runtime_api.rs"]
 #[allow(dead_code)]
 mod runtime_api;

@@ -4,6 +4,7 @@
 pub mod contract;
 pub mod dynamodb;
 pub mod fault_proxy;
+pub mod http1;
 pub mod order_consumer;
 pub mod runtime_api;
 pub mod sqs_sim;

@@ -9,9 +9,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, Mutex};
+
+use super::http1::read_message;
 
 /// How an invocation ended.
 #[derive(Debug, Clone, PartialEq)]
@@ -146,59 +148,6 @@ impl RuntimeApi {
     }
 }
 
-struct Request {
-    method: String,
-    path: String,
-    body: Vec<u8>,
-}
-
-async fn read_request(reader: &mut BufReader<TcpStream>) -> std::io::Result<Option<Request>> {
-    let mut line = String::new();
-    if reader.read_line(&mut line).await? == 0 {
-        return Ok(None);
-    }
-    let mut parts = line.split_whitespace();
-    let method = parts.next().unwrap_or_default().to_string();
-    let path = parts.next().unwrap_or_default().to_string();
-    let mut content_length = 0usize;
-    let mut chunked = false;
-    loop {
-        let mut header = String::new();
-        reader.read_line(&mut header).await?;
-        let header = header.trim_end();
-        if header.is_empty() {
-            break;
-        }
-        if let Some((name, value)) = header.split_once(':') {
-            let (name, value) = (name.trim().to_ascii_lowercase(), value.trim());
-            if name == "content-length" {
-                content_length = value.parse().unwrap_or(0);
-            } else if name == "transfer-encoding" && value.eq_ignore_ascii_case("chunked") {
-                chunked = true;
-            }
-        }
-    }
-    let mut body = Vec::new();
-    if chunked {
-        loop {
-            let mut size_line = String::new();
-            reader.read_line(&mut size_line).await?;
-            let size = usize::from_str_radix(size_line.trim().split(';').next().unwrap_or("0"), 16)
-                .unwrap_or(0);
-            let mut chunk = vec![0; size + 2];
-            reader.read_exact(&mut chunk).await?;
-            if size == 0 {
-                break;
-            }
-            body.extend_from_slice(&chunk[..size]);
-        }
-    } else {
-        body.resize(content_length, 0);
-        reader.read_exact(&mut body).await?;
-    }
-    Ok(Some(Request { method, path, body }))
-}
-
 async fn write_response(
     stream: &mut BufReader<TcpStream>,
     status: &str,
@@ -227,9 +176,11 @@ async fn serve(
     first_poll: Arc<Mutex<Option<Instant>>>,
 ) -> std::io::Result<()> {
     let mut stream = BufReader::new(stream);
-    while let Some(request) = read_request(&mut stream).await? {
-        let path = request.path.as_str();
-        if request.method == "GET" && path.ends_with("/runtime/invocation/next") {
+    while let Some(request) = read_message(&mut stream).await? {
+        let (method, path) = request.request_line();
+        let (method, path) = (method.to_string(), path.to_string());
+        let path = path.as_str();
+        if method == "GET" && path.ends_with("/runtime/invocation/next") {
             first_poll.lock().await.get_or_insert_with(Instant::now);
             let invocation = invocations.lock().await.recv().await;
             let Some(invocation) = invocation else {
@@ -252,7 +203,7 @@ async fn serve(
                 ),
             ];
             write_response(&mut stream, "200 OK", &headers, &invocation.event).await?;
-        } else if request.method == "POST" && path.contains("/runtime/invocation/") {
+        } else if method == "POST" && path.contains("/runtime/invocation/") {
             let mut segments = path.rsplit('/');
             let kind = segments.next().unwrap_or_default();
             let request_id = segments.next().unwrap_or_default().to_string();
@@ -267,7 +218,7 @@ async fn serve(
                 let _ = tx.send(reply);
             }
             write_response(&mut stream, "202 Accepted", &[], b"{}").await?;
-        } else if request.method == "POST" && path.ends_with("/runtime/init/error") {
+        } else if method == "POST" && path.ends_with("/runtime/init/error") {
             init_errors
                 .lock()
                 .await
