@@ -12,7 +12,7 @@ use aws_sdk_dynamodb::types::{
 
 use crate::dynamodb_store::{
     num, s, takeover_values, unavailable, DynamoDbStore, DYNAMODB_ITEM_LIMIT_BYTES,
-    TAKEOVER_CONDITION,
+    FINAL_STATE_UPDATE, OWNER_CONDITION, TAKEOVER_CONDITION,
 };
 use crate::hashing::sha256_hex;
 use crate::store::{Commit, CommitRequest, StoreError, TransactionalStore};
@@ -147,20 +147,17 @@ impl DynamoDbStore {
 
     /// Lease mode: the record goes from in progress (held by us) to its final state.
     fn lease_marker(&self, request: &CommitRequest) -> Result<TransactWriteItem, StoreError> {
-        let n = &self.names;
-        let mut names = self.owner_condition_names();
-        names.insert("#data".into(), n.data.clone());
-        names.insert("#exp".into(), n.expiration.clone());
-        names.insert("#ipe".into(), n.in_progress_expiration.clone());
-        let mut values = self.owner_condition_values(&request.owner);
-        values.insert(":final".into(), s(request.status.as_str()));
-        values.insert(":data".into(), s(&request.data));
-        values.insert(":exp".into(), num(request.expiration_secs));
+        let (names, values) = self.final_state(
+            &request.owner,
+            request.status,
+            &request.data,
+            request.expiration_secs,
+        );
         let update = Update::builder()
             .table_name(&self.table)
             .set_key(Some(self.key_item(&request.key)))
-            .update_expression("SET #status = :final, #data = :data, #exp = :exp REMOVE #ipe")
-            .condition_expression("#status = :inprogress AND #owner = :owner")
+            .update_expression(FINAL_STATE_UPDATE)
+            .condition_expression(OWNER_CONDITION)
             .set_expression_attribute_names(Some(names))
             .set_expression_attribute_values(Some(values))
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)

@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::time::SystemTime;
 
+use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
 use aws_sdk_dynamodb::Client;
 
@@ -153,6 +154,26 @@ impl DynamoDbStore {
         ])
     }
 
+    /// The names and values of [`FINAL_STATE_UPDATE`] under [`OWNER_CONDITION`].
+    pub(crate) fn final_state(
+        &self,
+        owner: &OwnerToken,
+        status: Status,
+        data: &str,
+        expiration_secs: u64,
+    ) -> (HashMap<String, String>, HashMap<String, AttributeValue>) {
+        let n = &self.names;
+        let mut names = self.owner_condition_names();
+        names.insert("#data".into(), n.data.clone());
+        names.insert("#exp".into(), n.expiration.clone());
+        names.insert("#ipe".into(), n.in_progress_expiration.clone());
+        let mut values = self.owner_condition_values(owner);
+        values.insert(":final".into(), s(status.as_str()));
+        values.insert(":data".into(), s(data));
+        values.insert(":exp".into(), num(expiration_secs));
+        (names, values)
+    }
+
     pub(crate) fn owner_condition_names(&self) -> HashMap<String, String> {
         HashMap::from([
             ("#status".to_string(), self.names.status.clone()),
@@ -237,36 +258,24 @@ impl DynamoDbStore {
                 limit_bytes: DYNAMODB_ITEM_LIMIT_BYTES,
             });
         }
-        let mut names = self.owner_condition_names();
-        names.insert("#data".into(), n.data.clone());
-        names.insert("#exp".into(), n.expiration.clone());
-        names.insert("#ipe".into(), n.in_progress_expiration.clone());
-        let mut values = self.owner_condition_values(&request.owner);
-        values.insert(":final".into(), s(request.status.as_str()));
-        values.insert(":data".into(), s(&request.data));
-        values.insert(":exp".into(), num(request.expiration_secs));
+        let (names, values) = self.final_state(
+            &request.owner,
+            request.status,
+            &request.data,
+            request.expiration_secs,
+        );
         let result = self
             .client
             .update_item()
             .table_name(&self.table)
             .set_key(Some(self.key_item(&request.key)))
-            .update_expression("SET #status = :final, #data = :data, #exp = :exp REMOVE #ipe")
-            .condition_expression("#status = :inprogress AND #owner = :owner")
+            .update_expression(FINAL_STATE_UPDATE)
+            .condition_expression(OWNER_CONDITION)
             .set_expression_attribute_names(Some(names))
             .set_expression_attribute_values(Some(values))
             .send()
             .await;
-        match result {
-            Ok(_) => Ok(Fenced::Applied),
-            Err(err)
-                if err
-                    .as_service_error()
-                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
-            {
-                Ok(Fenced::LeaseLost)
-            }
-            Err(err) => Err(unavailable(err)),
-        }
+        fenced(result)
     }
 
     async fn extend_inner(&self, request: &ExtendRequest) -> Result<Fenced, StoreError> {
@@ -282,22 +291,12 @@ impl DynamoDbStore {
             .table_name(&self.table)
             .set_key(Some(self.key_item(&request.key)))
             .update_expression("SET #ipe = :lease, #exp = :exp")
-            .condition_expression("#status = :inprogress AND #owner = :owner")
+            .condition_expression(OWNER_CONDITION)
             .set_expression_attribute_names(Some(names))
             .set_expression_attribute_values(Some(values))
             .send()
             .await;
-        match result {
-            Ok(_) => Ok(Fenced::Applied),
-            Err(err)
-                if err
-                    .as_service_error()
-                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
-            {
-                Ok(Fenced::LeaseLost)
-            }
-            Err(err) => Err(unavailable(err)),
-        }
+        fenced(result)
     }
 
     async fn release_inner(
@@ -310,22 +309,12 @@ impl DynamoDbStore {
             .delete_item()
             .table_name(&self.table)
             .set_key(Some(self.key_item(key)))
-            .condition_expression("#status = :inprogress AND #owner = :owner")
+            .condition_expression(OWNER_CONDITION)
             .set_expression_attribute_names(Some(self.owner_condition_names()))
             .set_expression_attribute_values(Some(self.owner_condition_values(owner)))
             .send()
             .await;
-        match result {
-            Ok(_) => Ok(Fenced::Applied),
-            Err(err)
-                if err
-                    .as_service_error()
-                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
-            {
-                Ok(Fenced::LeaseLost)
-            }
-            Err(err) => Err(unavailable(err)),
-        }
+        fenced(result)
     }
 
     pub(crate) async fn get_inner(
@@ -386,6 +375,31 @@ impl DynamoDbStore {
             data: text(&n.data),
             validation: text(&n.validation),
         })
+    }
+}
+
+/// A write to a held record: only while it is in progress under the caller's owner token.
+pub(crate) const OWNER_CONDITION: &str = "#status = :inprogress AND #owner = :owner";
+
+/// The record's final state: completed (or failed) with its data and expiry, lease removed.
+pub(crate) const FINAL_STATE_UPDATE: &str =
+    "SET #status = :final, #data = :data, #exp = :exp REMOVE #ipe";
+
+/// An owner-fenced write's answer: a failed condition means the lease is no longer held.
+fn fenced<O, E, R>(result: Result<O, SdkError<E, R>>) -> Result<Fenced, StoreError>
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    R: std::fmt::Debug + Send + Sync + 'static,
+{
+    match result {
+        Ok(_) => Ok(Fenced::Applied),
+        Err(err)
+            if err.as_service_error().and_then(ProvideErrorMetadata::code)
+                == Some("ConditionalCheckFailedException") =>
+        {
+            Ok(Fenced::LeaseLost)
+        }
+        Err(err) => Err(unavailable(err)),
     }
 }
 
