@@ -199,6 +199,39 @@ fn toolkit(
     }))
 }
 
+/// The protocol's takeover condition (no record, expired, or lease elapsed), as the raw
+/// requests send it, at a fixed "now": their stored times are fixed too.
+const RAW_TAKEOVER: &str =
+    "attribute_not_exists(id) OR #exp < :now_secs OR (#status = :inprogress AND #ipe < :now_ms)";
+
+fn raw_takeover_names() -> HashMap<String, String> {
+    [
+        ("#exp", "expiration"),
+        ("#status", "status"),
+        ("#ipe", "in_progress_expiration"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect()
+}
+
+fn raw_takeover_values() -> HashMap<String, AttributeValue> {
+    HashMap::from([
+        (
+            ":now_secs".to_string(),
+            AttributeValue::N("1795302000".into()),
+        ),
+        (
+            ":now_ms".to_string(),
+            AttributeValue::N("1795302000000".into()),
+        ),
+        (
+            ":inprogress".to_string(),
+            AttributeValue::S("INPROGRESS".into()),
+        ),
+    ])
+}
+
 /// The raw limit: the requests each mode must make, issued directly, no toolkit logic.
 async fn raw_batch(client: &Client, t: &Tables, mode: IdempotencyMode, event: &SqsEvent) {
     let s = |v: &str| AttributeValue::S(v.to_string());
@@ -229,15 +262,9 @@ async fn raw_batch(client: &Client, t: &Tables, mode: IdempotencyMode, event: &S
                     )
                     .item("lease_owner", s("00000000-0000-4000-8000-000000000000"))
                     .item("validation", s(&"0".repeat(64)))
-                    .condition_expression(
-                        "attribute_not_exists(id) OR #exp < :now_secs OR (#status = :inprogress AND #ipe < :now_ms)",
-                    )
-                    .expression_attribute_names("#exp", "expiration")
-                    .expression_attribute_names("#status", "status")
-                    .expression_attribute_names("#ipe", "in_progress_expiration")
-                    .expression_attribute_values(":now_secs", AttributeValue::N("1795302000".into()))
-                    .expression_attribute_values(":now_ms", AttributeValue::N("1795302000000".into()))
-                    .expression_attribute_values(":inprogress", s("INPROGRESS"))
+                    .condition_expression(RAW_TAKEOVER)
+                    .set_expression_attribute_names(Some(raw_takeover_names()))
+                    .set_expression_attribute_values(Some(raw_takeover_values()))
                     .return_values_on_condition_check_failure(
                         aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure::AllOld,
                     )
@@ -259,7 +286,10 @@ async fn raw_batch(client: &Client, t: &Tables, mode: IdempotencyMode, event: &S
                             )
                             .condition_expression("#s = :p AND #o = :o")
                             .expression_attribute_names("#o", "lease_owner")
-                            .expression_attribute_values(":o", s("00000000-0000-4000-8000-000000000000"))
+                            .expression_attribute_values(
+                                ":o",
+                                s("00000000-0000-4000-8000-000000000000"),
+                            )
                             .expression_attribute_names("#s", "status")
                             .expression_attribute_values(":c", s("COMPLETED"))
                             .expression_attribute_values(":p", s("INPROGRESS"))
@@ -278,15 +308,9 @@ async fn raw_batch(client: &Client, t: &Tables, mode: IdempotencyMode, event: &S
                         .item("lease_owner", s("00000000-0000-4000-8000-000000000000"))
                         .item("validation", s(&"0".repeat(64)))
                         .item("data", s(r#"{"account":"acct-0","amount":-3}"#))
-                        .condition_expression(
-                        "attribute_not_exists(id) OR #exp < :now_secs OR (#status = :inprogress AND #ipe < :now_ms)",
-                    )
-                    .expression_attribute_names("#exp", "expiration")
-                    .expression_attribute_names("#status", "status")
-                    .expression_attribute_names("#ipe", "in_progress_expiration")
-                    .expression_attribute_values(":now_secs", AttributeValue::N("1795302000".into()))
-                    .expression_attribute_values(":now_ms", AttributeValue::N("1795302000000".into()))
-                    .expression_attribute_values(":inprogress", s("INPROGRESS"))
+                        .condition_expression(RAW_TAKEOVER)
+                        .set_expression_attribute_names(Some(raw_takeover_names()))
+                        .set_expression_attribute_values(Some(raw_takeover_values()))
                         .return_values_on_condition_check_failure(
                             aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure::AllOld,
                         )
