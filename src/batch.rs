@@ -190,6 +190,11 @@ where
 {
     /// Processes every record of `event`.
     pub async fn process(&self, event: LambdaEvent<SqsEvent>) -> BatchReport<T> {
+        // What this batch learns about failed keys stays with this batch.
+        crate::in_flight::within_batch(self.process_batch(event)).await
+    }
+
+    async fn process_batch(&self, event: LambdaEvent<SqsEvent>) -> BatchReport<T> {
         let LambdaEvent {
             payload,
             mut context,
@@ -285,7 +290,7 @@ where
             Ok(processed) => RecordReport {
                 message_id,
                 outcome: processed.outcome(),
-                value: Some(processed.into_value()),
+                value: processed.into_value(),
                 error: None,
             },
             Err(error) => RecordReport {

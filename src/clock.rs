@@ -1,5 +1,7 @@
 //! Injected time: the [`Clock`] trait, the wall clock and a manual clock for tests.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -12,6 +14,12 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 pub trait Clock: Send + Sync + 'static {
     /// The current time.
     fn now(&self) -> SystemTime;
+
+    /// Waits for `duration` (retry backoff, heartbeats). The default is
+    /// [`tokio::time::sleep`], which tests can pause and advance.
+    fn sleep(&self, duration: Duration) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+        Box::pin(tokio::time::sleep(duration))
+    }
 }
 
 /// The wall clock, [`SystemTime::now`].
@@ -97,6 +105,17 @@ pub fn deadline_ms(context_deadline_ms: u64, now: SystemTime) -> u64 {
     }
 }
 
+/// Epoch milliseconds `after` past `now`, saturating at `u64::MAX` instead of overflowing
+/// (a configured window of `Duration::MAX` means "never").
+pub(crate) fn later_ms(now: SystemTime, after: Duration) -> u64 {
+    epoch_ms(now).saturating_add(u64::try_from(after.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// Epoch seconds `after` past `now`, rounded down, saturating at `u64::MAX`.
+pub(crate) fn later_secs(now: SystemTime, after: Duration) -> u64 {
+    epoch_secs(now).saturating_add(after.as_secs())
+}
+
 /// Milliseconds since the Unix epoch (0 for times before it).
 pub fn epoch_ms(time: SystemTime) -> u64 {
     time.duration_since(UNIX_EPOCH)
@@ -137,6 +156,15 @@ mod tests {
         assert_eq!(deadline_ms(600_000, now), 1_795_000_600_000);
         assert_eq!(deadline_ms(1_795_000_030_000, now), 1_795_000_030_000);
         assert_eq!(deadline_ms(0, now), 0, "a zero deadline stays passed");
+    }
+
+    #[test]
+    fn later_times_saturate_instead_of_panicking() {
+        let now = UNIX_EPOCH + Duration::from_millis(1_999);
+        assert_eq!(later_ms(now, Duration::from_millis(1)), 2_000);
+        assert_eq!(later_secs(now, Duration::from_secs(2)), 3);
+        assert_eq!(later_ms(now, Duration::MAX), u64::MAX);
+        assert_eq!(later_secs(now, Duration::MAX), u64::MAX);
     }
 
     #[test]

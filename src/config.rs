@@ -50,8 +50,9 @@ impl IdempotencyMode {
 /// - records expire 1 hour after completion;
 /// - the lease ends at the invocation deadline, with no further cap;
 /// - no payload validation, no local cache, a missing key fails the record;
-/// - 3 acquire attempts when the record changes underneath, 3 commit attempts when a
-///   commit's answer is lost or conflicts;
+/// - 3 acquire attempts when the record changes underneath; 3 attempts, with backoff and
+///   jitter and never past the deadline, for a completion, release or commit that meets a
+///   store fault (or, for a commit, a transaction conflict);
 /// - lease mode for transactional handlers, no heartbeat.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
@@ -135,9 +136,10 @@ impl Config {
         self
     }
 
-    /// How many times to send a commit whose answer was lost or that met a transaction
-    /// conflict (at least 1). Each retry carries the same request token, so it is never
-    /// applied twice.
+    /// How many times to send a completion, release or commit that met a store fault (or, for
+    /// a commit, a transaction conflict), at least 1. Retries back off with jitter and stop
+    /// before the invocation deadline. All of them are safe to send again: completions and
+    /// releases are owner-fenced, and a commit carries the same request token each time.
     pub fn with_commit_attempts(mut self, attempts: u32) -> Self {
         self.commit_attempts = attempts.max(1);
         self

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 
+use aws_sdk_dynamodb::error::ProvideErrorMetadata;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{
     AttributeValue, ConditionCheck, Delete, Put, ReturnValuesOnConditionCheckFailure,
@@ -11,10 +12,12 @@ use aws_sdk_dynamodb::types::{
 };
 
 use crate::dynamodb_store::{
-    num, s, takeover_values, unavailable, DynamoDbStore, DYNAMODB_ITEM_LIMIT_BYTES,
-    FINAL_STATE_UPDATE, OWNER_CONDITION, TAKEOVER_CONDITION,
+    num, refused, s, takeover_values, unavailable, DynamoDbStore, FINAL_STATE_UPDATE,
+    OWNER_CONDITION, TAKEOVER_CONDITION,
 };
 use crate::hashing::sha256_hex;
+use crate::record::Record;
+use crate::record_item::{check_item_size, record_size_bytes};
 use crate::store::{Commit, CommitRequest, StoreError, TransactionalStore};
 use crate::write::{Attr, Item, Write, WriteKind};
 
@@ -108,30 +111,38 @@ fn sdk_write(index: usize, write: &Write) -> Result<TransactWriteItem, StoreErro
 }
 
 /// The same request always gets the same token, so a commit sent again after a lost
-/// response is recognised by DynamoDB (for 10 minutes) instead of applied twice.
-fn client_request_token(request: &CommitRequest) -> String {
+/// response is recognised by DynamoDB (for 10 minutes) instead of applied twice. Every
+/// parameter goes into the token: DynamoDB answers `IdempotentParameterMismatch` to a token
+/// reused with other parameters, so a request that changes (a new `now`, a compressed
+/// result) gets a new token.
+pub(crate) fn client_request_token(request: &CommitRequest) -> String {
     let material = format!(
-        "{}#{}#{}",
+        "{}\n{}\n{}\n{}\n{}\n{:?}\n{:?}\n{:?}",
         request.key,
         request.owner,
-        request.status.as_str()
+        request.status.as_str(),
+        crate::clock::epoch_ms(request.now),
+        request.expiration_secs,
+        request.validation,
+        request.data,
+        request.writes,
     );
     sha256_hex(material.as_bytes())[..32].to_string()
 }
 
 impl DynamoDbStore {
-    fn check_limits(&self, request: &CommitRequest) -> Result<(), StoreError> {
-        let record_bytes = request.key.as_str().len()
-            + request.data.len()
-            + request.owner.as_str().len()
-            + request.validation.as_ref().map_or(0, String::len)
-            + 128;
-        if record_bytes > DYNAMODB_ITEM_LIMIT_BYTES {
-            return Err(StoreError::ItemTooLarge {
-                size_bytes: record_bytes,
-                limit_bytes: DYNAMODB_ITEM_LIMIT_BYTES,
-            });
-        }
+    fn check_limits(&self, request: &CommitRequest) -> Result<usize, StoreError> {
+        let record = Record {
+            key: request.key.clone(),
+            status: request.status,
+            expiration_secs: request.expiration_secs,
+            lease_expiration_ms: None,
+            owner: Some(request.owner.clone()),
+            data: Some(request.data.clone()),
+            validation: request.validation.clone(),
+        };
+        let record_bytes = record_size_bytes(&self.names, &record);
+        check_item_size(record_bytes)?;
         let items = request.writes.len() + 1;
         let bytes = record_bytes + request.writes.iter().map(Write::size_bytes).sum::<usize>();
         if items > DYNAMODB_TRANSACTION_ITEM_LIMIT || bytes > DYNAMODB_TRANSACTION_LIMIT_BYTES {
@@ -142,7 +153,7 @@ impl DynamoDbStore {
                 limit_bytes: DYNAMODB_TRANSACTION_LIMIT_BYTES,
             });
         }
-        Ok(())
+        Ok(record_bytes)
     }
 
     /// Lease mode: the record goes from in progress (held by us) to its final state.
@@ -193,6 +204,7 @@ impl DynamoDbStore {
         &self,
         request: &CommitRequest,
         marker: TransactWriteItem,
+        record_bytes: usize,
     ) -> Result<Commit, StoreError> {
         let mut items = Vec::with_capacity(request.writes.len() + 1);
         items.push(marker);
@@ -210,13 +222,36 @@ impl DynamoDbStore {
             Ok(_) => return Ok(Commit::Applied),
             Err(err) => err,
         };
-        let Some(TransactWriteItemsError::TransactionCanceledException(cancelled)) =
-            err.as_service_error()
-        else {
-            return Err(unavailable(err));
+        let cancelled = match err.as_service_error() {
+            Some(TransactWriteItemsError::TransactionCanceledException(cancelled)) => cancelled,
+            // Another transaction on the same items, or this very token still in flight:
+            // worth sending again.
+            Some(service)
+                if matches!(
+                    service.code(),
+                    Some("TransactionConflictException" | "TransactionInProgressException")
+                ) =>
+            {
+                return Ok(Commit::Conflict)
+            }
+            _ => return Err(refused(err, record_bytes)),
         };
         let reasons = cancelled.cancellation_reasons();
         let code = |i: usize| reasons.get(i).and_then(|r| r.code()).unwrap_or("None");
+        // An invalid write fails the whole request before any condition counts.
+        if let Some(index) = (0..reasons.len()).find(|&i| code(i) == "ValidationError") {
+            let reason = reasons[index].message().unwrap_or("invalid").to_string();
+            if index == 0 {
+                return Err(StoreError::ItemTooLarge {
+                    size_bytes: record_bytes.max(crate::DYNAMODB_ITEM_LIMIT_BYTES + 1),
+                    limit_bytes: crate::DYNAMODB_ITEM_LIMIT_BYTES,
+                });
+            }
+            return Err(StoreError::InvalidRequest {
+                write_index: Some(index - 1),
+                reason: reason.into(),
+            });
+        }
         if code(0) == "ConditionalCheckFailed" {
             let record = match reasons[0].item() {
                 Some(item) => Some(self.parse(item)?),
@@ -236,13 +271,15 @@ impl DynamoDbStore {
     }
 
     async fn commit_inner(&self, request: &CommitRequest) -> Result<Commit, StoreError> {
-        self.check_limits(request)?;
-        self.transact(request, self.lease_marker(request)?).await
+        let record_bytes = self.check_limits(request)?;
+        self.transact(request, self.lease_marker(request)?, record_bytes)
+            .await
     }
 
     async fn commit_fresh_inner(&self, request: &CommitRequest) -> Result<Commit, StoreError> {
-        self.check_limits(request)?;
-        self.transact(request, self.fresh_marker(request)?).await
+        let record_bytes = self.check_limits(request)?;
+        self.transact(request, self.fresh_marker(request)?, record_bytes)
+            .await
     }
 }
 
@@ -259,5 +296,47 @@ impl TransactionalStore for DynamoDbStore {
         request: &CommitRequest,
     ) -> impl Future<Output = Result<Commit, StoreError>> + Send {
         self.commit_fresh_inner(request)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::key::IdempotencyKey;
+    use crate::record::{OwnerToken, Status};
+    use std::time::{Duration, SystemTime};
+
+    fn request(now: SystemTime) -> CommitRequest {
+        CommitRequest {
+            key: IdempotencyKey::derive("t", b"k"),
+            owner: OwnerToken::new("owner"),
+            now,
+            status: Status::Completed,
+            data: "1".into(),
+            expiration_secs: 100,
+            validation: None,
+            writes: vec![Write::delete("ledger", [("id", crate::Attr::s("x"))])],
+        }
+    }
+
+    #[test]
+    fn a_request_token_is_fixed_for_one_request_and_changes_with_any_parameter() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(50);
+        let base = request(now);
+        assert_eq!(
+            client_request_token(&base),
+            client_request_token(&base.clone())
+        );
+        let later = request(now + Duration::from_millis(1));
+        let mut other_data = base.clone();
+        other_data.data = "2".into();
+        let mut other_writes = base.clone();
+        other_writes.writes.clear();
+        let mut other_expiry = base.clone();
+        other_expiry.expiration_secs += 1;
+        for changed in [later, other_data, other_writes, other_expiry] {
+            assert_ne!(client_request_token(&base), client_request_token(&changed));
+        }
+        assert_eq!(client_request_token(&base).len(), 32);
     }
 }

@@ -5,105 +5,33 @@ use std::future::Future;
 use std::time::SystemTime;
 
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
 use aws_sdk_dynamodb::Client;
 
 use crate::clock::{epoch_ms, epoch_secs};
 use crate::key::IdempotencyKey;
 use crate::record::{OwnerToken, Record, Status};
+use crate::record_item::{
+    check_item_size, completed_size_bytes, record_size_bytes, AttributeNames,
+};
 use crate::store::{
     Acquire, AcquireRequest, CompleteRequest, ExtendRequest, Fenced, Store, StoreError,
 };
-
-/// DynamoDB's maximum item size, in bytes.
-pub const DYNAMODB_ITEM_LIMIT_BYTES: usize = 400 * 1024;
-
-/// The table's attribute names. The defaults are Powertools for AWS Lambda's, so one table
-/// layout serves both; `lease_owner` is this crate's addition (fencing).
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct AttributeNames {
-    /// Partition key (S). Default `id`.
-    pub key: String,
-    /// `INPROGRESS` or `COMPLETED` (S). Default `status`.
-    pub status: String,
-    /// Record expiry in epoch seconds (N), the table's TTL attribute. Default `expiration`.
-    pub expiration: String,
-    /// Lease end in epoch milliseconds (N). Default `in_progress_expiration`.
-    pub in_progress_expiration: String,
-    /// Stored result as JSON (S). Default `data`.
-    pub data: String,
-    /// Payload hash (S). Default `validation`.
-    pub validation: String,
-    /// Lease owner token (S). Default `lease_owner`.
-    pub owner: String,
-}
-
-impl Default for AttributeNames {
-    fn default() -> Self {
-        Self {
-            key: "id".into(),
-            status: "status".into(),
-            expiration: "expiration".into(),
-            in_progress_expiration: "in_progress_expiration".into(),
-            data: "data".into(),
-            validation: "validation".into(),
-            owner: "lease_owner".into(),
-        }
-    }
-}
-
-impl AttributeNames {
-    /// Sets the partition key attribute name.
-    pub fn with_key(mut self, name: impl Into<String>) -> Self {
-        self.key = name.into();
-        self
-    }
-
-    /// Sets the status attribute name.
-    pub fn with_status(mut self, name: impl Into<String>) -> Self {
-        self.status = name.into();
-        self
-    }
-
-    /// Sets the expiration (TTL) attribute name.
-    pub fn with_expiration(mut self, name: impl Into<String>) -> Self {
-        self.expiration = name.into();
-        self
-    }
-
-    /// Sets the lease-end attribute name.
-    pub fn with_in_progress_expiration(mut self, name: impl Into<String>) -> Self {
-        self.in_progress_expiration = name.into();
-        self
-    }
-
-    /// Sets the result attribute name.
-    pub fn with_data(mut self, name: impl Into<String>) -> Self {
-        self.data = name.into();
-        self
-    }
-
-    /// Sets the payload hash attribute name.
-    pub fn with_validation(mut self, name: impl Into<String>) -> Self {
-        self.validation = name.into();
-        self
-    }
-
-    /// Sets the lease owner attribute name.
-    pub fn with_owner(mut self, name: impl Into<String>) -> Self {
-        self.owner = name.into();
-        self
-    }
-}
 
 /// A store on a DynamoDB table with a string partition key (`id` by default).
 ///
 /// - acquire: one `PutItem` conditioned on "no item, or expired, or in progress with an
 ///   elapsed lease", with `ReturnValuesOnConditionCheckFailure=ALL_OLD`; a strongly
-///   consistent `GetItem` only when the failed condition returned no item;
-/// - complete: `UpdateItem` conditioned on `INPROGRESS` and the caller's owner token;
+///   consistent `GetItem` only when the failed condition returned no item. A refusal by our
+///   own in-progress record (the SDK resent a put whose answer was lost) is an acquire;
+/// - complete: `UpdateItem` conditioned on `INPROGRESS` and the caller's owner token, with
+///   `ALL_OLD` on failure so that a resent completion recognises its own earlier success;
 /// - release: `DeleteItem` with the same condition.
+///
+/// A `ValidationException` (an item over 400 KB, a bad expression) is the request's fault,
+/// never retried: [`StoreError::ItemTooLarge`] or [`StoreError::InvalidRequest`].
 ///
 /// The client is injected: configure its timeouts and retries there.
 #[derive(Debug, Clone)]
@@ -193,6 +121,17 @@ impl DynamoDbStore {
 
     async fn acquire_inner(&self, request: &AcquireRequest) -> Result<Acquire, StoreError> {
         let n = &self.names;
+        let record = Record {
+            key: request.key.clone(),
+            status: Status::InProgress,
+            expiration_secs: request.expiration_secs,
+            lease_expiration_ms: Some(request.lease_expiration_ms),
+            owner: Some(request.owner.clone()),
+            data: None,
+            validation: request.validation.clone(),
+        };
+        let size_bytes = record_size_bytes(n, &record);
+        check_item_size(size_bytes)?;
         let mut item = self.key_item(&request.key);
         item.insert(n.status.clone(), s(Status::InProgress.as_str()));
         item.insert(n.expiration.clone(), num(request.expiration_secs));
@@ -215,49 +154,29 @@ impl DynamoDbStore {
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .send()
             .await;
-        match result {
-            Ok(_) => Ok(Acquire::Acquired),
-            Err(err) => {
-                let old = match err.as_service_error() {
-                    Some(service) if service.is_conditional_check_failed_exception() => {
-                        match service {
-                            aws_sdk_dynamodb::operation::put_item::PutItemError::ConditionalCheckFailedException(ccf) => {
-                                ccf.item().cloned()
-                            }
-                            _ => None,
-                        }
-                    }
-                    _ => return Err(unavailable(err)),
-                };
-                let existing = match old {
-                    Some(item) => Some(self.parse(&item)?),
-                    None => self.get_inner(&request.key).await?,
-                };
-                Ok(existing.map_or(Acquire::Contended, Acquire::Existing))
-            }
-        }
+        let err = match result {
+            Ok(_) => return Ok(Acquire::Acquired),
+            Err(err) => err,
+        };
+        let old = match err.as_service_error() {
+            Some(PutItemError::ConditionalCheckFailedException(ccf)) => ccf.item().cloned(),
+            _ => return Err(refused(err, size_bytes)),
+        };
+        let existing = match old {
+            Some(item) => Some(self.parse(&item)?),
+            None => self.get_inner(&request.key).await?,
+        };
+        Ok(match existing {
+            // Our own record: an earlier send of this put was applied.
+            Some(record) if record.is_held_by(&request.owner) => Acquire::Acquired,
+            Some(record) => Acquire::Existing(record),
+            None => Acquire::Contended,
+        })
     }
 
     async fn complete_inner(&self, request: &CompleteRequest) -> Result<Fenced, StoreError> {
-        let n = &self.names;
-        let size_bytes = n.key.len()
-            + request.key.as_str().len()
-            + n.status.len()
-            + request.status.as_str().len()
-            + n.data.len()
-            + request.data.len()
-            + n.expiration.len()
-            + 21
-            + n.owner.len()
-            + request.owner.as_str().len()
-            + n.validation.len()
-            + 64;
-        if size_bytes > DYNAMODB_ITEM_LIMIT_BYTES {
-            return Err(StoreError::ItemTooLarge {
-                size_bytes,
-                limit_bytes: DYNAMODB_ITEM_LIMIT_BYTES,
-            });
-        }
+        let size_bytes = completed_size_bytes(&self.names, request);
+        check_item_size(size_bytes)?;
         let (names, values) = self.final_state(
             &request.owner,
             request.status,
@@ -273,9 +192,28 @@ impl DynamoDbStore {
             .condition_expression(OWNER_CONDITION)
             .set_expression_attribute_names(Some(names))
             .set_expression_attribute_values(Some(values))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .send()
             .await;
-        fenced(result)
+        let err = match result {
+            Ok(_) => return Ok(Fenced::Applied),
+            Err(err) => err,
+        };
+        let old = match err.as_service_error() {
+            Some(UpdateItemError::ConditionalCheckFailedException(ccf)) => ccf.item().cloned(),
+            _ => return Err(refused(err, size_bytes)),
+        };
+        let existing = old.map(|item| self.parse(&item)).transpose()?;
+        Ok(match existing {
+            // Our own completion: an earlier send was applied and its answer lost.
+            Some(record)
+                if record.status == request.status
+                    && record.owner.as_ref() == Some(&request.owner) =>
+            {
+                Fenced::Applied
+            }
+            _ => Fenced::LeaseLost,
+        })
     }
 
     async fn extend_inner(&self, request: &ExtendRequest) -> Result<Fenced, StoreError> {
@@ -399,7 +337,7 @@ where
         {
             Ok(Fenced::LeaseLost)
         }
-        Err(err) => Err(unavailable(err)),
+        Err(err) => Err(refused(err, 0)),
     }
 }
 
@@ -431,6 +369,33 @@ where
     E: std::error::Error + Send + Sync + 'static,
 {
     StoreError::Unavailable(Box::new(err))
+}
+
+/// The store error for a request DynamoDB did not apply (other than a failed condition): a
+/// `ValidationException` is the request's fault (an item over the size limit, with
+/// `size_bytes` as estimated, or another invalid request); anything else is an outage.
+pub(crate) fn refused<E, R>(err: SdkError<E, R>, size_bytes: usize) -> StoreError
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    R: std::fmt::Debug + Send + Sync + 'static,
+{
+    let Some(service) = err.as_service_error() else {
+        return unavailable(err);
+    };
+    if service.code() != Some("ValidationException") {
+        return unavailable(err);
+    }
+    let message = service.message().unwrap_or_default().to_ascii_lowercase();
+    if message.contains("size") && message.contains("exceed") {
+        return StoreError::ItemTooLarge {
+            size_bytes: size_bytes.max(crate::DYNAMODB_ITEM_LIMIT_BYTES + 1),
+            limit_bytes: crate::DYNAMODB_ITEM_LIMIT_BYTES,
+        };
+    }
+    StoreError::InvalidRequest {
+        write_index: None,
+        reason: Box::new(err),
+    }
 }
 
 impl Store for DynamoDbStore {

@@ -1,9 +1,9 @@
 //! The per-record protocol behind [`Idempotent`](crate::Idempotent) and
 //! [`Transactional`](crate::Transactional): key, cache, single flight, lease, handler,
-//! completion. The decisions themselves are [`decide`]'s; this module does the I/O.
+//! completion. The decisions themselves are [`decide`]'s; this module does the I/O, with
+//! the lease in [`crate::lease`] and the final writes in [`crate::finish`].
 
 use std::any::Any;
-use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
@@ -16,17 +16,21 @@ use serde::Serialize;
 use tower::Service;
 
 use crate::cache::CompletedCache;
-use crate::clock::{deadline_ms, epoch_ms, epoch_secs, Clock};
+use crate::clock::{deadline_ms, epoch_ms, later_secs, Clock};
 use crate::config::{Config, MissingKey};
-use crate::error::{error_chain, BoxError, Error, Permanent};
+use crate::error::{BoxError, Error, Permanent};
+use crate::finish::{self, commit_error, is_our_commit, store_fitting};
 use crate::in_flight::{self, FlightGuard, FlightResult, InFlight, Join};
 use crate::key::{IdempotencyKey, KeyError, KeyExtractor, MAX_KEY_BYTES};
+use crate::lease::{self, expiration_for, lease_end_ms, Lease};
 use crate::processed::Processed;
 use crate::record::{decide, Decision, OwnerToken, Record, Status};
 use crate::store::{
-    Acquire, AcquireRequest, Commit, CommitRequest, CompleteRequest, ExtendRequest, Fenced, Store,
-    StoreError, TransactionalStore,
+    Acquire, AcquireRequest, Commit, CommitRequest, CompleteRequest, Fenced, Store,
+    TransactionalStore,
 };
+use crate::stored_result;
+use crate::validation::PayloadHash;
 use crate::write::Completion;
 
 /// The prefix used when neither the configuration nor the Lambda environment names one.
@@ -89,13 +93,17 @@ fn key_prefix(config: &Config, context: &lambda_runtime::Context) -> String {
         .unwrap_or_else(|| FALLBACK_KEY_PREFIX.to_string())
 }
 
-fn replay<T: DeserializeOwned>(data: Option<&str>) -> Result<Processed<T>, Error> {
-    serde_json::from_str(data.unwrap_or("null"))
-        .map(Processed::Replayed)
-        .map_err(Error::Codec)
+/// Reads a stored result back. A result that no longer decodes (the result type changed
+/// across a deploy) still belongs to a completed record: the message is a duplicate and is
+/// acknowledged without the result rather than sent to the dead-letter queue.
+pub(crate) fn replay<T: DeserializeOwned>(data: Option<&str>) -> Processed<T> {
+    stored_result::decode(data).unwrap_or_else(|err| {
+        tracing::warn!(error = %err, "acknowledging a duplicate whose stored result cannot be read");
+        Processed::ReplayedWithoutResult
+    })
 }
 
-fn replay_failure(data: Option<&str>) -> Error {
+pub(crate) fn replay_failure(data: Option<&str>) -> Error {
     let message = data
         .and_then(|d| serde_json::from_str::<String>(d).ok())
         .unwrap_or_else(|| "permanent failure".to_string());
@@ -116,7 +124,7 @@ fn panic_message(payload: &(dyn Any + Send)) -> String {
 }
 
 /// The handler's error was marked [`Permanent`].
-fn is_permanent(err: &Error) -> bool {
+pub(crate) fn is_permanent(err: &Error) -> bool {
     matches!(err, Error::Handler(inner) if inner.is::<Permanent>())
 }
 
@@ -139,23 +147,39 @@ where
     }
 }
 
+/// Whether a stored payload hash belongs to another payload than ours.
+fn mismatched(stored: Option<&str>, ours: Option<&PayloadHash>) -> bool {
+    matches!((stored, ours), (Some(stored), Some(ours)) if !ours.matches(stored))
+}
+
 /// A record that passed the prelude: its key is derived and this call leads its flight.
 pub(crate) struct Claim {
     pub(crate) key: IdempotencyKey,
-    pub(crate) validation: Option<String>,
-    request_id: String,
-    deadline_ms: u64,
+    pub(crate) validation: Option<PayloadHash>,
+    pub(crate) deadline_ms: u64,
     flight: Option<FlightGuard>,
 }
 
 impl Claim {
-    fn finish(&mut self, state: &State, result: FlightResult) {
-        if result == FlightResult::HandlerFailed {
-            state.in_flight.record_failure(&self.request_id, &self.key);
+    /// The payload hash as it is stored.
+    pub(crate) fn stored_validation(&self) -> Option<String> {
+        self.validation.as_ref().map(|v| v.as_str().to_string())
+    }
+
+    /// Tells the records waiting on this one how it ended.
+    pub(crate) fn finish(&mut self, result: FlightResult) {
+        if let FlightResult::HandlerFailed { validation } = &result {
+            in_flight::record_failure(&self.key, validation.clone());
         }
         if let Some(guard) = self.flight.take() {
             guard.finish(result);
         }
+    }
+
+    /// The handler failed (retryably) for this record.
+    pub(crate) fn handler_failed(&mut self) {
+        let validation = self.stored_validation();
+        self.finish(FlightResult::HandlerFailed { validation });
     }
 }
 
@@ -170,8 +194,8 @@ pub(crate) enum Prelude<T> {
     Proceed(Claim),
 }
 
-/// Derives the key and payload hash, then answers from the cache or the flight leader when
-/// it can.
+/// Derives the key and payload hash, then answers from the cache, the batch's failures or
+/// the flight leader when it can.
 pub(crate) async fn prelude<St, K, C, T>(
     shared: &Shared<St, K, C>,
     event: &LambdaEvent<SqsMessage>,
@@ -202,8 +226,8 @@ where
 
     let now = shared.clock.now();
     if let Some(record) = shared.state.cached(&key, now) {
-        match decide(&record, now, validation.as_deref()) {
-            Decision::Replay { data } => return Prelude::Done(replay(data.as_deref())),
+        match decide(&record, now, validation.as_ref()) {
+            Decision::Replay { data } => return Prelude::Done(Ok(replay(data.as_deref()))),
             Decision::ReplayFailure { data } => {
                 return Prelude::Done(Err(replay_failure(data.as_deref())))
             }
@@ -212,50 +236,57 @@ where
         }
     }
 
-    // Records of this process that share the key wait for the first one; once its handler
-    // failed, the others of the same invocation do not run it again.
-    let request_id = event.context.request_id.clone();
-    if shared.state.in_flight.failed_earlier(&request_id, &key) {
-        return Prelude::Done(Err(Error::SameKeyFailed { key }));
+    // Once the handler failed for a key in this batch, later records with that key do not
+    // run it again; another payload under the key is rejected as such.
+    if let Some(stored) = in_flight::failed_earlier(&key) {
+        return Prelude::Done(Err(if mismatched(stored.as_deref(), validation.as_ref()) {
+            Error::PayloadMismatch { key }
+        } else {
+            Error::SameKeyFailed { key }
+        }));
     }
+    let deadline_ms = deadline_ms(event.context.deadline, now);
+    // Records of this process that share the key wait for the first one, until their own
+    // deadline at most.
     let flight = match shared.state.in_flight.join(&key) {
         Join::Leader(guard) => Some(guard),
-        Join::Follower(slot) => match in_flight::wait(slot).await {
-            FlightResult::Completed {
-                data,
-                validation: stored,
-            } => {
-                return Prelude::Done(match (stored, &validation) {
-                    (Some(stored), Some(ours)) if &stored != ours => {
-                        Err(Error::PayloadMismatch { key })
-                    }
-                    _ => replay(Some(&data)),
-                });
+        Join::Follower(slot) => {
+            let wait_ms = deadline_ms.saturating_sub(epoch_ms(now));
+            let result = tokio::select! {
+                result = in_flight::wait(slot) => result,
+                () = shared.clock.sleep(Duration::from_millis(wait_ms)) => {
+                    return Prelude::Done(Err(Error::InProgress { key }));
+                }
+            };
+            let answer = match result {
+                FlightResult::NotStarted => None,
+                FlightResult::Completed { validation: s, .. }
+                | FlightResult::FailedPermanently { validation: s, .. }
+                | FlightResult::HandlerFailed { validation: s }
+                    if mismatched(s.as_deref(), validation.as_ref()) =>
+                {
+                    Some(Err(Error::PayloadMismatch { key: key.clone() }))
+                }
+                FlightResult::Completed { data, .. } => Some(Ok(replay(Some(&data)))),
+                FlightResult::FailedPermanently { data, .. } => {
+                    Some(Err(replay_failure(Some(&data))))
+                }
+                FlightResult::HandlerFailed { .. } => {
+                    Some(Err(Error::SameKeyFailed { key: key.clone() }))
+                }
+            };
+            if let Some(answer) = answer {
+                return Prelude::Done(answer);
             }
-            FlightResult::HandlerFailed => return Prelude::Done(Err(Error::SameKeyFailed { key })),
-            FlightResult::NotStarted => None,
-        },
+            None
+        }
     };
     Prelude::Proceed(Claim {
         key,
         validation,
-        request_id,
-        deadline_ms: deadline_ms(event.context.deadline, now),
+        deadline_ms,
         flight,
     })
-}
-
-/// The end of the lease for an acquire or extension at `now`.
-fn lease_end_ms(config: &Config, deadline_ms: u64, now: SystemTime) -> u64 {
-    match config.max_lease {
-        Some(max) => deadline_ms.min(epoch_ms(now + max)),
-        None => deadline_ms,
-    }
-}
-
-/// The record never expires before its lease ends.
-fn expiration_for(config: &Config, now: SystemTime, lease_ms: u64) -> u64 {
-    epoch_secs(now + config.expires_after).max(lease_ms.div_ceil(1000))
 }
 
 /// Takes the lease, or answers the record from what the store holds.
@@ -282,13 +313,28 @@ where
             now,
             lease_expiration_ms: lease_ms,
             expiration_secs: expiration_for(config, now, lease_ms),
-            validation: claim.validation.clone(),
+            validation: claim.stored_validation(),
         };
         let existing = match shared.store.acquire(&request).await {
             Ok(Acquire::Acquired) => return Ok(owner),
             Ok(Acquire::Existing(record)) => record,
             Ok(Acquire::Contended) => continue,
-            Err(err) => return Err(Err(Error::Store(err))),
+            Err(err) => {
+                if err.is_transient() {
+                    // The write may have been applied with its answer lost: release it
+                    // under our token rather than leave it held by nobody until the deadline.
+                    lease::release(
+                        &shared.store,
+                        &shared.clock,
+                        config,
+                        &claim.key,
+                        &owner,
+                        claim.deadline_ms,
+                    )
+                    .await;
+                }
+                return Err(Err(Error::Store(err)));
+            }
         };
         match answer_existing(shared, claim, existing, now) {
             Some(answer) => return Err(answer),
@@ -302,30 +348,29 @@ where
 
 /// The answer for a record that already exists, or `None` when it changed underneath and
 /// the write should be tried again.
-fn answer_existing<St, K, C, T: DeserializeOwned>(
+pub(crate) fn answer_existing<St, K, C, T: DeserializeOwned>(
     shared: &Shared<St, K, C>,
     claim: &mut Claim,
     existing: Record,
     now: SystemTime,
 ) -> Option<Result<Processed<T>, Error>> {
     let key = claim.key.clone();
-    match decide(&existing, now, claim.validation.as_deref()) {
+    match decide(&existing, now, claim.validation.as_ref()) {
         Decision::Replay { data } => {
             let replayed = replay(data.as_deref());
-            if replayed.is_ok() {
-                claim.finish(
-                    &shared.state,
-                    FlightResult::Completed {
-                        data: data.unwrap_or_else(|| "null".into()),
-                        validation: existing.validation.clone(),
-                    },
-                );
-                shared.state.remember(existing);
-            }
-            Some(replayed)
+            claim.finish(FlightResult::Completed {
+                data: data.unwrap_or_else(|| "null".into()),
+                validation: existing.validation.clone(),
+            });
+            shared.state.remember(existing);
+            Some(Ok(replayed))
         }
         Decision::ReplayFailure { data } => {
             let failure = replay_failure(data.as_deref());
+            claim.finish(FlightResult::FailedPermanently {
+                data: data.unwrap_or_else(|| "null".into()),
+                validation: existing.validation.clone(),
+            });
             shared.state.remember(existing);
             Some(Err(failure))
         }
@@ -333,79 +378,6 @@ fn answer_existing<St, K, C, T: DeserializeOwned>(
         Decision::PayloadMismatch => Some(Err(Error::PayloadMismatch { key })),
         Decision::Retry => None,
     }
-}
-
-/// Runs the handler; with a heartbeat configured and a lease held, extends the lease while
-/// it runs. The heartbeat stops when the handler ends.
-async fn run_handler<St, K, C, F, R>(
-    shared: &Shared<St, K, C>,
-    claim: &Claim,
-    owner: Option<&OwnerToken>,
-    handler: F,
-) -> Result<R, Error>
-where
-    St: Store,
-    C: Clock,
-    F: Future<Output = Result<R, Error>>,
-{
-    let (Some(every), Some(owner)) = (shared.config.heartbeat, owner) else {
-        return handler.await;
-    };
-    let mut handler = std::pin::pin!(handler);
-    loop {
-        tokio::select! {
-            result = &mut handler => return result,
-            _ = tokio::time::sleep(every) => {
-                let now = shared.clock.now();
-                let lease_ms = lease_end_ms(&shared.config, claim.deadline_ms, now);
-                let request = ExtendRequest {
-                    key: claim.key.clone(),
-                    owner: owner.clone(),
-                    lease_expiration_ms: lease_ms,
-                    expiration_secs: expiration_for(&shared.config, now, lease_ms),
-                };
-                match shared.store.extend(&request).await {
-                    Ok(Fenced::Applied) => {
-                        tracing::debug!(lease_expiration_ms = lease_ms, "lease extended");
-                    }
-                    Ok(Fenced::LeaseLost) => {
-                        tracing::warn!("lease lost while the handler runs");
-                    }
-                    Err(err) => {
-                        tracing::warn!(error = %error_chain(&err), "could not extend the lease");
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// Releases the lease after a failure so a retry can run at once. A failed release is only
-/// logged: the lease then elapses at the deadline.
-async fn release<St: Store>(store: &St, key: &IdempotencyKey, owner: &OwnerToken) {
-    match store.release(key, owner).await {
-        Ok(Fenced::Applied) => {}
-        Ok(Fenced::LeaseLost) => {
-            tracing::warn!(idempotency_key = %key, "lease was lost before it could be released");
-        }
-        Err(err) => {
-            tracing::warn!(
-                idempotency_key = %key,
-                error = %error_chain(&err),
-                "could not release the lease; it ends at the invocation deadline"
-            );
-        }
-    }
-}
-
-/// The stored form of a permanent failure: its message as a JSON string.
-fn failure_data(err: &Error) -> (String, String) {
-    let message = match err {
-        Error::Handler(inner) => error_chain(inner.as_ref()),
-        other => error_chain(other),
-    };
-    let data = serde_json::to_string(&message).unwrap_or_else(|_| "\"permanent failure\"".into());
-    (message, data)
 }
 
 /// After the handler failed under a lease: store a permanent failure, or release.
@@ -419,60 +391,58 @@ where
     St: Store,
     C: Clock,
 {
-    if !is_permanent(&err) {
-        release(&shared.store, &claim.key, owner).await;
-        claim.finish(&shared.state, FlightResult::HandlerFailed);
+    if matches!(err, Error::LeaseLost { .. }) {
+        // Cancelled by the heartbeat: the lease is someone else's now.
         return Err(err);
     }
-    let (message, data) = failure_data(&err);
-    let request = CompleteRequest {
-        key: claim.key.clone(),
-        owner: owner.clone(),
-        status: Status::Failed,
-        data,
-        expiration_secs: epoch_secs(shared.clock.now() + shared.config.expires_after),
-    };
-    match shared.store.complete(&request).await {
-        Ok(Fenced::Applied) => Err(Error::Permanent {
-            message,
-            replayed: false,
-        }),
-        Ok(Fenced::LeaseLost) => Err(Error::LeaseLost {
-            key: claim.key.clone(),
-        }),
-        Err(store) => Err(Error::Store(store)),
+    let (store, clock, config) = (&shared.store, &shared.clock, &shared.config);
+    if !is_permanent(&err) {
+        lease::release(store, clock, config, &claim.key, owner, claim.deadline_ms).await;
+        claim.handler_failed();
+        return Err(err);
     }
+    let answer = finish::store_failure(
+        store,
+        clock,
+        config,
+        &claim.key,
+        owner,
+        claim.deadline_ms,
+        &err,
+    )
+    .await;
+    if let Error::Permanent { message, .. } = &answer {
+        claim.finish(FlightResult::FailedPermanently {
+            data: serde_json::Value::String(message.clone()).to_string(),
+            validation: claim.stored_validation(),
+        });
+    }
+    Err(answer)
 }
 
-/// The completed record as the cache keeps it.
-fn completed_record(claim: &Claim, data: &str, expiration_secs: u64) -> Record {
-    Record {
-        key: claim.key.clone(),
-        status: Status::Completed,
-        expiration_secs,
-        lease_expiration_ms: None,
-        owner: None,
-        data: Some(data.to_string()),
-        validation: claim.validation.clone(),
-    }
-}
-
-fn executed<St, K, C, T>(
+/// The handler ran and its result (in the stored form `data`) is stored.
+pub(crate) fn executed<St, K, C, T>(
     shared: &Shared<St, K, C>,
     claim: &mut Claim,
     value: T,
     data: String,
     expiration_secs: u64,
 ) -> Result<Processed<T>, Error> {
-    shared
-        .state
-        .remember(completed_record(claim, &data, expiration_secs));
-    let validation = claim.validation.clone();
-    claim.finish(&shared.state, FlightResult::Completed { data, validation });
+    shared.state.remember(Record {
+        key: claim.key.clone(),
+        status: Status::Completed,
+        expiration_secs,
+        lease_expiration_ms: None,
+        owner: None,
+        data: Some(data.clone()),
+        validation: claim.stored_validation(),
+    });
+    let validation = claim.stored_validation();
+    claim.finish(FlightResult::Completed { data, validation });
     Ok(Processed::Executed(value))
 }
 
-/// Plain handlers: lease, run, complete with `UpdateItem` (or release).
+/// Plain handlers: lease, run, store the result with an owner-fenced `complete` (or release).
 pub(crate) async fn run_plain<S, St, K, C, T>(
     shared: Arc<Shared<St, K, C>>,
     inner: S,
@@ -498,95 +468,38 @@ where
         Ok(owner) => owner,
         Err(answer) => return answer,
     };
-    let value = match run_handler(&shared, &claim, Some(&owner), call_inner(inner, event)).await {
+    let (store, clock, config) = (&shared.store, &shared.clock, &shared.config);
+    let lease = Lease {
+        store,
+        clock,
+        config,
+        key: &claim.key,
+        owner: &owner,
+        deadline_ms: claim.deadline_ms,
+    };
+    let value = match lease.run(call_inner(inner, event)).await {
         Ok(value) => value,
         Err(err) => return settle_failure(&shared, &mut claim, &owner, err).await,
     };
-    let data = match serde_json::to_string(&value) {
-        Ok(data) => data,
-        Err(err) => {
-            return settle_failure(&shared, &mut claim, &owner, Error::Codec(err)).await;
-        }
-    };
-    let expiration_secs = epoch_secs(shared.clock.now() + shared.config.expires_after);
-    let request = CompleteRequest {
-        key: claim.key.clone(),
-        owner: owner.clone(),
-        status: Status::Completed,
-        data,
-        expiration_secs,
-    };
-    match shared.store.complete(&request).await {
-        Ok(Fenced::Applied) => executed(&shared, &mut claim, value, request.data, expiration_secs),
-        Ok(Fenced::LeaseLost) => Err(Error::LeaseLost { key: claim.key }),
-        Err(err @ StoreError::ItemTooLarge { .. }) => {
-            settle_failure(&shared, &mut claim, &owner, Error::Store(err)).await
-        }
+    let expiration_secs = later_secs(clock.now(), config.expires_after);
+    let (key, deadline_ms) = (&claim.key, claim.deadline_ms);
+    let stored = store_fitting(serde_json::to_string(&value), |data| {
+        let request = CompleteRequest {
+            key: key.clone(),
+            owner: owner.clone(),
+            status: Status::Completed,
+            data,
+            expiration_secs,
+        };
+        async move { finish::complete(store, clock, config, &request, deadline_ms).await }
+    })
+    .await;
+    match stored {
+        Ok((Fenced::Applied, data)) => executed(&shared, &mut claim, value, data, expiration_secs),
+        Ok((Fenced::LeaseLost, _)) => Err(Error::LeaseLost { key: claim.key }),
+        // The store stayed down: the record keeps its lease until the deadline.
         Err(err) => Err(Error::Store(err)),
     }
-}
-
-/// How a commit ended, before mapping to the record's answer.
-async fn commit_with_retries<St: TransactionalStore>(
-    store: &St,
-    request: &CommitRequest,
-    fresh: bool,
-    attempts: u32,
-) -> Result<Commit, StoreError> {
-    let mut attempt = 1;
-    loop {
-        let result = if fresh {
-            store.commit_fresh(request).await
-        } else {
-            store.commit(request).await
-        };
-        let retryable = matches!(
-            result,
-            Ok(Commit::Conflict) | Err(StoreError::Unavailable(_))
-        );
-        if !retryable || attempt >= attempts {
-            return result;
-        }
-        tracing::debug!(attempt, "retrying the commit with the same request token");
-        tokio::time::sleep(Duration::from_millis(20 * u64::from(attempt))).await;
-        attempt += 1;
-    }
-}
-
-/// Our own earlier attempt of this very commit is what refused it: its response was lost.
-fn is_our_commit(record: Option<&Record>, request: &CommitRequest) -> bool {
-    record.is_some_and(|r| r.owner.as_ref() == Some(&request.owner) && r.status == request.status)
-}
-
-/// Errors of a commit that are the handler's doing, not the store's.
-fn commit_error(claim: &Claim, commit: Result<Commit, StoreError>) -> Error {
-    match commit {
-        Ok(Commit::ConditionFailed { write_index }) => Error::ConditionFailed {
-            key: claim.key.clone(),
-            write_index,
-        },
-        Ok(Commit::Conflict) => Error::Conflict {
-            key: claim.key.clone(),
-        },
-        Ok(Commit::Applied | Commit::RecordRefused(_)) => {
-            unreachable!("applied and refused commits are answered by the caller")
-        }
-        Err(err) => Error::Store(err),
-    }
-}
-
-/// The handler's own fault (bad writes, too large): not a store outage.
-fn is_request_fault(err: &Error) -> bool {
-    matches!(
-        err,
-        Error::ConditionFailed { .. }
-            | Error::Conflict { .. }
-            | Error::Store(
-                StoreError::ItemTooLarge { .. }
-                    | StoreError::TransactionTooLarge { .. }
-                    | StoreError::InvalidWrite { .. }
-            )
-    )
 }
 
 /// Transactional handlers, lease mode: lease, run, commit the writes with the record.
@@ -612,151 +525,58 @@ where
         Ok(owner) => owner,
         Err(answer) => return answer,
     };
-    let completion =
-        match run_handler(&shared, &claim, Some(&owner), call_inner(inner, event)).await {
-            Ok(completion) => completion,
-            Err(err) => return settle_failure(&shared, &mut claim, &owner, err).await,
-        };
-    let Completion { result, writes } = completion;
-    let data = match serde_json::to_string(&result) {
-        Ok(data) => data,
-        Err(err) => {
-            return settle_failure(&shared, &mut claim, &owner, Error::Codec(err)).await;
-        }
+    let (store, clock, config) = (&shared.store, &shared.clock, &shared.config);
+    let lease = Lease {
+        store,
+        clock,
+        config,
+        key: &claim.key,
+        owner: &owner,
+        deadline_ms: claim.deadline_ms,
     };
-    let now = shared.clock.now();
-    let request = CommitRequest {
-        key: claim.key.clone(),
-        owner: owner.clone(),
-        now,
-        status: Status::Completed,
-        data,
-        expiration_secs: epoch_secs(now + shared.config.expires_after),
-        validation: claim.validation.clone(),
-        writes,
+    let Completion { result, writes } = match lease.run(call_inner(inner, event)).await {
+        Ok(completion) => completion,
+        Err(err) => return settle_failure(&shared, &mut claim, &owner, err).await,
     };
-    let commit = commit_with_retries(
-        &shared.store,
-        &request,
-        false,
-        shared.config.commit_attempts,
-    )
-    .await;
-    match commit {
-        Ok(Commit::Applied) => executed(
-            &shared,
-            &mut claim,
-            result,
-            request.data,
-            request.expiration_secs,
-        ),
-        Ok(Commit::RecordRefused(record)) if is_our_commit(record.as_ref(), &request) => executed(
-            &shared,
-            &mut claim,
-            result,
-            request.data,
-            request.expiration_secs,
-        ),
-        Ok(Commit::RecordRefused(_)) => Err(Error::LeaseLost { key: claim.key }),
-        other => {
-            let err = commit_error(&claim, other);
-            if is_request_fault(&err) {
-                release(&shared.store, &claim.key, &owner).await;
-                claim.finish(&shared.state, FlightResult::HandlerFailed);
-            }
-            Err(err)
-        }
-    }
-}
-
-/// Transactional handlers, optimistic mode: no lease; run, then commit the writes with the
-/// final record if no live record exists. A duplicate learns the stored result from the
-/// refused commit.
-pub(crate) async fn run_transactional_optimistic<S, St, K, C, T>(
-    shared: Arc<Shared<St, K, C>>,
-    inner: S,
-    event: LambdaEvent<SqsMessage>,
-) -> Result<Processed<T>, Error>
-where
-    S: Service<LambdaEvent<SqsMessage>, Response = Completion<T>>,
-    S::Error: Into<BoxError>,
-    T: Serialize + DeserializeOwned,
-    St: TransactionalStore,
-    K: KeyExtractor,
-    C: Clock,
-{
-    let mut claim = match prelude(&shared, &event).await {
-        Prelude::Done(answer) => return answer,
-        Prelude::Unprotected(err) => return Err(Error::Key(err)),
-        Prelude::Proceed(claim) => claim,
-    };
-    if claim.deadline_ms <= epoch_ms(shared.clock.now()) {
-        return Err(Error::DeadlineNear);
-    }
-    let handled = run_handler(&shared, &claim, None, call_inner(inner, event)).await;
-    let (status, data, result, writes, failure) = match handled {
-        Ok(Completion { result, writes }) => match serde_json::to_string(&result) {
-            Ok(data) => (Status::Completed, data, Some(result), writes, None),
-            Err(err) => {
-                claim.finish(&shared.state, FlightResult::HandlerFailed);
-                return Err(Error::Codec(err));
-            }
-        },
-        Err(err) if is_permanent(&err) => {
-            let (message, data) = failure_data(&err);
-            (Status::Failed, data, None, Vec::new(), Some(message))
-        }
-        Err(err) => {
-            claim.finish(&shared.state, FlightResult::HandlerFailed);
-            return Err(err);
-        }
-    };
-    let owner = OwnerToken::generate();
-    let mut result = result;
-    for _ in 0..shared.config.acquire_attempts {
-        let now = shared.clock.now();
+    let now = clock.now();
+    let expiration_secs = later_secs(now, config.expires_after);
+    let (key, deadline_ms, validation) = (&claim.key, claim.deadline_ms, claim.stored_validation());
+    let committed = store_fitting(serde_json::to_string(&result), |data| {
         let request = CommitRequest {
-            key: claim.key.clone(),
+            key: key.clone(),
             owner: owner.clone(),
             now,
-            status,
-            data: data.clone(),
-            expiration_secs: epoch_secs(now + shared.config.expires_after),
-            validation: claim.validation.clone(),
+            status: Status::Completed,
+            data,
+            expiration_secs,
+            validation: validation.clone(),
             writes: writes.clone(),
         };
-        let commit =
-            commit_with_retries(&shared.store, &request, true, shared.config.commit_attempts).await;
-        let existing = match commit {
-            Ok(Commit::Applied) => None,
-            Ok(Commit::RecordRefused(record)) if is_our_commit(record.as_ref(), &request) => None,
-            Ok(Commit::RecordRefused(Some(record))) => Some(record),
-            Ok(Commit::RecordRefused(None)) => continue,
-            other => {
-                let err = commit_error(&claim, other);
-                if is_request_fault(&err) {
-                    claim.finish(&shared.state, FlightResult::HandlerFailed);
+        async move {
+            match finish::commit(store, clock, config, &request, false, deadline_ms).await {
+                Ok(Commit::RecordRefused(record)) if is_our_commit(record.as_ref(), &request) => {
+                    Ok(Commit::Applied)
                 }
-                return Err(err);
+                other => other,
             }
-        };
-        let Some(existing) = existing else {
-            // Committed.
-            return match (result.take(), failure) {
-                (Some(value), _) => {
-                    executed(&shared, &mut claim, value, data, request.expiration_secs)
-                }
-                (None, message) => Err(Error::Permanent {
-                    message: message.unwrap_or_default(),
-                    replayed: false,
-                }),
-            };
-        };
-        if let Some(answer) = answer_existing(&shared, &mut claim, existing, now) {
-            return answer;
         }
+    })
+    .await;
+    let commit = match committed {
+        Ok((Commit::Applied, data)) => {
+            return executed(&shared, &mut claim, result, data, expiration_secs)
+        }
+        Ok((Commit::RecordRefused(_), _)) => return Err(Error::LeaseLost { key: claim.key }),
+        Ok((other, _)) => Ok(other),
+        Err(err) => Err(err),
+    };
+    let err = commit_error(&claim.key, commit);
+    if err.is_request_fault() || matches!(err, Error::Conflict { .. }) {
+        // Nothing was applied and sending it again will not help now: free the key.
+        lease::release(store, clock, config, &claim.key, &owner, claim.deadline_ms).await;
+        claim.handler_failed();
     }
-    Err(Error::Contended { key: claim.key })
+    Err(err)
 }
 
 #[cfg(test)]
@@ -778,15 +598,15 @@ mod tests {
     }
 
     #[test]
-    fn replay_reads_the_stored_json() {
-        let replayed: Processed<Vec<u32>> = replay(Some("[1,2]")).unwrap();
+    fn replay_reads_the_stored_json_and_acknowledges_what_no_longer_decodes() {
+        let replayed: Processed<Vec<u32>> = replay(Some("[1,2]"));
         assert_eq!(replayed, Processed::Replayed(vec![1, 2]));
-        let unit: Processed<()> = replay(None).unwrap();
+        let unit: Processed<()> = replay(None);
         assert_eq!(unit.outcome(), crate::Outcome::Replayed);
-        assert!(matches!(
+        assert_eq!(
             replay::<u32>(Some("\"text\"")),
-            Err(Error::Codec(_))
-        ));
+            Processed::ReplayedWithoutResult
+        );
     }
 
     #[test]
@@ -798,18 +618,5 @@ mod tests {
             }
             other => panic!("unexpected {other:?}"),
         }
-    }
-
-    #[test]
-    fn lease_ends_at_the_deadline_or_the_cap() {
-        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(100);
-        let config = Config::new();
-        assert_eq!(lease_end_ms(&config, 130_000, now), 130_000);
-        let capped = Config::new().with_max_lease(Duration::from_secs(5));
-        assert_eq!(lease_end_ms(&capped, 130_000, now), 105_000);
-        assert_eq!(lease_end_ms(&capped, 101_000, now), 101_000);
-        // A lease past the record window keeps the record alive until the lease ends.
-        let short = Config::new().with_expires_after(Duration::from_secs(1));
-        assert_eq!(expiration_for(&short, now, 130_500), 131);
     }
 }

@@ -84,9 +84,19 @@ pub enum Error {
         /// The stored key.
         key: IdempotencyKey,
     },
-    /// The handler's result could not be serialized, or a stored result deserialized.
-    #[error("the result could not be serialized or deserialized")]
-    Codec(#[source] serde_json::Error),
+}
+
+impl Error {
+    /// The handler's own doing rather than an outage: its writes or result were refused as
+    /// invalid or too large, or a business condition of its writes failed. Not retried; in
+    /// lease mode the lease is released.
+    pub fn is_request_fault(&self) -> bool {
+        match self {
+            Error::ConditionFailed { .. } => true,
+            Error::Store(store) => store.is_request_fault(),
+            _ => false,
+        }
+    }
 }
 
 impl Error {
@@ -100,16 +110,11 @@ impl Error {
                 Outcome::Locked
             }
             Error::Permanent { .. } => Outcome::FailedPermanently,
-            Error::Store(
-                StoreError::ItemTooLarge { .. }
-                | StoreError::TransactionTooLarge { .. }
-                | StoreError::InvalidWrite { .. },
-            ) => Outcome::Failed,
+            Error::Store(store) if store.is_request_fault() => Outcome::Rejected,
             Error::Store(_) => Outcome::StoreUnavailable,
-            Error::Handler(_)
-            | Error::Panic { .. }
-            | Error::Codec(_)
-            | Error::SameKeyFailed { .. } => Outcome::Failed,
+            Error::Handler(_) | Error::Panic { .. } | Error::SameKeyFailed { .. } => {
+                Outcome::Failed
+            }
             Error::LeaseLost { .. } => Outcome::LeaseLost,
             Error::DeadlineNear => Outcome::DeadlineNear,
         }
@@ -127,6 +132,7 @@ impl Error {
                 "Idempotency.TransactionTooLarge"
             }
             Error::Store(StoreError::InvalidWrite { .. }) => "Idempotency.InvalidWrite",
+            Error::Store(StoreError::InvalidRequest { .. }) => "Idempotency.InvalidRequest",
             Error::Permanent { .. } => "Idempotency.PermanentFailure",
             Error::ConditionFailed { .. } => "Idempotency.ConditionFailed",
             Error::Conflict { .. } => "Idempotency.TransactionConflict",
@@ -136,7 +142,6 @@ impl Error {
             Error::SameKeyFailed { .. } => "Idempotency.SameKeyFailed",
             Error::LeaseLost { .. } => "Idempotency.LeaseLost",
             Error::DeadlineNear => "Idempotency.DeadlineNear",
-            Error::Codec(_) => "Idempotency.CodecError",
         }
     }
 }

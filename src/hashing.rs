@@ -1,13 +1,15 @@
-//! Canonical JSON and SHA-256 hex digests.
+//! SHA-256 hex digests, and the canonical JSON of payload hashes before the `v2:` format.
 //!
-//! Object keys are sorted here explicitly, so the digest does not depend on serde_json's
-//! `preserve_order` feature, which another crate in the build may switch on.
+//! The legacy form sorts object keys but writes numbers as `serde_json::Value` holds them
+//! (through `f64` past `u64`). It is kept only so that payload hashes stored by earlier
+//! versions still match their payloads for one expiry window after an upgrade; new hashes
+//! use [`crate::canonical`].
 
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 /// Writes `value` as compact JSON with object keys sorted by their UTF-8 bytes.
-pub(crate) fn write_canonical_json(value: &Value, out: &mut Vec<u8>) {
+fn write_canonical_json(value: &Value, out: &mut Vec<u8>) {
     match value {
         Value::Object(map) => {
             let mut entries: Vec<(&String, &Value)> = map.iter().collect();
@@ -42,8 +44,8 @@ fn write_scalar(value: &Value, out: &mut Vec<u8>) {
     serde_json::to_writer(&mut *out, value).expect("scalar JSON serialization");
 }
 
-/// Canonical JSON bytes of `value`.
-pub(crate) fn canonical_json(value: &Value) -> Vec<u8> {
+/// Legacy canonical JSON bytes of `value`.
+pub(crate) fn legacy_canonical_json(value: &Value) -> Vec<u8> {
     let mut out = Vec::new();
     write_canonical_json(value, &mut out);
     out
@@ -73,9 +75,9 @@ mod tests {
             serde_json::from_str(r#"{"b":1,"a":{"y":[1,{"d":2,"c":3}],"x":null}}"#).unwrap();
         let b: Value =
             serde_json::from_str(r#"{"a":{"x":null,"y":[1,{"c":3,"d":2}]},"b":1}"#).unwrap();
-        assert_eq!(canonical_json(&a), canonical_json(&b));
+        assert_eq!(legacy_canonical_json(&a), legacy_canonical_json(&b));
         assert_eq!(
-            String::from_utf8(canonical_json(&a)).unwrap(),
+            String::from_utf8(legacy_canonical_json(&a)).unwrap(),
             r#"{"a":{"x":null,"y":[1,{"c":3,"d":2}]},"b":1}"#
         );
     }
@@ -83,19 +85,19 @@ mod tests {
     #[test]
     fn array_order_and_values_matter() {
         assert_ne!(
-            canonical_json(&json!([1, 2])),
-            canonical_json(&json!([2, 1]))
+            legacy_canonical_json(&json!([1, 2])),
+            legacy_canonical_json(&json!([2, 1]))
         );
         assert_ne!(
-            canonical_json(&json!({"a": 1})),
-            canonical_json(&json!({"a": 2}))
+            legacy_canonical_json(&json!({"a": 1})),
+            legacy_canonical_json(&json!({"a": 2}))
         );
     }
 
     #[test]
     fn strings_are_escaped_like_json() {
         assert_eq!(
-            String::from_utf8(canonical_json(&json!({"k\"": "é\n"}))).unwrap(),
+            String::from_utf8(legacy_canonical_json(&json!({"k\"": "é\n"}))).unwrap(),
             "{\"k\\\"\":\"é\\n\"}"
         );
     }

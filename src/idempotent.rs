@@ -313,9 +313,9 @@ where
             IdempotencyMode::Lease => {
                 Box::pin(engine::run_transactional_lease(shared, ready, event))
             }
-            IdempotencyMode::Optimistic => {
-                Box::pin(engine::run_transactional_optimistic(shared, ready, event))
-            }
+            IdempotencyMode::Optimistic => Box::pin(
+                crate::optimistic::run_transactional_optimistic(shared, ready, event),
+            ),
         }
     }
 }

@@ -1,7 +1,9 @@
 //! Single flight per key inside one process: records of a batch that share a key run the
-//! handler once; the others wait for it and take its result.
+//! handler once; the others wait for it and take its result. And the memo of keys whose
+//! handler failed in the current batch.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
+use std::future::Future;
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
@@ -16,9 +18,15 @@ pub(crate) enum FlightResult {
         data: String,
         validation: Option<String>,
     },
+    /// The leader's handler failed permanently and the failure is stored (as a JSON
+    /// string).
+    FailedPermanently {
+        data: String,
+        validation: Option<String>,
+    },
     /// The leader ran the handler and it failed: the followers must not run it again in
-    /// this batch.
-    HandlerFailed,
+    /// this batch. Carries the leader's stored payload hash.
+    HandlerFailed { validation: Option<String> },
     /// The leader did not get as far as the handler (locked, rejected, store error,
     /// cancelled): the followers go through the store themselves.
     NotStarted,
@@ -29,16 +37,50 @@ type Slot = watch::Receiver<Option<FlightResult>>;
 #[derive(Debug, Default)]
 pub(crate) struct InFlight {
     flights: Mutex<HashMap<IdempotencyKey, Slot>>,
-    failures: Mutex<FailureMemo>,
 }
 
-/// Keys whose handler failed in the current invocation, so that later records of the same
-/// batch with that key do not run it again. Reset when another invocation shows up, which
-/// bounds it to one batch.
+/// Keys whose handler failed in one batch, with the payload hash of the record that failed,
+/// so that later records of the same batch with that key do not run it again.
 #[derive(Debug, Default)]
-struct FailureMemo {
-    request_id: String,
-    keys: HashSet<IdempotencyKey>,
+pub(crate) struct FailureMemo {
+    keys: Mutex<HashMap<IdempotencyKey, Option<String>>>,
+}
+
+tokio::task_local! {
+    /// The failure memo of the batch being processed on this task.
+    static BATCH_FAILURES: Arc<FailureMemo>;
+}
+
+/// Runs `batch` with a failure memo of its own: the memo lives exactly as long as one batch.
+/// Records processed outside such a scope have no memo.
+pub(crate) async fn within_batch<F: Future>(batch: F) -> F::Output {
+    BATCH_FAILURES.scope(Arc::default(), batch).await
+}
+
+/// Notes that the handler failed for `key` (with the given stored payload hash) in the
+/// current batch.
+pub(crate) fn record_failure(key: &IdempotencyKey, validation: Option<String>) {
+    let _ = BATCH_FAILURES.try_with(|memo| {
+        memo.keys
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key.clone(), validation);
+    });
+}
+
+/// The handler already failed for `key` in the current batch: the payload hash of the
+/// record that failed.
+pub(crate) fn failed_earlier(key: &IdempotencyKey) -> Option<Option<String>> {
+    BATCH_FAILURES
+        .try_with(|memo| {
+            memo.keys
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(key)
+                .cloned()
+        })
+        .ok()
+        .flatten()
 }
 
 pub(crate) enum Join {
@@ -47,22 +89,6 @@ pub(crate) enum Join {
 }
 
 impl InFlight {
-    /// Notes that the handler failed for `key` in invocation `request_id`.
-    pub(crate) fn record_failure(&self, request_id: &str, key: &IdempotencyKey) {
-        let mut memo = self.failures.lock().unwrap_or_else(|p| p.into_inner());
-        if memo.request_id != request_id {
-            memo.request_id = request_id.to_string();
-            memo.keys.clear();
-        }
-        memo.keys.insert(key.clone());
-    }
-
-    /// The handler already failed for `key` in invocation `request_id`.
-    pub(crate) fn failed_earlier(&self, request_id: &str, key: &IdempotencyKey) -> bool {
-        let memo = self.failures.lock().unwrap_or_else(|p| p.into_inner());
-        memo.request_id == request_id && memo.keys.contains(key)
-    }
-
     pub(crate) fn join(self: &Arc<Self>, key: &IdempotencyKey) -> Join {
         let mut flights = self.flights.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(slot) = flights.get(key) {
@@ -137,15 +163,19 @@ mod tests {
         assert!(matches!(flights.join(&key), Join::Leader(_)));
     }
 
-    #[test]
-    fn failures_are_remembered_for_one_invocation_only() {
-        let flights = InFlight::default();
+    #[tokio::test]
+    async fn failures_are_remembered_for_one_batch_only() {
         let key = IdempotencyKey::from_stored("k");
-        flights.record_failure("req-1", &key);
-        assert!(flights.failed_earlier("req-1", &key));
-        assert!(!flights.failed_earlier("req-2", &key));
-        flights.record_failure("req-2", &IdempotencyKey::from_stored("other"));
-        assert!(!flights.failed_earlier("req-1", &key));
+        within_batch(async {
+            assert_eq!(failed_earlier(&key), None);
+            record_failure(&key, Some("v2:h".into()));
+            assert_eq!(failed_earlier(&key), Some(Some("v2:h".into())));
+        })
+        .await;
+        within_batch(async { assert_eq!(failed_earlier(&key), None) }).await;
+        // Outside a batch nothing is remembered.
+        record_failure(&key, None);
+        assert_eq!(failed_earlier(&key), None);
     }
 
     #[tokio::test]

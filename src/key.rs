@@ -4,10 +4,10 @@
 use std::fmt;
 
 use aws_lambda_events::sqs::SqsMessage;
-use serde_json::Value;
 
+use crate::canonical::{canonical, select};
 use crate::error::BoxError;
-use crate::hashing::{canonical_json, sha256_hex};
+use crate::hashing::sha256_hex;
 
 /// The longest stored key, in bytes (DynamoDB's partition key limit).
 pub const MAX_KEY_BYTES: usize = 2048;
@@ -202,8 +202,13 @@ impl KeyExtractor for MessageAttribute {
 
 /// Keys on the value a JSON pointer (RFC 6901, e.g. `/order/id`) selects in the body.
 ///
-/// A string value is used as it is; any other value as canonical JSON (sorted object keys).
-/// `null` counts as absent.
+/// A string value is used as it is (decoded), so the body field `"eventId": "evt-1"` and a
+/// message attribute `evt-1` give the same key: [`MessageAttribute`]`.or(JsonPointer)`
+/// relies on it. Any other value (number, boolean, object, array) keeps its JSON type: it is
+/// used as canonical JSON (sorted object keys, numbers by their exact decimal value, never
+/// through `f64`) after a byte that no text contains, so the number `1` and the string `"1"`,
+/// `true` and `"true"`, or `[1,2]` and `"[1,2]"` are different keys, and so are integers
+/// past `u64` that differ in any digit. `null` counts as absent.
 #[derive(Debug, Clone)]
 pub struct JsonPointer {
     pointer: String,
@@ -218,21 +223,29 @@ impl JsonPointer {
     }
 }
 
-/// Parses a record body as JSON.
-pub(crate) fn body_json(message: &SqsMessage) -> Result<Value, KeyError> {
-    let body = message.body.as_deref().ok_or(KeyError::MissingBody)?;
-    serde_json::from_str(body).map_err(KeyError::BodyNotJson)
-}
+/// Marks key material that is canonical JSON rather than text: `0xFF` never occurs in
+/// UTF-8, so no string value (or string attribute) can produce the same bytes.
+const JSON_MATERIAL_TAG: u8 = 0xFF;
 
 impl KeyExtractor for JsonPointer {
     fn key_material(&self, message: &SqsMessage) -> Result<Vec<u8>, KeyError> {
-        let body = body_json(message)?;
-        match body.pointer(&self.pointer) {
-            None | Some(Value::Null) => Err(KeyError::PointerNotFound {
-                pointer: self.pointer.clone(),
-            }),
-            Some(Value::String(text)) => non_empty(text.as_bytes().to_vec()),
-            Some(other) => Ok(canonical_json(other)),
+        let body = message.body.as_deref().ok_or(KeyError::MissingBody)?;
+        let not_found = || KeyError::PointerNotFound {
+            pointer: self.pointer.clone(),
+        };
+        let raw = select(body, &self.pointer)
+            .map_err(KeyError::BodyNotJson)?
+            .ok_or_else(not_found)?;
+        match raw.as_bytes().first() {
+            Some(b'n') => Err(not_found()),
+            Some(b'"') => {
+                let text: String = serde_json::from_str(raw).map_err(KeyError::BodyNotJson)?;
+                non_empty(text.into_bytes())
+            }
+            _ => {
+                let json = canonical(raw).map_err(KeyError::BodyNotJson)?;
+                Ok([&[JSON_MATERIAL_TAG], json.as_bytes()].concat())
+            }
         }
     }
 }
@@ -311,7 +324,7 @@ mod tests {
         assert_eq!(JsonPointer::new("/id").key_material(&m).unwrap(), b"abc");
         assert_eq!(
             JsonPointer::new("/n").key_material(&m).unwrap(),
-            br#"{"a":2,"b":1}"#
+            b"\xFF{\"a\":2e0,\"b\":1e0}"
         );
         assert!(matches!(
             JsonPointer::new("/z").key_material(&m),
@@ -321,6 +334,37 @@ mod tests {
             JsonPointer::new("/id").key_material(&message("not json")),
             Err(KeyError::BodyNotJson(_))
         ));
+    }
+
+    #[test]
+    fn pointer_keys_keep_the_json_type_and_exact_numbers() {
+        let key = |body: &str| {
+            JsonPointer::new("/id")
+                .key_material(&message(body))
+                .unwrap()
+        };
+        for (a, b) in [
+            (r#"{"id":"1"}"#, r#"{"id":1}"#),
+            (r#"{"id":"true"}"#, r#"{"id":true}"#),
+            (r#"{"id":"[1,2]"}"#, r#"{"id":[1,2]}"#),
+            (r#"{"id":"{}"}"#, r#"{"id":{}}"#),
+            (
+                r#"{"id":18446744073709551616}"#,
+                r#"{"id":18446744073709551617}"#,
+            ),
+            (r#"{"id":0.1}"#, r#"{"id":0.10000000000000000001}"#),
+        ] {
+            assert_ne!(key(a), key(b), "{a} and {b} must differ");
+        }
+        // The same number written differently is the same key.
+        assert_eq!(key(r#"{"id":1.0}"#), key(r#"{"id":1}"#));
+        // A string field and an attribute with the same text are one key (documented).
+        let either = MessageAttribute::new("Idempotency-Key").or(JsonPointer::new("/id"));
+        let by_attribute = with_attribute(message("{}"), "Idempotency-Key", "evt-1");
+        assert_eq!(
+            either.key_material(&by_attribute).unwrap(),
+            key(r#"{"id":"evt-1"}"#)
+        );
     }
 
     #[test]

@@ -83,22 +83,29 @@
 
 mod batch;
 mod cache;
+mod canonical;
 mod clock;
 mod config;
 mod dynamodb_commit;
 mod dynamodb_store;
 mod engine;
 mod error;
+mod finish;
 mod hashing;
 mod idempotent;
 mod in_flight;
 mod key;
+mod lease;
 mod memory_store;
+mod optimistic;
 mod outcome;
 mod processed;
 mod record;
 mod record_fn;
+mod record_item;
+mod retry;
 mod store;
+mod stored_result;
 mod validation;
 mod write;
 
@@ -110,9 +117,10 @@ pub use clock::{
 };
 pub use config::{Config, IdempotencyMode, MissingKey};
 pub use dynamodb_commit::{DYNAMODB_TRANSACTION_ITEM_LIMIT, DYNAMODB_TRANSACTION_LIMIT_BYTES};
-pub use dynamodb_store::{AttributeNames, DynamoDbStore, DYNAMODB_ITEM_LIMIT_BYTES};
+pub use dynamodb_store::DynamoDbStore;
 pub use engine::FALLBACK_KEY_PREFIX;
 pub use error::{BatchError, BoxError, Error, Permanent};
+pub use finish::MAX_STORED_FAILURE_BYTES;
 pub use idempotent::{
     IdempotencyLayer, Idempotent, ResponseFuture, Transactional, TransactionalLayer,
 };
@@ -125,11 +133,12 @@ pub use outcome::Outcome;
 pub use processed::Processed;
 pub use record::{decide, Decision, OwnerToken, Record, Status};
 pub use record_fn::{record_fn, RecordFn};
+pub use record_item::{AttributeNames, DYNAMODB_ITEM_LIMIT_BYTES};
 pub use store::{
     Acquire, AcquireRequest, Commit, CommitRequest, CompleteRequest, ExtendRequest, Fenced, Store,
     StoreError, TransactionalStore,
 };
-pub use validation::PayloadValidation;
+pub use validation::{PayloadHash, PayloadValidation, PAYLOAD_HASH_PREFIX};
 pub use write::{Attr, Completion, Item, Write, WriteKind};
 
 /// The README's Rust examples, compiled as doctests.

@@ -4,27 +4,35 @@ use crate::outcome::Outcome;
 
 /// The result of one record that succeeded.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Processed<T> {
     /// The handler ran now and its result was stored.
     Executed(T),
     /// The handler did not run: the result stored by an earlier run was returned.
     Replayed(T),
+    /// The handler did not run: an earlier run completed, but its result is not available
+    /// (it was too large to store even compressed, could not be serialized, or no longer
+    /// decodes as the result type). The message is a duplicate and is acknowledged.
+    ReplayedWithoutResult,
     /// The handler ran without idempotency (the key was absent and that was allowed).
     Unprotected(T),
 }
 
 impl<T> Processed<T> {
-    /// The result, however it was obtained.
-    pub fn into_value(self) -> T {
+    /// The result, however it was obtained (`None` for
+    /// [`ReplayedWithoutResult`](Processed::ReplayedWithoutResult)).
+    pub fn into_value(self) -> Option<T> {
         match self {
-            Processed::Executed(v) | Processed::Replayed(v) | Processed::Unprotected(v) => v,
+            Processed::Executed(v) | Processed::Replayed(v) | Processed::Unprotected(v) => Some(v),
+            Processed::ReplayedWithoutResult => None,
         }
     }
 
-    /// A reference to the result.
-    pub fn value(&self) -> &T {
+    /// A reference to the result, if there is one.
+    pub fn value(&self) -> Option<&T> {
         match self {
-            Processed::Executed(v) | Processed::Replayed(v) | Processed::Unprotected(v) => v,
+            Processed::Executed(v) | Processed::Replayed(v) | Processed::Unprotected(v) => Some(v),
+            Processed::ReplayedWithoutResult => None,
         }
     }
 
@@ -32,7 +40,7 @@ impl<T> Processed<T> {
     pub fn outcome(&self) -> Outcome {
         match self {
             Processed::Executed(_) => Outcome::Executed,
-            Processed::Replayed(_) => Outcome::Replayed,
+            Processed::Replayed(_) | Processed::ReplayedWithoutResult => Outcome::Replayed,
             Processed::Unprotected(_) => Outcome::Unprotected,
         }
     }

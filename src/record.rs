@@ -7,6 +7,7 @@ use std::time::SystemTime;
 
 use crate::clock::{epoch_ms, epoch_secs};
 use crate::key::IdempotencyKey;
+use crate::validation::PayloadHash;
 
 /// The state of an idempotency record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -148,12 +149,12 @@ pub enum Decision {
 }
 
 /// Decides from an existing record, the time, and this payload's validation hash.
-pub fn decide(existing: &Record, now: SystemTime, validation: Option<&str>) -> Decision {
+pub fn decide(existing: &Record, now: SystemTime, validation: Option<&PayloadHash>) -> Decision {
     if existing.can_be_taken_over(now) {
         return Decision::Retry;
     }
     if let (Some(stored), Some(ours)) = (existing.validation.as_deref(), validation) {
-        if stored != ours {
+        if !ours.matches(stored) {
             return Decision::PayloadMismatch;
         }
     }
@@ -185,7 +186,7 @@ mod tests {
             lease_expiration_ms: lease_ms,
             owner: Some(OwnerToken::new("owner-a")),
             data: Some("42".into()),
-            validation: Some("hash-a".into()),
+            validation: Some("v2:hash-a".into()),
         }
     }
 
@@ -193,7 +194,7 @@ mod tests {
     fn completed_record_replays_its_data() {
         let r = record(Status::Completed, 2_000, None);
         assert_eq!(
-            decide(&r, at_ms(1_000_000), Some("hash-a")),
+            decide(&r, at_ms(1_000_000), Some(&PayloadHash::new("v2:hash-a"))),
             Decision::Replay {
                 data: Some("42".into())
             }
@@ -240,7 +241,7 @@ mod tests {
         for status in [Status::InProgress, Status::Completed] {
             let r = record(status, 5_000, Some(4_000_000));
             assert_eq!(
-                decide(&r, at_ms(1_000), Some("hash-b")),
+                decide(&r, at_ms(1_000), Some(&PayloadHash::new("v2:hash-b"))),
                 Decision::PayloadMismatch
             );
         }
@@ -255,7 +256,7 @@ mod tests {
         ));
         r.validation = None;
         assert!(matches!(
-            decide(&r, at_ms(1_000), Some("hash-b")),
+            decide(&r, at_ms(1_000), Some(&PayloadHash::new("v2:hash-b"))),
             Decision::Replay { .. }
         ));
     }

@@ -166,6 +166,37 @@ pub enum StoreError {
         /// The limit.
         limit_bytes: usize,
     },
+    /// The store refused the request as invalid (DynamoDB's `ValidationException`, at the
+    /// top level or as a transaction's cancellation reason): a bad expression, two
+    /// operations on one item, an item over the limit. Sending it again cannot help.
+    #[error("the store refused the request as invalid (write {write_index:?})")]
+    InvalidRequest {
+        /// Index into the handler's writes, when the store named one.
+        write_index: Option<usize>,
+        /// The store's explanation.
+        #[source]
+        reason: BoxError,
+    },
+}
+
+impl StoreError {
+    /// A fault that may pass: sending the same request again may succeed (the store was
+    /// unreachable, throttled or failed). The one place that decides what is retried.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, StoreError::Unavailable(_))
+    }
+
+    /// The request itself is at fault (a handler's invalid or oversized writes, a result
+    /// over the item limit): the record is rejected, not retried.
+    pub fn is_request_fault(&self) -> bool {
+        matches!(
+            self,
+            StoreError::ItemTooLarge { .. }
+                | StoreError::TransactionTooLarge { .. }
+                | StoreError::InvalidWrite { .. }
+                | StoreError::InvalidRequest { .. }
+        )
+    }
 }
 
 /// A lock and result store for idempotency records.
@@ -177,14 +208,19 @@ pub enum StoreError {
 pub trait Store: Send + Sync + 'static {
     /// Writes an in-progress record for `request.key` held by `request.owner`, if no record
     /// exists, or the existing one [can be taken over](Record::can_be_taken_over) at
-    /// `request.now`. Otherwise returns the existing record.
+    /// `request.now`. Otherwise returns the existing record, except when that record is in
+    /// progress under `request.owner` itself: an earlier send of this acquire was applied
+    /// and its answer lost, so the lease is ours ([`Acquire::Acquired`]).
     fn acquire(
         &self,
         request: &AcquireRequest,
     ) -> impl Future<Output = Result<Acquire, StoreError>> + Send;
 
     /// Marks the record completed with `request.data`, only if it is in progress and held by
-    /// `request.owner`.
+    /// `request.owner`. Idempotent: when the record already has `request.status` under
+    /// `request.owner` (an earlier send was applied and its answer lost), the answer is
+    /// [`Fenced::Applied`] too. Refuses data that would put the record over the item limit
+    /// with [`StoreError::ItemTooLarge`], changing nothing.
     fn complete(
         &self,
         request: &CompleteRequest,

@@ -4,8 +4,9 @@
 use aws_lambda_events::sqs::SqsMessage;
 use serde_json::Value;
 
-use crate::hashing::{canonical_json, sha256_hex};
-use crate::key::{body_json, KeyError};
+use crate::canonical::{canonical, select};
+use crate::hashing::{legacy_canonical_json, sha256_hex};
+use crate::key::KeyError;
 
 /// What part of a record's body the stored payload hash covers.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -14,36 +15,109 @@ pub enum PayloadValidation {
     /// No payload hash (the default): a repeated key replays whatever was stored.
     #[default]
     Off,
-    /// The whole body: canonical JSON (sorted object keys) when the body is JSON, its raw
-    /// bytes otherwise.
+    /// The whole body: its canonical JSON (sorted object keys, numbers by exact value) when
+    /// the body is JSON, its raw bytes otherwise.
     Body,
     /// The values at these JSON pointers, as a canonical JSON array (`null` where a pointer
     /// matches nothing). The body must be JSON.
     Pointers(Vec<String>),
 }
 
+/// The prefix of stored payload hashes in the current format. Hashes written before it
+/// (64 hex digits, no prefix) went through `f64` for numbers.
+pub const PAYLOAD_HASH_PREFIX: &str = "v2:";
+
+/// A payload's hash: the form stored with new records, and the form earlier versions stored,
+/// so records written before an upgrade are not rejected while they count.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PayloadHash {
+    stored: String,
+    legacy: Option<String>,
+}
+
+impl PayloadHash {
+    /// A hash in the current format (`v2:<sha256 hex>`), with no legacy form.
+    pub fn new(stored: impl Into<String>) -> Self {
+        Self {
+            stored: stored.into(),
+            legacy: None,
+        }
+    }
+
+    /// The form stored with new records.
+    pub fn as_str(&self) -> &str {
+        &self.stored
+    }
+
+    /// Whether `stored` (read from a record) is this payload's hash. A hash of the current
+    /// format must be equal; a hash without the `v2:` prefix was written by an earlier
+    /// version and is compared with this payload's hash in that older format.
+    pub fn matches(&self, stored: &str) -> bool {
+        if stored.starts_with(PAYLOAD_HASH_PREFIX) {
+            stored == self.stored
+        } else {
+            self.legacy.as_deref() == Some(stored)
+        }
+    }
+}
+
 impl PayloadValidation {
     /// The payload hash for `message`, or `None` when validation is off.
-    pub fn hash(&self, message: &SqsMessage) -> Result<Option<String>, KeyError> {
+    pub fn hash(&self, message: &SqsMessage) -> Result<Option<PayloadHash>, KeyError> {
         let bytes = match self {
             PayloadValidation::Off => return Ok(None),
             PayloadValidation::Body => {
                 let body = message.body.as_deref().ok_or(KeyError::MissingBody)?;
-                match serde_json::from_str::<Value>(body) {
-                    Ok(json) => canonical_json(&json),
-                    Err(_) => body.as_bytes().to_vec(),
+                match canonical(body) {
+                    Ok(json) => json.into_bytes(),
+                    // Not JSON: the raw bytes, after a byte no UTF-8 text (so no canonical
+                    // JSON) contains.
+                    Err(_) => [&[0xFF], body.as_bytes()].concat(),
                 }
             }
             PayloadValidation::Pointers(pointers) => {
-                let body = body_json(message)?;
-                let selected = pointers
-                    .iter()
-                    .map(|p| body.pointer(p).cloned().unwrap_or(Value::Null))
-                    .collect();
-                canonical_json(&Value::Array(selected))
+                let body = message.body.as_deref().ok_or(KeyError::MissingBody)?;
+                let mut array = String::from("[");
+                for (i, pointer) in pointers.iter().enumerate() {
+                    if i > 0 {
+                        array.push(',');
+                    }
+                    match select(body, pointer).map_err(KeyError::BodyNotJson)? {
+                        Some(raw) => {
+                            array.push_str(&canonical(raw).map_err(KeyError::BodyNotJson)?)
+                        }
+                        None => array.push_str("null"),
+                    }
+                }
+                array.push(']');
+                array.into_bytes()
             }
         };
-        Ok(Some(sha256_hex(&bytes)))
+        Ok(Some(PayloadHash {
+            stored: format!("{PAYLOAD_HASH_PREFIX}{}", sha256_hex(&bytes)),
+            legacy: self.legacy_hash(message),
+        }))
+    }
+
+    /// The hash as versions before the `v2:` format computed it (numbers through `f64`).
+    fn legacy_hash(&self, message: &SqsMessage) -> Option<String> {
+        let body = message.body.as_deref()?;
+        let bytes = match self {
+            PayloadValidation::Off => return None,
+            PayloadValidation::Body => match serde_json::from_str::<Value>(body) {
+                Ok(json) => legacy_canonical_json(&json),
+                Err(_) => body.as_bytes().to_vec(),
+            },
+            PayloadValidation::Pointers(pointers) => {
+                let json: Value = serde_json::from_str(body).ok()?;
+                let selected = pointers
+                    .iter()
+                    .map(|p| json.pointer(p).cloned().unwrap_or(Value::Null))
+                    .collect();
+                legacy_canonical_json(&Value::Array(selected))
+            }
+        };
+        Some(sha256_hex(&bytes))
     }
 }
 
@@ -57,31 +131,64 @@ mod tests {
         m
     }
 
+    fn hash(v: &PayloadValidation, body: &str) -> PayloadHash {
+        v.hash(&message(body)).unwrap().unwrap()
+    }
+
     #[test]
     fn body_hash_ignores_key_order_and_whitespace() {
         let v = PayloadValidation::Body;
         assert_eq!(
-            v.hash(&message(r#"{"a":1,"b":2}"#)).unwrap(),
-            v.hash(&message("{ \"b\": 2, \"a\": 1 }")).unwrap()
+            hash(&v, r#"{"a":1,"b":2}"#),
+            hash(&v, "{ \"b\": 2, \"a\": 1 }")
         );
-        assert_ne!(
-            v.hash(&message(r#"{"a":1}"#)).unwrap(),
-            v.hash(&message(r#"{"a":2}"#)).unwrap()
+        assert_ne!(hash(&v, r#"{"a":1}"#), hash(&v, r#"{"a":2}"#));
+        assert!(hash(&v, "plain text").as_str().starts_with("v2:"));
+    }
+
+    #[test]
+    fn numbers_are_hashed_exactly() {
+        let v = PayloadValidation::Body;
+        for (a, b) in [
+            (r#"{"amount":0.1}"#, r#"{"amount":0.10000000000000000001}"#),
+            (
+                r#"{"amount":18446744073709551616}"#,
+                r#"{"amount":18446744073709551617}"#,
+            ),
+            (
+                r#"{"amount":12345678901234567890123}"#,
+                r#"{"amount":12345678901234567890124}"#,
+            ),
+        ] {
+            assert_ne!(hash(&v, a).as_str(), hash(&v, b).as_str(), "{a} vs {b}");
+        }
+        assert_eq!(
+            hash(&v, r#"{"a":1.0}"#).as_str(),
+            hash(&v, r#"{"a":1}"#).as_str()
         );
-        assert!(v.hash(&message("plain text")).unwrap().is_some());
+    }
+
+    #[test]
+    fn legacy_hashes_still_match_their_payload_only() {
+        let v = PayloadValidation::Body;
+        let ours = hash(&v, r#"{"b":2,"a":1}"#);
+        let legacy = sha256_hex(br#"{"a":1,"b":2}"#);
+        assert!(ours.matches(&legacy));
+        assert!(ours.matches(ours.as_str()));
+        assert!(!ours.matches(&sha256_hex(br#"{"a":1,"b":3}"#)));
+        assert!(!ours.matches("v2:0000"));
+        assert!(!PayloadHash::new("v2:x").matches(&legacy));
     }
 
     #[test]
     fn pointers_cover_only_the_chosen_fields() {
         let v = PayloadValidation::Pointers(vec!["/amount".into()]);
         assert_eq!(
-            v.hash(&message(r#"{"amount":5,"note":"a"}"#)).unwrap(),
-            v.hash(&message(r#"{"amount":5,"note":"b"}"#)).unwrap()
+            hash(&v, r#"{"amount":5,"note":"a"}"#),
+            hash(&v, r#"{"amount":5,"note":"b"}"#)
         );
-        assert_ne!(
-            v.hash(&message(r#"{"amount":5}"#)).unwrap(),
-            v.hash(&message(r#"{"amount":6}"#)).unwrap()
-        );
+        assert_ne!(hash(&v, r#"{"amount":5}"#), hash(&v, r#"{"amount":6}"#));
+        assert_ne!(hash(&v, r#"{"amount":"5"}"#), hash(&v, r#"{"amount":5}"#));
         assert!(matches!(
             v.hash(&message("nope")),
             Err(KeyError::BodyNotJson(_))

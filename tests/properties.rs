@@ -6,7 +6,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use lambda_idempotency::{
     decide, epoch_ms, epoch_secs, Acquire, AcquireRequest, Clock, CompleteRequest, Decision,
-    Fenced, IdempotencyKey, InMemoryStore, ManualClock, OwnerToken, Record, Status, Store,
+    Fenced, IdempotencyKey, InMemoryStore, ManualClock, OwnerToken, PayloadHash, Record, Status,
+    Store,
 };
 use proptest::prelude::*;
 
@@ -29,7 +30,7 @@ prop_compose! {
         status in status(),
         expiration_offset_secs in -100i64..100,
         lease_offset_ms in proptest::option::of(-100_000i64..100_000),
-        validation in proptest::option::of(prop_oneof![Just("a".to_string()), Just("b".to_string())]),
+        validation in proptest::option::of(prop_oneof![Just("v2:a".to_string()), Just("v2:b".to_string())]),
     ) -> Record {
         let base_secs = (BASE_MS / 1000) as i64;
         Record {
@@ -49,12 +50,13 @@ proptest! {
     #[test]
     fn live_completed_records_never_run_again(
         mut r in record(), now_off in 0u64..50_000, remaining_secs in 0u64..100,
-        ours in proptest::option::of(prop_oneof![Just("a".to_string()), Just("b".to_string())]),
+        ours in proptest::option::of(prop_oneof![Just("v2:a".to_string()), Just("v2:b".to_string())]),
     ) {
         let now = at_ms(BASE_MS + now_off);
         r.status = Status::Completed;
         r.expiration_secs = epoch_secs(now) + remaining_secs;
-        let decision = decide(&r, now, ours.as_deref());
+        let ours = ours.map(PayloadHash::new);
+        let decision = decide(&r, now, ours.as_ref());
         let allowed = matches!(decision, Decision::Replay { .. } | Decision::PayloadMismatch);
         prop_assert!(allowed, "decision {:?}", decision);
     }
@@ -75,14 +77,15 @@ proptest! {
         r.status = Status::InProgress;
         r.lease_expiration_ms = Some(epoch_ms(now) - ago_ms);
         prop_assert!(r.lease_elapsed(now));
-        prop_assert_eq!(decide(&r, now, Some("a")), Decision::Retry);
+        prop_assert_eq!(decide(&r, now, Some(&PayloadHash::new("v2:a"))), Decision::Retry);
     }
 
     /// `InProgress` only for a live lease; `Replay` only for completed records.
     #[test]
     fn decisions_match_the_record_state(r in record(), now_off in 0u64..200_000) {
         let now = at_ms(BASE_MS + now_off);
-        match decide(&r, now, r.validation.as_deref()) {
+        let ours = r.validation.clone().map(PayloadHash::new);
+        match decide(&r, now, ours.as_ref()) {
             Decision::InProgress => {
                 prop_assert_eq!(r.status, Status::InProgress);
                 prop_assert!(!r.can_be_taken_over(now));
@@ -185,7 +188,11 @@ proptest! {
                         expiration_secs,
                         validation: None,
                     })).unwrap();
-                    if takeable {
+                    // Our own live lease (a resent acquire whose answer was lost) is ours.
+                    let ours = model.as_ref().is_some_and(|m| !m.completed && m.owner == owner);
+                    if !takeable && ours {
+                        prop_assert_eq!(got, Acquire::Acquired, "step {}", step);
+                    } else if takeable {
                         prop_assert_eq!(got, Acquire::Acquired, "step {}", step);
                         model = Some(ModelRecord {
                             completed: false,
@@ -208,7 +215,11 @@ proptest! {
                         expiration_secs: now_secs + window_secs,
                     })).unwrap();
                     let held = model.as_ref().is_some_and(|m| !m.completed && m.owner == owner);
-                    if held {
+                    // Completed by this owner already (a resent completion): applied, as it was.
+                    let done = model.as_ref().is_some_and(|m| m.completed && m.owner == owner);
+                    if done {
+                        prop_assert_eq!(got, Fenced::Applied, "step {}", step);
+                    } else if held {
                         prop_assert_eq!(got, Fenced::Applied, "step {}", step);
                         let m = model.as_mut().unwrap();
                         m.completed = true;

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use lambda_idempotency::{
     decide, epoch_ms, epoch_secs, Acquire, AcquireRequest, Clock, CompleteRequest, Decision,
-    ExtendRequest, Fenced, IdempotencyKey, ManualClock, OwnerToken, Status, Store,
+    ExtendRequest, Fenced, IdempotencyKey, ManualClock, OwnerToken, PayloadHash, Status, Store,
 };
 
 fn key(name: &str) -> IdempotencyKey {
@@ -159,7 +159,7 @@ pub async fn complete_then_replay<S: Store>(store: &S) {
     let k = key("replay");
     let (a, b) = (OwnerToken::generate(), OwnerToken::generate());
     store
-        .acquire(&acquire_request(&clock, &k, &a, LEASE, Some("hash-1")))
+        .acquire(&acquire_request(&clock, &k, &a, LEASE, Some("v2:hash-1")))
         .await
         .unwrap();
     let data = r#"{"balance":42,"note":"é ✓"}"#;
@@ -173,7 +173,7 @@ pub async fn complete_then_replay<S: Store>(store: &S) {
     // Long after the lease, but within the window: still a replay.
     clock.advance(Duration::from_secs(600));
     let Acquire::Existing(record) = store
-        .acquire(&acquire_request(&clock, &k, &b, LEASE, Some("hash-1")))
+        .acquire(&acquire_request(&clock, &k, &b, LEASE, Some("v2:hash-1")))
         .await
         .unwrap()
     else {
@@ -182,7 +182,7 @@ pub async fn complete_then_replay<S: Store>(store: &S) {
     assert_eq!(record.status, Status::Completed);
     assert_eq!(record.lease_expiration_ms, None);
     assert_eq!(
-        decide(&record, clock.now(), Some("hash-1")),
+        decide(&record, clock.now(), Some(&PayloadHash::new("v2:hash-1"))),
         Decision::Replay {
             data: Some(data.to_string())
         }
@@ -263,19 +263,23 @@ pub async fn payload_mismatch_is_detected<S: Store>(store: &S) {
     let k = key("mismatch");
     let (a, b) = (OwnerToken::generate(), OwnerToken::generate());
     store
-        .acquire(&acquire_request(&clock, &k, &a, LEASE, Some("hash-a")))
+        .acquire(&acquire_request(&clock, &k, &a, LEASE, Some("v2:hash-a")))
         .await
         .unwrap();
     let Acquire::Existing(in_progress) = store
-        .acquire(&acquire_request(&clock, &k, &b, LEASE, Some("hash-b")))
+        .acquire(&acquire_request(&clock, &k, &b, LEASE, Some("v2:hash-b")))
         .await
         .unwrap()
     else {
         panic!("existing record expected")
     };
-    assert_eq!(in_progress.validation.as_deref(), Some("hash-a"));
+    assert_eq!(in_progress.validation.as_deref(), Some("v2:hash-a"));
     assert_eq!(
-        decide(&in_progress, clock.now(), Some("hash-b")),
+        decide(
+            &in_progress,
+            clock.now(),
+            Some(&PayloadHash::new("v2:hash-b"))
+        ),
         Decision::PayloadMismatch
     );
     store
@@ -283,15 +287,15 @@ pub async fn payload_mismatch_is_detected<S: Store>(store: &S) {
         .await
         .unwrap();
     let Acquire::Existing(done) = store
-        .acquire(&acquire_request(&clock, &k, &b, LEASE, Some("hash-b")))
+        .acquire(&acquire_request(&clock, &k, &b, LEASE, Some("v2:hash-b")))
         .await
         .unwrap()
     else {
         panic!("existing record expected")
     };
-    assert_eq!(done.validation.as_deref(), Some("hash-a"));
+    assert_eq!(done.validation.as_deref(), Some("v2:hash-a"));
     assert_eq!(
-        decide(&done, clock.now(), Some("hash-b")),
+        decide(&done, clock.now(), Some(&PayloadHash::new("v2:hash-b"))),
         Decision::PayloadMismatch
     );
 }

@@ -5,9 +5,11 @@ use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::dynamodb_store::DYNAMODB_ITEM_LIMIT_BYTES;
 use crate::key::IdempotencyKey;
 use crate::record::{OwnerToken, Record, Status};
+use crate::record_item::{
+    check_item_size, completed_size_bytes, record_size_bytes, AttributeNames,
+};
 use crate::store::{
     Acquire, AcquireRequest, CompleteRequest, ExtendRequest, Fenced, Store, StoreError,
 };
@@ -70,38 +72,34 @@ impl InMemoryStore {
 
     fn acquire_now(&self, request: &AcquireRequest) -> Result<Acquire, StoreError> {
         self.check_available()?;
+        let record = Record {
+            key: request.key.clone(),
+            status: Status::InProgress,
+            expiration_secs: request.expiration_secs,
+            lease_expiration_ms: Some(request.lease_expiration_ms),
+            owner: Some(request.owner.clone()),
+            data: None,
+            validation: request.validation.clone(),
+        };
+        // The same item size limit, counted the same way, as DynamoDB.
+        check_item_size(record_size_bytes(&AttributeNames::default(), &record))?;
         let mut records = self.lock();
         if let Some(existing) = records.get(&request.key) {
+            if existing.is_held_by(&request.owner) && !existing.can_be_taken_over(request.now) {
+                // Sent again after a lost answer: the lease is already ours.
+                return Ok(Acquire::Acquired);
+            }
             if !existing.can_be_taken_over(request.now) {
                 return Ok(Acquire::Existing(existing.clone()));
             }
         }
-        records.insert(
-            request.key.clone(),
-            Record {
-                key: request.key.clone(),
-                status: Status::InProgress,
-                expiration_secs: request.expiration_secs,
-                lease_expiration_ms: Some(request.lease_expiration_ms),
-                owner: Some(request.owner.clone()),
-                data: None,
-                validation: request.validation.clone(),
-            },
-        );
+        records.insert(request.key.clone(), record);
         Ok(Acquire::Acquired)
     }
 
     fn complete_now(&self, request: &CompleteRequest) -> Result<Fenced, StoreError> {
         self.check_available()?;
-        // The same item size limit as DynamoDB, so both stores answer alike.
-        let size_bytes =
-            request.key.as_str().len() + request.data.len() + request.owner.as_str().len() + 128;
-        if size_bytes > DYNAMODB_ITEM_LIMIT_BYTES {
-            return Err(StoreError::ItemTooLarge {
-                size_bytes,
-                limit_bytes: DYNAMODB_ITEM_LIMIT_BYTES,
-            });
-        }
+        check_item_size(completed_size_bytes(&AttributeNames::default(), request))?;
         let mut records = self.lock();
         match records.get_mut(&request.key) {
             Some(record) if record.is_held_by(&request.owner) => {
@@ -109,6 +107,13 @@ impl InMemoryStore {
                 record.data = Some(request.data.clone());
                 record.expiration_secs = request.expiration_secs;
                 record.lease_expiration_ms = None;
+                Ok(Fenced::Applied)
+            }
+            // Sent again after a lost answer: our own completion.
+            Some(record)
+                if record.status == request.status
+                    && record.owner.as_ref() == Some(&request.owner) =>
+            {
                 Ok(Fenced::Applied)
             }
             _ => Ok(Fenced::LeaseLost),

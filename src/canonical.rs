@@ -1,0 +1,207 @@
+//! Canonical JSON with exact numbers: the form that key material and payload hashes are
+//! built from.
+//!
+//! It works on the JSON text (through `serde_json::value::RawValue`), never on
+//! `serde_json::Value` numbers, so `0.1` and `0.10000000000000000001` stay different,
+//! integers past `u64` keep every digit, and the bytes do not depend on serde_json's
+//! `arbitrary_precision` or `preserve_order` features, which another crate in the build may
+//! switch on.
+//!
+//! The form: no whitespace; object members sorted by the UTF-8 bytes of their keys (the last
+//! of duplicate keys wins, as in `serde_json::Value`); strings decoded, then written as
+//! serde_json escapes them; numbers by exact decimal value as `[-]<digits>e<exponent>` with
+//! no leading or trailing zeros in the digits (`1`, `1.0` and `10e-1` are all `1e0`; zero
+//! is `0`).
+
+use std::collections::BTreeMap;
+
+use serde_json::value::RawValue;
+
+/// The canonical form of the JSON text `raw` (one JSON value).
+pub(crate) fn canonical(raw: &str) -> Result<String, serde_json::Error> {
+    let mut out = String::with_capacity(raw.len());
+    write_value(raw, &mut out)?;
+    Ok(out)
+}
+
+fn write_value(raw: &str, out: &mut String) -> Result<(), serde_json::Error> {
+    let raw = raw.trim_matches(|c: char| matches!(c, ' ' | '\t' | '\n' | '\r'));
+    match raw.as_bytes().first() {
+        Some(b'{') => {
+            let members: BTreeMap<String, &RawValue> = serde_json::from_str(raw)?;
+            out.push('{');
+            for (i, (key, value)) in members.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&serde_json::to_string(key)?);
+                out.push(':');
+                write_value(value.get(), out)?;
+            }
+            out.push('}');
+        }
+        Some(b'[') => {
+            let items: Vec<&RawValue> = serde_json::from_str(raw)?;
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_value(item.get(), out)?;
+            }
+            out.push(']');
+        }
+        Some(b'"') => {
+            let text: String = serde_json::from_str(raw)?;
+            out.push_str(&serde_json::to_string(&text)?);
+        }
+        _ => {
+            // `true`, `false`, `null` or a number: let serde_json check the token.
+            let _: &RawValue = serde_json::from_str(raw)?;
+            match raw {
+                "true" | "false" | "null" => out.push_str(raw),
+                number => out.push_str(&exact_number(number)),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A JSON number token (already checked by serde_json) by its exact decimal value.
+fn exact_number(token: &str) -> String {
+    let (negative, unsigned) = match token.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, token),
+    };
+    let (mantissa, exponent_text) = match unsigned.find(['e', 'E']) {
+        Some(at) => (&unsigned[..at], &unsigned[at + 1..]),
+        None => (unsigned, "0"),
+    };
+    let (integer, fraction) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let exponent_negative = exponent_text.starts_with('-');
+    let exponent_digits = exponent_text
+        .trim_start_matches(['+', '-'])
+        .trim_start_matches('0');
+    // Exponents beyond 36 digits do not fit the arithmetic below: keep such a number's exact
+    // text, marked so that it cannot equal a normalised one.
+    if exponent_digits.len() > 36 {
+        return format!("~{token}");
+    }
+    let mut exponent: i128 = exponent_digits.parse().unwrap_or(0);
+    if exponent_negative {
+        exponent = -exponent;
+    }
+    let mut digits: String = integer.chars().chain(fraction.chars()).collect();
+    exponent -= fraction.len() as i128;
+    let significant = digits.trim_start_matches('0').len();
+    digits.drain(..digits.len() - significant);
+    let kept = digits.trim_end_matches('0').len();
+    exponent += (digits.len() - kept) as i128;
+    digits.truncate(kept);
+    if digits.is_empty() {
+        return "0".into();
+    }
+    let sign = if negative { "-" } else { "" };
+    format!("{sign}{digits}e{exponent}")
+}
+
+/// The raw text of the value that the JSON pointer (RFC 6901) selects in the JSON text
+/// `document`, or `None` when it selects nothing.
+pub(crate) fn select<'a>(
+    document: &'a str,
+    pointer: &str,
+) -> Result<Option<&'a str>, serde_json::Error> {
+    let root: &'a RawValue = serde_json::from_str(document)?;
+    if pointer.is_empty() {
+        return Ok(Some(root.get()));
+    }
+    let Some(tokens) = pointer.strip_prefix('/') else {
+        return Ok(None);
+    };
+    let mut current: &'a str = root.get();
+    for token in tokens.split('/') {
+        let token = token.replace("~1", "/").replace("~0", "~");
+        let next: Option<&'a RawValue> = match current.trim_start().as_bytes().first() {
+            Some(b'{') => {
+                let members: BTreeMap<String, &'a RawValue> = serde_json::from_str(current)?;
+                members.get(&token).copied()
+            }
+            Some(b'[') => {
+                let items: Vec<&'a RawValue> = serde_json::from_str(current)?;
+                let canonical_index = token == "0" || !token.starts_with('0');
+                token
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|_| canonical_index && token.bytes().all(|b| b.is_ascii_digit()))
+                    .and_then(|i| items.get(i).copied())
+            }
+            _ => None,
+        };
+        match next {
+            Some(value) => current = value.get(),
+            None => return Ok(None),
+        }
+    }
+    Ok(Some(current))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn c(raw: &str) -> String {
+        canonical(raw).unwrap()
+    }
+
+    #[test]
+    fn members_are_sorted_and_whitespace_dropped() {
+        assert_eq!(
+            c(r#" { "b" : 1, "a" : { "y" : [1, {"d":2,"c":3}], "x" : null } } "#),
+            r#"{"a":{"x":null,"y":[1e0,{"c":3e0,"d":2e0}]},"b":1e0}"#
+        );
+        assert_eq!(c(r#"{"k\"":"é\n"}"#), "{\"k\\\"\":\"é\\n\"}");
+        assert_eq!(c(r#""\u00e9""#), c(r#""é""#));
+    }
+
+    #[test]
+    fn numbers_keep_their_exact_value() {
+        assert_eq!(c("1"), "1e0");
+        assert_eq!(c("1.0"), "1e0");
+        assert_eq!(c("10e-1"), "1e0");
+        assert_eq!(c("100"), "1e2");
+        assert_eq!(c("-0.0"), "0");
+        assert_eq!(c("0e7"), "0");
+        assert_eq!(c("-1.50E+2"), "-15e1");
+        assert_ne!(c("0.1"), c("0.10000000000000000001"));
+        assert_ne!(c("18446744073709551616"), c("18446744073709551617"));
+        assert_ne!(
+            c("123456789012345678901234567890"),
+            c("123456789012345678901234567891")
+        );
+        assert_eq!(c("1e0000000000000000000000000000000000000000005"), "1e5");
+        let huge = format!("1e{}", "9".repeat(40));
+        assert_eq!(c(&huge), format!("~{huge}"));
+    }
+
+    #[test]
+    fn invalid_json_is_an_error() {
+        for bad in ["", "{", "01", "1.", "tru", "\"x", "[1,]", "{\"a\"}"] {
+            assert!(canonical(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn pointers_follow_rfc_6901() {
+        let doc = r#"{"a":{"b/c":[10,{"~d":"x"}]},"":1,"n":null}"#;
+        assert_eq!(select(doc, "").unwrap(), Some(doc));
+        assert_eq!(select(doc, "/a/b~1c/0").unwrap(), Some("10"));
+        assert_eq!(select(doc, "/a/b~1c/1/~0d").unwrap(), Some(r#""x""#));
+        assert_eq!(select(doc, "/").unwrap(), Some("1"));
+        assert_eq!(select(doc, "/n").unwrap(), Some("null"));
+        assert_eq!(select(doc, "/a/b~1c/01").unwrap(), None);
+        assert_eq!(select(doc, "/a/b~1c/2").unwrap(), None);
+        assert_eq!(select(doc, "/missing/x").unwrap(), None);
+        assert_eq!(select(doc, "a").unwrap(), None);
+        assert!(select("{", "/a").is_err());
+    }
+}

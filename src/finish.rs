@@ -1,0 +1,247 @@
+//! Finishing a record after its handler ran: storing the result (or a permanent failure)
+//! under the lease, or committing a transactional handler's writes with it; retried while
+//! the store is down, and never refused for a result that does not fit.
+
+use std::future::Future;
+
+use crate::clock::{later_secs, Clock};
+use crate::config::Config;
+use crate::error::{error_chain, Error};
+use crate::key::IdempotencyKey;
+use crate::record::{OwnerToken, Record, Status};
+use crate::retry::with_retries;
+use crate::store::{
+    Commit, CommitRequest, CompleteRequest, Fenced, Store, StoreError, TransactionalStore,
+};
+use crate::stored_result::{compressed, omitted, Omitted};
+
+/// The longest permanent-failure message stored in a record, in bytes; longer ones are cut
+/// (on a character boundary) so that the `FAILED` record always fits.
+pub const MAX_STORED_FAILURE_BYTES: usize = 4096;
+
+/// Sends `send(data)` with the result's JSON (`serde_json::to_string` of it); while the
+/// store refuses the record as too large, sends it again with the result compressed, then
+/// with a marker in place of the result. A result that could not be serialized is stored
+/// as a marker at once. Answers what the store answered, and the data it accepted.
+pub(crate) async fn store_fitting<F, Fut, A>(
+    json: Result<String, serde_json::Error>,
+    mut send: F,
+) -> Result<(A, String), StoreError>
+where
+    F: FnMut(String) -> Fut,
+    Fut: Future<Output = Result<A, StoreError>>,
+{
+    let json = match json {
+        Ok(json) => json,
+        Err(err) => {
+            tracing::warn!(error = %err, "the result cannot be serialized: storing the completion without it");
+            let marker = omitted(Omitted::Unserializable);
+            return send(marker.clone()).await.map(|answer| (answer, marker));
+        }
+    };
+    let json = match send(json.clone()).await {
+        Err(StoreError::ItemTooLarge { .. }) => json,
+        other => return other.map(|answer| (answer, json)),
+    };
+    let small = compressed(&json);
+    match send(small.clone()).await {
+        Err(StoreError::ItemTooLarge { .. }) => {}
+        other => return other.map(|answer| (answer, small)),
+    }
+    tracing::warn!(
+        result_bytes = json.len(),
+        "the result does not fit the record even compressed: storing the completion without it"
+    );
+    let marker = omitted(Omitted::TooLarge);
+    send(marker.clone()).await.map(|answer| (answer, marker))
+}
+
+/// Marks the held record `status` with `data`, retried while the store is down (the
+/// completion is owner-fenced and idempotent, so sending it again is safe).
+pub(crate) async fn complete<St: Store, C: Clock>(
+    store: &St,
+    clock: &C,
+    config: &Config,
+    request: &CompleteRequest,
+    deadline_ms: u64,
+) -> Result<Fenced, StoreError> {
+    with_retries(
+        clock,
+        deadline_ms,
+        config.commit_attempts,
+        || store.complete(request),
+        |answer| matches!(answer, Err(err) if err.is_transient()),
+    )
+    .await
+}
+
+/// The stored message of a permanent failure: the error's chain, cut to
+/// [`MAX_STORED_FAILURE_BYTES`].
+pub(crate) fn failure_message(err: &Error) -> String {
+    let mut message = match err {
+        Error::Handler(inner) => error_chain(inner.as_ref()),
+        other => error_chain(other),
+    };
+    if message.len() > MAX_STORED_FAILURE_BYTES {
+        let mut cut = MAX_STORED_FAILURE_BYTES - "…".len();
+        while !message.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        message.truncate(cut);
+        message.push('…');
+    }
+    message
+}
+
+/// Stores a permanent failure under the lease: the record becomes `FAILED` and the message
+/// is acknowledged; duplicates get the stored error. Answers the record's error.
+pub(crate) async fn store_failure<St: Store, C: Clock>(
+    store: &St,
+    clock: &C,
+    config: &Config,
+    key: &IdempotencyKey,
+    owner: &OwnerToken,
+    deadline_ms: u64,
+    err: &Error,
+) -> Error {
+    let message = failure_message(err);
+    let request = CompleteRequest {
+        key: key.clone(),
+        owner: owner.clone(),
+        status: Status::Failed,
+        data: serde_json::Value::String(message.clone()).to_string(),
+        expiration_secs: later_secs(clock.now(), config.expires_after),
+    };
+    match complete(store, clock, config, &request, deadline_ms).await {
+        Ok(Fenced::Applied) => Error::Permanent {
+            message,
+            replayed: false,
+        },
+        Ok(Fenced::LeaseLost) => Error::LeaseLost { key: key.clone() },
+        Err(store) => Error::Store(store),
+    }
+}
+
+/// Sends a commit, again while the store is down or the transaction met a conflict. Every
+/// send of one request carries the same request token, and the request does not change
+/// between sends, so DynamoDB applies it at most once.
+pub(crate) async fn commit<St: TransactionalStore, C: Clock>(
+    store: &St,
+    clock: &C,
+    config: &Config,
+    request: &CommitRequest,
+    fresh: bool,
+    deadline_ms: u64,
+) -> Result<Commit, StoreError> {
+    with_retries(
+        clock,
+        deadline_ms,
+        config.commit_attempts,
+        || async {
+            if fresh {
+                store.commit_fresh(request).await
+            } else {
+                store.commit(request).await
+            }
+        },
+        |answer| match answer {
+            Ok(Commit::Conflict) => true,
+            Err(err) => err.is_transient(),
+            Ok(_) => false,
+        },
+    )
+    .await
+}
+
+/// The refusing record shows that this very commit was applied before (an earlier send's
+/// answer was lost).
+pub(crate) fn is_our_commit(record: Option<&Record>, request: &CommitRequest) -> bool {
+    record.is_some_and(|r| r.owner.as_ref() == Some(&request.owner) && r.status == request.status)
+}
+
+/// The error for a commit that was neither applied nor refused by the record.
+pub(crate) fn commit_error(key: &IdempotencyKey, commit: Result<Commit, StoreError>) -> Error {
+    match commit {
+        Ok(Commit::ConditionFailed { write_index }) => Error::ConditionFailed {
+            key: key.clone(),
+            write_index,
+        },
+        Ok(Commit::Conflict) => Error::Conflict { key: key.clone() },
+        Ok(Commit::Applied | Commit::RecordRefused(_)) => {
+            unreachable!("applied and refused commits are answered by the caller")
+        }
+        Err(err) => Error::Store(err),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stored_result::decode;
+    use crate::Processed;
+    use serde::Serialize;
+
+    #[test]
+    fn long_failure_messages_are_cut_on_a_character_boundary() {
+        let err = Error::Handler("é".repeat(10_000).into());
+        let message = failure_message(&err);
+        assert!(message.len() <= MAX_STORED_FAILURE_BYTES);
+        assert!(message.ends_with('…'));
+        let short = failure_message(&Error::Handler("card declined".into()));
+        assert_eq!(short, "card declined");
+    }
+
+    #[tokio::test]
+    async fn results_are_compressed_then_omitted_until_they_fit() {
+        let limit = 1000;
+        let fits = |data: String| async move {
+            if data.len() > limit {
+                Err(StoreError::ItemTooLarge {
+                    size_bytes: data.len(),
+                    limit_bytes: limit,
+                })
+            } else {
+                Ok(())
+            }
+        };
+        let (_, small) = store_fitting(serde_json::to_string("short"), fits)
+            .await
+            .unwrap();
+        assert_eq!(small, "\"short\"");
+        let (_, medium) = store_fitting(serde_json::to_string(&"a".repeat(5_000)), fits)
+            .await
+            .unwrap();
+        assert_eq!(
+            decode::<String>(Some(&medium)).unwrap(),
+            Processed::Replayed("a".repeat(5_000))
+        );
+        let mut rng = fastrand::Rng::with_seed(7);
+        let noise: String = (0..5_000).map(|_| rng.alphanumeric()).collect();
+        let (_, large) = store_fitting(serde_json::to_string(&noise), fits)
+            .await
+            .unwrap();
+        assert_eq!(
+            decode::<String>(Some(&large)).unwrap(),
+            Processed::ReplayedWithoutResult
+        );
+    }
+
+    #[tokio::test]
+    async fn unserializable_results_store_a_marker() {
+        struct Bad;
+        impl Serialize for Bad {
+            fn serialize<S: serde::Serializer>(&self, _: S) -> Result<S::Ok, S::Error> {
+                Err(serde::ser::Error::custom("no"))
+            }
+        }
+        let (_, data) = store_fitting(serde_json::to_string(&Bad), |data: String| async move {
+            Ok::<_, StoreError>(data)
+        })
+        .await
+        .unwrap();
+        assert_eq!(
+            decode::<u8>(Some(&data)).unwrap(),
+            Processed::ReplayedWithoutResult
+        );
+    }
+}

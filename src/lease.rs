@@ -1,0 +1,152 @@
+//! The lease: when it ends, how long the record lives around it, the heartbeat that extends
+//! it while the handler runs, and its release.
+
+use std::future::Future;
+use std::time::SystemTime;
+
+use crate::clock::{epoch_ms, later_ms, later_secs, Clock};
+use crate::config::Config;
+use crate::error::Error;
+use crate::key::IdempotencyKey;
+use crate::record::OwnerToken;
+use crate::retry::with_retries;
+use crate::store::{ExtendRequest, Fenced, Store, StoreError};
+
+/// The end of the lease for an acquire or extension at `now`: the invocation deadline, or
+/// the configured cap if that comes first.
+pub(crate) fn lease_end_ms(config: &Config, deadline_ms: u64, now: SystemTime) -> u64 {
+    match config.max_lease {
+        Some(max) => deadline_ms.min(later_ms(now, max)),
+        None => deadline_ms,
+    }
+}
+
+/// The record's expiry for a lease ending at `lease_ms`: the configured window from `now`,
+/// and never before the lease ends.
+pub(crate) fn expiration_for(config: &Config, now: SystemTime, lease_ms: u64) -> u64 {
+    later_secs(now, config.expires_after).max(lease_ms.div_ceil(1000))
+}
+
+/// The lease a handler runs under, for its heartbeat.
+pub(crate) struct Lease<'a, St, C> {
+    pub(crate) store: &'a St,
+    pub(crate) clock: &'a C,
+    pub(crate) config: &'a Config,
+    pub(crate) key: &'a IdempotencyKey,
+    pub(crate) owner: &'a OwnerToken,
+    pub(crate) deadline_ms: u64,
+}
+
+impl<St: Store, C: Clock> Lease<'_, St, C> {
+    /// Runs `handler`. With a heartbeat configured, extends the lease every period,
+    /// concurrently with the handler (a slow or hung extension never holds the handler
+    /// back). When an extension finds the lease taken over, the handler is cancelled (its
+    /// future dropped at its next await) and the record ends
+    /// [`LeaseLost`](Error::LeaseLost): it can no longer store a result or commit.
+    pub(crate) async fn run<F, R>(&self, handler: F) -> Result<R, Error>
+    where
+        F: Future<Output = Result<R, Error>>,
+    {
+        let Some(every) = self.config.heartbeat else {
+            return handler.await;
+        };
+        let heartbeat = async {
+            loop {
+                self.clock.sleep(every).await;
+                let now = self.clock.now();
+                let lease_ms = lease_end_ms(self.config, self.deadline_ms, now);
+                if lease_ms <= epoch_ms(now) {
+                    // The deadline has come: there is nothing left to extend to.
+                    std::future::pending::<()>().await;
+                }
+                let request = ExtendRequest {
+                    key: self.key.clone(),
+                    owner: self.owner.clone(),
+                    lease_expiration_ms: lease_ms,
+                    expiration_secs: expiration_for(self.config, now, lease_ms),
+                };
+                match self.store.extend(&request).await {
+                    Ok(Fenced::Applied) => {
+                        tracing::debug!(lease_expiration_ms = lease_ms, "lease extended");
+                    }
+                    Ok(Fenced::LeaseLost) => return,
+                    Err(err) => {
+                        tracing::warn!(error = %err, "could not extend the lease");
+                    }
+                }
+            }
+        };
+        tokio::select! {
+            result = handler => result,
+            () = heartbeat => {
+                tracing::warn!("lease lost while the handler ran: handler cancelled");
+                Err(Error::LeaseLost { key: self.key.clone() })
+            }
+        }
+    }
+}
+
+/// Releases the lease after a failure so a retry can run at once, retried while the store
+/// is down (a release is owner-fenced, so sending it again is safe). A release that still
+/// fails is only logged: the lease then ends by itself at the deadline.
+pub(crate) async fn release<St: Store, C: Clock>(
+    store: &St,
+    clock: &C,
+    config: &Config,
+    key: &IdempotencyKey,
+    owner: &OwnerToken,
+    deadline_ms: u64,
+) {
+    let released = with_retries(
+        clock,
+        deadline_ms,
+        config.commit_attempts,
+        || store.release(key, owner),
+        |answer| matches!(answer, Err(err) if err.is_transient()),
+    )
+    .await;
+    match released {
+        Ok(Fenced::Applied) => {}
+        Ok(Fenced::LeaseLost) => {
+            tracing::warn!(idempotency_key = %key, "lease was lost before it could be released");
+        }
+        Err(err) => log_unreleased(key, &err),
+    }
+}
+
+fn log_unreleased(key: &IdempotencyKey, err: &StoreError) {
+    tracing::warn!(
+        idempotency_key = %key,
+        error = %err,
+        "could not release the lease; it ends at the invocation deadline"
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn lease_ends_at_the_deadline_or_the_cap() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(100);
+        let config = Config::new();
+        assert_eq!(lease_end_ms(&config, 130_000, now), 130_000);
+        let capped = Config::new().with_max_lease(Duration::from_secs(5));
+        assert_eq!(lease_end_ms(&capped, 130_000, now), 105_000);
+        assert_eq!(lease_end_ms(&capped, 101_000, now), 101_000);
+        // A lease past the record window keeps the record alive until the lease ends.
+        let short = Config::new().with_expires_after(Duration::from_secs(1));
+        assert_eq!(expiration_for(&short, now, 130_500), 131);
+    }
+
+    #[test]
+    fn huge_durations_saturate() {
+        let now = SystemTime::now();
+        let config = Config::new()
+            .with_max_lease(Duration::MAX)
+            .with_expires_after(Duration::MAX);
+        assert_eq!(lease_end_ms(&config, 42, now), 42);
+        assert_eq!(expiration_for(&config, now, 42), u64::MAX);
+    }
+}
