@@ -17,7 +17,8 @@ use crate::record_item::{
     check_item_size, completed_size_bytes, record_size_bytes, AttributeNames,
 };
 use crate::store::{
-    Acquire, AcquireRequest, CompleteRequest, ExtendRequest, Fenced, Store, StoreError,
+    is_our_completion, Acquire, AcquireRequest, CompleteRequest, ExtendRequest, Fenced, Store,
+    StoreError,
 };
 
 /// A store on a DynamoDB table with a string partition key (`id` by default).
@@ -206,12 +207,7 @@ impl DynamoDbStore {
         let existing = old.map(|item| self.parse(&item)).transpose()?;
         Ok(match existing {
             // Our own completion: an earlier send was applied and its answer lost.
-            Some(record)
-                if record.status == request.status
-                    && record.owner.as_ref() == Some(&request.owner) =>
-            {
-                Fenced::Applied
-            }
+            Some(record) if is_our_completion(&record, request) => Fenced::Applied,
             _ => Fenced::LeaseLost,
         })
     }

@@ -322,11 +322,12 @@ where
             Err(err) => {
                 if err.is_transient() {
                     // The write may have been applied with its answer lost: release it
-                    // under our token rather than leave it held by nobody until the deadline.
+                    // under our token rather than leave it held by nobody until the deadline
+                    // (once: the store has just failed, so do not wait on it long).
                     lease::release(
                         &shared.store,
                         &shared.clock,
-                        config,
+                        1,
                         &claim.key,
                         &owner,
                         claim.deadline_ms,
@@ -397,7 +398,15 @@ where
     }
     let (store, clock, config) = (&shared.store, &shared.clock, &shared.config);
     if !is_permanent(&err) {
-        lease::release(store, clock, config, &claim.key, owner, claim.deadline_ms).await;
+        lease::release(
+            store,
+            clock,
+            config.commit_attempts,
+            &claim.key,
+            owner,
+            claim.deadline_ms,
+        )
+        .await;
         claim.handler_failed();
         return Err(err);
     }
@@ -573,7 +582,15 @@ where
     let err = commit_error(&claim.key, commit);
     if err.is_request_fault() || matches!(err, Error::Conflict { .. }) {
         // Nothing was applied and sending it again will not help now: free the key.
-        lease::release(store, clock, config, &claim.key, &owner, claim.deadline_ms).await;
+        lease::release(
+            store,
+            clock,
+            config.commit_attempts,
+            &claim.key,
+            &owner,
+            claim.deadline_ms,
+        )
+        .await;
         claim.handler_failed();
     }
     Err(err)

@@ -10,7 +10,7 @@ use crate::error::Error;
 use crate::key::IdempotencyKey;
 use crate::record::OwnerToken;
 use crate::retry::with_retries;
-use crate::store::{ExtendRequest, Fenced, Store, StoreError};
+use crate::store::{ExtendRequest, Fenced, Store};
 
 /// The end of the lease for an acquire or extension at `now`: the invocation deadline, or
 /// the configured cap if that comes first.
@@ -86,13 +86,13 @@ impl<St: Store, C: Clock> Lease<'_, St, C> {
     }
 }
 
-/// Releases the lease after a failure so a retry can run at once, retried while the store
-/// is down (a release is owner-fenced, so sending it again is safe). A release that still
-/// fails is only logged: the lease then ends by itself at the deadline.
+/// Releases the lease after a failure so a retry can run at once, sent up to `attempts`
+/// times while the store is down (a release is owner-fenced, so sending it again is safe).
+/// A release that still fails is only logged: the lease then ends by itself at the deadline.
 pub(crate) async fn release<St: Store, C: Clock>(
     store: &St,
     clock: &C,
-    config: &Config,
+    attempts: u32,
     key: &IdempotencyKey,
     owner: &OwnerToken,
     deadline_ms: u64,
@@ -100,7 +100,7 @@ pub(crate) async fn release<St: Store, C: Clock>(
     let released = with_retries(
         clock,
         deadline_ms,
-        config.commit_attempts,
+        attempts,
         || store.release(key, owner),
         |answer| matches!(answer, Err(err) if err.is_transient()),
     )
@@ -110,16 +110,12 @@ pub(crate) async fn release<St: Store, C: Clock>(
         Ok(Fenced::LeaseLost) => {
             tracing::warn!(idempotency_key = %key, "lease was lost before it could be released");
         }
-        Err(err) => log_unreleased(key, &err),
+        Err(err) => tracing::warn!(
+            idempotency_key = %key,
+            error = %err,
+            "could not release the lease; it ends at the invocation deadline"
+        ),
     }
-}
-
-fn log_unreleased(key: &IdempotencyKey, err: &StoreError) {
-    tracing::warn!(
-        idempotency_key = %key,
-        error = %err,
-        "could not release the lease; it ends at the invocation deadline"
-    );
 }
 
 #[cfg(test)]

@@ -122,6 +122,14 @@ pub enum Fenced {
     LeaseLost,
 }
 
+/// The record shows that this very completion was applied before: same status, owner and
+/// data (a resent completion whose first answer was lost).
+pub(crate) fn is_our_completion(record: &Record, request: &CompleteRequest) -> bool {
+    record.status == request.status
+        && record.owner.as_ref() == Some(&request.owner)
+        && record.data.as_deref() == Some(request.data.as_str())
+}
+
 /// A fault of the store: it could not answer. Expected outcomes (a held lock, a lost lease)
 /// are never errors.
 #[derive(Debug, thiserror::Error)]
@@ -217,9 +225,9 @@ pub trait Store: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Acquire, StoreError>> + Send;
 
     /// Marks the record completed with `request.data`, only if it is in progress and held by
-    /// `request.owner`. Idempotent: when the record already has `request.status` under
-    /// `request.owner` (an earlier send was applied and its answer lost), the answer is
-    /// [`Fenced::Applied`] too. Refuses data that would put the record over the item limit
+    /// `request.owner`. Idempotent: when the record already has `request.status` and
+    /// `request.data` under `request.owner` (an earlier send was applied and its answer
+    /// lost), the answer is [`Fenced::Applied`] too. Refuses data that would put the record over the item limit
     /// with [`StoreError::ItemTooLarge`], changing nothing.
     fn complete(
         &self,

@@ -216,7 +216,9 @@ proptest! {
                     })).unwrap();
                     let held = model.as_ref().is_some_and(|m| !m.completed && m.owner == owner);
                     // Completed by this owner already (a resent completion): applied, as it was.
-                    let done = model.as_ref().is_some_and(|m| m.completed && m.owner == owner);
+                    let done = model.as_ref().is_some_and(|m| {
+                        m.completed && m.owner == owner && m.data.as_deref() == Some(data.as_str())
+                    });
                     if done {
                         prop_assert_eq!(got, Fenced::Applied, "step {}", step);
                     } else if held {

@@ -467,7 +467,8 @@ async fn transactions_over_dynamodb_limits_fail_with_a_clear_error() {
             REMAINING,
         ))
         .await;
-    assert_eq!(outcomes(&report), [Outcome::Failed]);
+    // The handler's fault, not an outage: rejected, not retried.
+    assert_eq!(outcomes(&report), [Outcome::Rejected]);
     let error = report.records[0].error.as_ref().unwrap();
     assert_eq!(error.error_type(), "Idempotency.TransactionTooLarge");
     assert!(

@@ -11,7 +11,8 @@ use crate::record_item::{
     check_item_size, completed_size_bytes, record_size_bytes, AttributeNames,
 };
 use crate::store::{
-    Acquire, AcquireRequest, CompleteRequest, ExtendRequest, Fenced, Store, StoreError,
+    is_our_completion, Acquire, AcquireRequest, CompleteRequest, ExtendRequest, Fenced, Store,
+    StoreError,
 };
 
 /// An in-process store with the same semantics as [`DynamoDbStore`](crate::DynamoDbStore).
@@ -110,12 +111,7 @@ impl InMemoryStore {
                 Ok(Fenced::Applied)
             }
             // Sent again after a lost answer: our own completion.
-            Some(record)
-                if record.status == request.status
-                    && record.owner.as_ref() == Some(&request.owner) =>
-            {
-                Ok(Fenced::Applied)
-            }
+            Some(record) if is_our_completion(record, request) => Ok(Fenced::Applied),
             _ => Ok(Fenced::LeaseLost),
         }
     }

@@ -187,7 +187,7 @@ pub async fn complete_then_replay<S: Store>(store: &S) {
             data: Some(data.to_string())
         }
     );
-    // Completing twice is refused: the record is no longer in progress.
+    // Completing again with other data is refused: the record is no longer in progress.
     assert_eq!(
         store
             .complete(&complete_request(&clock, &k, &a, "2", HOUR))
@@ -195,6 +195,18 @@ pub async fn complete_then_replay<S: Store>(store: &S) {
             .unwrap(),
         Fenced::LeaseLost
     );
+    // The same completion sent again (its first answer lost) is recognised as applied,
+    // and changes nothing; another owner's is not.
+    let resent = CompleteRequest {
+        expiration_secs: epoch_secs(clock.now() + HOUR),
+        ..complete_request(&clock, &k, &a, data, HOUR)
+    };
+    assert_eq!(store.complete(&resent).await.unwrap(), Fenced::Applied);
+    let foreign = complete_request(&clock, &k, &b, data, HOUR);
+    assert_eq!(store.complete(&foreign).await.unwrap(), Fenced::LeaseLost);
+    let after = store.get(&k).await.unwrap().expect("record");
+    assert_eq!(after.data.as_deref(), Some(data));
+    assert_eq!(after.owner.as_ref(), Some(&a));
 }
 
 pub async fn complete_and_release_refuse_a_foreign_owner<S: Store>(store: &S) {

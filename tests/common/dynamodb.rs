@@ -175,6 +175,15 @@ pub async fn counted_client(counter: &CallCounter) -> Option<Client> {
 /// A client for `endpoint` (a fault proxy, say) with short timeouts and the standard
 /// retries, as a function would configure it.
 pub async fn client_for(endpoint: &str, attempt_timeout: Duration) -> Client {
+    client_for_attempts(endpoint, attempt_timeout, 3).await
+}
+
+/// A client for `endpoint` whose SDK sends each request at most `max_attempts` times.
+pub async fn client_for_attempts(
+    endpoint: &str,
+    attempt_timeout: Duration,
+    max_attempts: u32,
+) -> Client {
     let config = aws_config::defaults(BehaviorVersion::latest())
         .region(aws_config::Region::new("us-east-1"))
         .credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
@@ -188,7 +197,7 @@ pub async fn client_for(endpoint: &str, attempt_timeout: Duration) -> Client {
                 .operation_timeout(attempt_timeout * 4)
                 .build(),
         )
-        .retry_config(aws_config::retry::RetryConfig::standard().with_max_attempts(3))
+        .retry_config(aws_config::retry::RetryConfig::standard().with_max_attempts(max_attempts))
         .load()
         .await;
     Client::new(&config)

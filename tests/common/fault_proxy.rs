@@ -68,6 +68,20 @@ struct Plan {
     slow_by: Duration,
     upstream: Option<SocketAddr>,
     rng: Rng,
+    /// Faults for the next requests of one operation, in order, before any random fault.
+    script: Vec<(String, Scripted)>,
+}
+
+/// A fault for one chosen request (see [`FaultProxy::script`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Scripted {
+    /// Forward the request, then drop the connection: applied, its answer lost.
+    LoseAnswer,
+    /// Answer 500 without forwarding.
+    ServerError,
+    /// Answer 400 with this DynamoDB error type (e.g. `TransactionConflictException`)
+    /// without forwarding.
+    Error(&'static str),
 }
 
 /// The proxy. Dropping it stops accepting connections.
@@ -88,9 +102,24 @@ enum Fault {
     None,
     Throttle,
     ServerError,
+    Error(&'static str),
     Slow(Duration),
     DropBefore,
     DropAfter,
+}
+
+/// The operation of a DynamoDB request: the end of its `X-Amz-Target` header.
+fn operation(request: &Message) -> String {
+    request
+        .head
+        .iter()
+        .find_map(|line| {
+            let (name, value) = line.split_once(':')?;
+            name.trim()
+                .eq_ignore_ascii_case("x-amz-target")
+                .then(|| value.trim().rsplit('.').next().unwrap_or("").to_string())
+        })
+        .unwrap_or_default()
 }
 
 impl FaultProxy {
@@ -105,6 +134,7 @@ impl FaultProxy {
             slow_by: Duration::from_secs(3),
             upstream: Some(parse_endpoint(upstream)),
             rng: Rng::new(seed),
+            script: Vec::new(),
         }));
         let counts = Arc::new(FaultCounts::default());
         let server = {
@@ -139,6 +169,21 @@ impl FaultProxy {
     /// How long a slow answer is held back.
     pub fn set_slow_by(&self, by: Duration) {
         self.plan.lock().unwrap().slow_by = by;
+    }
+
+    /// Gives the next request of `operation` (e.g. `PutItem`, as in `X-Amz-Target`) the
+    /// fault `fault`; calls queue up in order.
+    pub fn script(&self, operation: &str, fault: Scripted) {
+        self.plan
+            .lock()
+            .unwrap()
+            .script
+            .push((operation.to_string(), fault));
+    }
+
+    /// Scripted faults not yet used.
+    pub fn unused_script(&self) -> Vec<(String, Scripted)> {
+        self.plan.lock().unwrap().script.clone()
     }
 
     /// Points the proxy at another upstream, or at none (every connection is refused).
@@ -180,6 +225,12 @@ async fn serve(
     while let Some(request) = read_message(&mut client).await? {
         let (fault, slow_by, target) = {
             let mut plan = plan.lock().unwrap();
+            let op = operation(&request);
+            let scripted = plan
+                .script
+                .iter()
+                .position(|(o, _)| *o == op)
+                .map(|i| plan.script.remove(i).1);
             let rates = plan.rates;
             let roll = (plan.rng.next_u64() >> 11) as f64 / ((1u64 << 53) as f64);
             let mut edge = 0.0;
@@ -187,7 +238,13 @@ async fn serve(
                 edge += p;
                 roll < edge
             };
-            let fault = if pick(rates.throttle) {
+            let fault = if let Some(scripted) = scripted {
+                match scripted {
+                    Scripted::LoseAnswer => Fault::DropAfter,
+                    Scripted::ServerError => Fault::ServerError,
+                    Scripted::Error(kind) => Fault::Error(kind),
+                }
+            } else if pick(rates.throttle) {
                 Fault::Throttle
             } else if pick(rates.server_error) {
                 Fault::ServerError
@@ -224,6 +281,13 @@ async fn serve(
                         "InternalServerError",
                         "Internal server error",
                     ))
+                    .await?;
+                continue;
+            }
+            Fault::Error(kind) => {
+                counts.server_errors.fetch_add(1, Ordering::SeqCst);
+                stream
+                    .write_all(&error_response("400 Bad Request", kind, "injected"))
                     .await?;
                 continue;
             }

@@ -4,6 +4,7 @@
 pub mod contract;
 pub mod dynamodb;
 pub mod fault_proxy;
+pub mod faulty_store;
 pub mod http1;
 pub mod order_consumer;
 pub mod runtime_api;
@@ -25,7 +26,8 @@ pub fn load_event(name: &str) -> SqsEvent {
 /// A Lambda context whose deadline is `remaining` after `now`.
 pub fn context_at(now: SystemTime, remaining: Duration) -> Context {
     let mut context = Context::default();
-    context.request_id = "test-request".into();
+    // A fresh request id per invocation, as Lambda gives.
+    context.request_id = uuid::Uuid::new_v4().to_string();
     context.deadline = epoch_ms(now + remaining);
     context
 }

@@ -1,0 +1,151 @@
+//! A store wrapper that injects one fault at a chosen call: an answer lost after the call
+//! was applied (as when the SDK resends a request whose response never came), a transient
+//! failure, a slow or lost-lease heartbeat. It counts every call.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use lambda_idempotency::{
+    Acquire, AcquireRequest, CompleteRequest, ExtendRequest, Fenced, IdempotencyKey, OwnerToken,
+    Record, Store, StoreError,
+};
+
+/// A fault for the next call of its kind.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Inject {
+    /// The acquire is applied, its answer lost, and the SDK sends it again: the caller gets
+    /// the second answer.
+    AcquireResent,
+    /// The acquire is applied, then the call fails (the answer never came, no resend).
+    AcquireFailsAfterApply,
+    /// The acquire fails before reaching the store.
+    AcquireFails,
+    /// The completion fails before reaching the store.
+    CompleteFails,
+    /// The completion is applied, its answer lost, and it is sent again.
+    CompleteResent,
+    /// The completion answers that the lease was lost (taken over meanwhile).
+    CompleteLeaseLost,
+    /// Every extension takes this long (then is applied).
+    ExtendSlow(Duration),
+    /// The extension answers that the lease is lost.
+    ExtendLeaseLost,
+}
+
+#[derive(Debug, Default)]
+pub struct Calls {
+    pub acquire: AtomicUsize,
+    pub complete: AtomicUsize,
+    pub extend: AtomicUsize,
+    pub release: AtomicUsize,
+}
+
+/// `inner` with faults injected.
+#[derive(Debug, Clone)]
+pub struct FaultyStore<S> {
+    pub inner: S,
+    plan: Arc<Mutex<VecDeque<Inject>>>,
+    pub calls: Arc<Calls>,
+}
+
+fn down() -> StoreError {
+    StoreError::Unavailable("injected: the store did not answer".into())
+}
+
+impl<S: Store> FaultyStore<S> {
+    pub fn new(inner: S) -> Self {
+        Self {
+            inner,
+            plan: Arc::default(),
+            calls: Arc::default(),
+        }
+    }
+
+    /// Queues a fault.
+    pub fn inject(&self, fault: Inject) {
+        self.plan.lock().unwrap().push_back(fault);
+    }
+
+    /// Takes the first queued fault matching `pick`.
+    fn take(&self, pick: impl Fn(&Inject) -> bool) -> Option<Inject> {
+        let mut plan = self.plan.lock().unwrap();
+        let at = plan.iter().position(pick)?;
+        plan.remove(at)
+    }
+
+    /// Faults not yet used.
+    pub fn pending(&self) -> Vec<Inject> {
+        self.plan.lock().unwrap().iter().cloned().collect()
+    }
+}
+
+impl<S: Store> Store for FaultyStore<S> {
+    async fn acquire(&self, request: &AcquireRequest) -> Result<Acquire, StoreError> {
+        self.calls.acquire.fetch_add(1, Ordering::SeqCst);
+        match self.take(|f| {
+            matches!(
+                f,
+                Inject::AcquireResent | Inject::AcquireFailsAfterApply | Inject::AcquireFails
+            )
+        }) {
+            Some(Inject::AcquireResent) => {
+                self.inner.acquire(request).await?;
+                self.inner.acquire(request).await
+            }
+            Some(Inject::AcquireFails) => Err(down()),
+            Some(_) => {
+                self.inner.acquire(request).await?;
+                Err(down())
+            }
+            None => self.inner.acquire(request).await,
+        }
+    }
+
+    async fn complete(&self, request: &CompleteRequest) -> Result<Fenced, StoreError> {
+        self.calls.complete.fetch_add(1, Ordering::SeqCst);
+        match self.take(|f| {
+            matches!(
+                f,
+                Inject::CompleteFails | Inject::CompleteResent | Inject::CompleteLeaseLost
+            )
+        }) {
+            Some(Inject::CompleteFails) => Err(down()),
+            Some(Inject::CompleteLeaseLost) => Ok(Fenced::LeaseLost),
+            Some(_) => {
+                self.inner.complete(request).await?;
+                self.inner.complete(request).await
+            }
+            None => self.inner.complete(request).await,
+        }
+    }
+
+    async fn extend(&self, request: &ExtendRequest) -> Result<Fenced, StoreError> {
+        self.calls.extend.fetch_add(1, Ordering::SeqCst);
+        let slow = self.plan.lock().unwrap().iter().find_map(|f| match f {
+            Inject::ExtendSlow(by) => Some(*by),
+            _ => None,
+        });
+        if let Some(by) = slow {
+            tokio::time::sleep(by).await;
+        }
+        if self.take(|f| *f == Inject::ExtendLeaseLost).is_some() {
+            return Ok(Fenced::LeaseLost);
+        }
+        self.inner.extend(request).await
+    }
+
+    async fn release(
+        &self,
+        key: &IdempotencyKey,
+        owner: &OwnerToken,
+    ) -> Result<Fenced, StoreError> {
+        self.calls.release.fetch_add(1, Ordering::SeqCst);
+        self.inner.release(key, owner).await
+    }
+
+    async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
+        self.inner.get(key).await
+    }
+}
