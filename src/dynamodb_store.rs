@@ -58,6 +58,11 @@ impl DynamoDbStore {
         self
     }
 
+    /// The client the store sends its requests with.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
     /// The table name.
     pub fn table(&self) -> &str {
         &self.table

@@ -52,6 +52,12 @@ impl InMemoryStore {
         all
     }
 
+    /// Writes `record` as it is, bypassing the protocol, as another tool (or an earlier
+    /// version) might have written it: for tests of what the stores do with such records.
+    pub fn insert_record(&self, record: Record) {
+        self.lock().insert(record.key.clone(), record);
+    }
+
     fn lock(&self) -> MutexGuard<'_, HashMap<IdempotencyKey, Record>> {
         // A panic while holding the lock cannot leave a half-written record: every
         // mutation is a single insert or remove.

@@ -1,12 +1,63 @@
 //! The store contract: one suite, run against every `Store` implementation
 //! (`tests/store_memory.rs`, `tests/store_dynamodb.rs`).
 
+use std::collections::HashMap;
+use std::future::Future;
 use std::time::Duration;
 
+use aws_sdk_dynamodb::types::AttributeValue;
 use lambda_idempotency::{
     decide, epoch_ms, epoch_secs, Acquire, AcquireRequest, Clock, CompleteRequest, Decision,
-    ExtendRequest, Fenced, IdempotencyKey, ManualClock, OwnerToken, PayloadHash, Status, Store,
+    DynamoDbStore, ExtendRequest, Fenced, IdempotencyKey, InMemoryStore, ManualClock, OwnerToken,
+    PayloadHash, Record, Status, Store, StoreError, DYNAMODB_ITEM_LIMIT_BYTES,
 };
+
+/// Writes a record as it is, bypassing the protocol (as another tool might have).
+pub trait Seed: Store {
+    fn seed(&self, record: &Record) -> impl Future<Output = ()> + Send;
+}
+
+impl Seed for InMemoryStore {
+    async fn seed(&self, record: &Record) {
+        self.insert_record(record.clone());
+    }
+}
+
+impl Seed for DynamoDbStore {
+    async fn seed(&self, record: &Record) {
+        let n = self.attribute_names();
+        let mut item = HashMap::from([
+            (n.key.clone(), AttributeValue::S(record.key.as_str().into())),
+            (
+                n.status.clone(),
+                AttributeValue::S(record.status.as_str().into()),
+            ),
+            (
+                n.expiration.clone(),
+                AttributeValue::N(record.expiration_secs.to_string()),
+            ),
+        ]);
+        if let Some(lease) = record.lease_expiration_ms {
+            item.insert(
+                n.in_progress_expiration.clone(),
+                AttributeValue::N(lease.to_string()),
+            );
+        }
+        if let Some(owner) = &record.owner {
+            item.insert(n.owner.clone(), AttributeValue::S(owner.as_str().into()));
+        }
+        if let Some(data) = &record.data {
+            item.insert(n.data.clone(), AttributeValue::S(data.clone()));
+        }
+        self.client()
+            .put_item()
+            .table_name(self.table())
+            .set_item(Some(item))
+            .send()
+            .await
+            .expect("seed a record");
+    }
+}
 
 fn key(name: &str) -> IdempotencyKey {
     IdempotencyKey::derive("contract", name.as_bytes())
@@ -408,6 +459,139 @@ pub async fn a_result_over_the_item_limit_is_refused_and_changes_nothing<S: Stor
     assert_eq!(store.release(&k, &a).await.unwrap(), Fenced::Applied);
 }
 
+pub async fn the_same_owner_acquiring_twice_holds_one_lease<S: Seed>(store: &S) {
+    let clock = ManualClock::starting_now();
+    let k = key("same-owner");
+    let (a, b) = (OwnerToken::generate(), OwnerToken::generate());
+    let request = acquire_request(&clock, &k, &a, LEASE, None);
+    assert_eq!(store.acquire(&request).await.unwrap(), Acquire::Acquired);
+    // The same acquire sent again (its answer lost): the lease is ours, unchanged.
+    clock.advance(Duration::from_secs(1));
+    let resent = acquire_request(&clock, &k, &a, LEASE, None);
+    assert_eq!(store.acquire(&resent).await.unwrap(), Acquire::Acquired);
+    let record = store.get(&k).await.unwrap().expect("record");
+    assert_eq!(record.owner.as_ref(), Some(&a));
+    assert_eq!(record.status, Status::InProgress);
+    assert!(matches!(
+        store
+            .acquire(&acquire_request(&clock, &k, &b, LEASE, None))
+            .await
+            .unwrap(),
+        Acquire::Existing(_)
+    ));
+}
+
+pub async fn extend_and_release_leave_finished_records_alone<S: Seed>(store: &S) {
+    for status in [Status::Completed, Status::Failed] {
+        let clock = ManualClock::starting_now();
+        let k = key(status.as_str());
+        let a = OwnerToken::generate();
+        store
+            .acquire(&acquire_request(&clock, &k, &a, LEASE, None))
+            .await
+            .unwrap();
+        let mut done = complete_request(&clock, &k, &a, "\"done\"", HOUR);
+        done.status = status;
+        assert_eq!(store.complete(&done).await.unwrap(), Fenced::Applied);
+        let before = store.get(&k).await.unwrap().expect("record");
+        let extend = ExtendRequest {
+            key: k.clone(),
+            owner: a.clone(),
+            lease_expiration_ms: epoch_ms(clock.now() + LEASE),
+            expiration_secs: epoch_secs(clock.now() + HOUR * 2),
+        };
+        assert_eq!(
+            store.extend(&extend).await.unwrap(),
+            Fenced::LeaseLost,
+            "{status}"
+        );
+        assert_eq!(
+            store.release(&k, &a).await.unwrap(),
+            Fenced::LeaseLost,
+            "{status}"
+        );
+        assert_eq!(store.get(&k).await.unwrap(), Some(before), "{status}");
+    }
+}
+
+pub async fn an_in_progress_record_without_a_lease_time_holds_until_it_expires<S: Seed>(store: &S) {
+    let clock = ManualClock::starting_now();
+    let k = key("no-lease-time");
+    store
+        .seed(&Record {
+            key: k.clone(),
+            status: Status::InProgress,
+            expiration_secs: epoch_secs(clock.now()) + 60,
+            lease_expiration_ms: None,
+            owner: Some(OwnerToken::new("another-tool")),
+            data: None,
+            validation: None,
+        })
+        .await;
+    let b = OwnerToken::generate();
+    clock.advance(Duration::from_secs(59));
+    let Acquire::Existing(record) = store
+        .acquire(&acquire_request(&clock, &k, &b, LEASE, None))
+        .await
+        .unwrap()
+    else {
+        panic!("a record without a lease time never elapses")
+    };
+    assert_eq!(record.lease_expiration_ms, None);
+    assert_eq!(decide(&record, clock.now(), None), Decision::InProgress);
+    clock.advance(Duration::from_secs(2));
+    assert_eq!(
+        store
+            .acquire(&acquire_request(&clock, &k, &b, LEASE, None))
+            .await
+            .unwrap(),
+        Acquire::Acquired
+    );
+}
+
+/// The size of a completed record as every store counts it: attribute names and values in
+/// UTF-8 bytes, 21 bytes per number, and room for a 67-byte payload hash.
+fn completed_size(request: &CompleteRequest) -> usize {
+    "id".len()
+        + request.key.as_str().len()
+        + "status".len()
+        + request.status.as_str().len()
+        + "expiration".len()
+        + 21
+        + "lease_owner".len()
+        + request.owner.as_str().len()
+        + "data".len()
+        + request.data.len()
+        + "validation".len()
+        + 67
+}
+
+pub async fn the_item_size_limit_is_the_same_on_every_store<S: Seed>(store: &S) {
+    for (name, extra, fits) in [("at-limit", 0, true), ("over-limit", 1, false)] {
+        let clock = ManualClock::starting_now();
+        let k = key(name);
+        let a = OwnerToken::generate();
+        store
+            .acquire(&acquire_request(&clock, &k, &a, LEASE, None))
+            .await
+            .unwrap();
+        let mut request = complete_request(&clock, &k, &a, "", HOUR);
+        let overhead = completed_size(&request);
+        request.data = format!(
+            "\"{}\"",
+            "x".repeat(DYNAMODB_ITEM_LIMIT_BYTES - overhead - 2 + extra)
+        );
+        assert_eq!(completed_size(&request), DYNAMODB_ITEM_LIMIT_BYTES + extra);
+        match store.complete(&request).await {
+            Ok(Fenced::Applied) if fits => {}
+            Err(StoreError::ItemTooLarge { size_bytes, .. }) if !fits => {
+                assert_eq!(size_bytes, DYNAMODB_ITEM_LIMIT_BYTES + 1)
+            }
+            other => panic!("{name}: {other:?}"),
+        }
+    }
+}
+
 /// Generates one `#[tokio::test]` per contract case; `$store` is an expression giving an
 /// `Option<impl Store>` (None: skipped).
 #[macro_export]
@@ -424,6 +608,10 @@ macro_rules! store_contract_suite {
             extend_moves_the_lease_only_for_its_holder,
             a_permanent_failure_is_stored_and_replayed,
             a_result_over_the_item_limit_is_refused_and_changes_nothing,
+            the_same_owner_acquiring_twice_holds_one_lease,
+            extend_and_release_leave_finished_records_alone,
+            an_in_progress_record_without_a_lease_time_holds_until_it_expires,
+            the_item_size_limit_is_the_same_on_every_store,
         );
     };
     (@cases $store:expr; $($case:ident),* $(,)?) => {
