@@ -178,18 +178,16 @@ async fn an_acquire_applied_but_unanswered_is_released_for_the_next_delivery() {
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
 
+/// What a transactional test handler returns.
+type CreditFuture = std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<Completion<u32>, std::io::Error>> + Send>,
+>;
+
 /// A transactional handler crediting `acct-1` with 5 in `ledger`, counting its runs.
 fn credit(
     ledger: String,
     runs: Arc<AtomicUsize>,
-) -> impl Fn(
-    SqsMessage,
-) -> std::pin::Pin<
-    Box<dyn std::future::Future<Output = Result<Completion<u32>, std::io::Error>> + Send>,
-> + Clone
-       + Send
-       + Sync
-       + 'static {
+) -> impl Fn(SqsMessage) -> CreditFuture + Clone + Send + Sync + 'static {
     move |_m: SqsMessage| {
         let (ledger, runs) = (ledger.clone(), runs.clone());
         Box::pin(async move {
