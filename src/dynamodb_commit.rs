@@ -16,15 +16,9 @@ use crate::dynamodb_store::{
     OWNER_CONDITION, TAKEOVER_CONDITION,
 };
 use crate::hashing::sha256_hex;
-use crate::record::Record;
-use crate::record_item::{check_item_size, record_size_bytes};
+use crate::record_item::check_commit_size;
 use crate::store::{Commit, CommitRequest, StoreError, TransactionalStore};
 use crate::write::{Attr, Item, Write, WriteKind};
-
-/// DynamoDB's limit on the items of one transaction, the record included.
-pub const DYNAMODB_TRANSACTION_ITEM_LIMIT: usize = 100;
-/// DynamoDB's limit on the size of one transaction, in bytes.
-pub const DYNAMODB_TRANSACTION_LIMIT_BYTES: usize = 4 * 1024 * 1024;
 
 fn sdk_value(value: &Attr) -> AttributeValue {
     match value {
@@ -131,31 +125,6 @@ pub(crate) fn client_request_token(request: &CommitRequest) -> String {
 }
 
 impl DynamoDbStore {
-    fn check_limits(&self, request: &CommitRequest) -> Result<usize, StoreError> {
-        let record = Record {
-            key: request.key.clone(),
-            status: request.status,
-            expiration_secs: request.expiration_secs,
-            lease_expiration_ms: None,
-            owner: Some(request.owner.clone()),
-            data: Some(request.data.clone()),
-            validation: request.validation.clone(),
-        };
-        let record_bytes = record_size_bytes(&self.names, &record);
-        check_item_size(record_bytes)?;
-        let items = request.writes.len() + 1;
-        let bytes = record_bytes + request.writes.iter().map(Write::size_bytes).sum::<usize>();
-        if items > DYNAMODB_TRANSACTION_ITEM_LIMIT || bytes > DYNAMODB_TRANSACTION_LIMIT_BYTES {
-            return Err(StoreError::TransactionTooLarge {
-                items,
-                item_limit: DYNAMODB_TRANSACTION_ITEM_LIMIT,
-                size_bytes: bytes,
-                limit_bytes: DYNAMODB_TRANSACTION_LIMIT_BYTES,
-            });
-        }
-        Ok(record_bytes)
-    }
-
     /// Lease mode: the record goes from in progress (held by us) to its final state.
     fn lease_marker(&self, request: &CommitRequest) -> Result<TransactWriteItem, StoreError> {
         let (names, values) = self.final_state(
@@ -271,13 +240,13 @@ impl DynamoDbStore {
     }
 
     async fn commit_inner(&self, request: &CommitRequest) -> Result<Commit, StoreError> {
-        let record_bytes = self.check_limits(request)?;
+        let record_bytes = check_commit_size(&self.names, request)?;
         self.transact(request, self.lease_marker(request)?, record_bytes)
             .await
     }
 
     async fn commit_fresh_inner(&self, request: &CommitRequest) -> Result<Commit, StoreError> {
-        let record_bytes = self.check_limits(request)?;
+        let record_bytes = check_commit_size(&self.names, request)?;
         self.transact(request, self.fresh_marker(request)?, record_bytes)
             .await
     }

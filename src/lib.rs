@@ -116,7 +116,6 @@ pub use clock::{
     deadline_ms, epoch_ms, epoch_secs, Clock, ManualClock, SystemClock, RELATIVE_DEADLINE_BELOW_MS,
 };
 pub use config::{Config, IdempotencyMode, MissingKey};
-pub use dynamodb_commit::{DYNAMODB_TRANSACTION_ITEM_LIMIT, DYNAMODB_TRANSACTION_LIMIT_BYTES};
 pub use dynamodb_store::DynamoDbStore;
 pub use engine::FALLBACK_KEY_PREFIX;
 pub use error::{BatchError, BoxError, Error, Permanent};
@@ -133,7 +132,10 @@ pub use outcome::Outcome;
 pub use processed::Processed;
 pub use record::{decide, Decision, OwnerToken, Record, Status};
 pub use record_fn::{record_fn, RecordFn};
-pub use record_item::{AttributeNames, DYNAMODB_ITEM_LIMIT_BYTES};
+pub use record_item::{
+    AttributeNames, DYNAMODB_ITEM_LIMIT_BYTES, DYNAMODB_TRANSACTION_ITEM_LIMIT,
+    DYNAMODB_TRANSACTION_LIMIT_BYTES,
+};
 pub use store::{
     Acquire, AcquireRequest, Commit, CommitRequest, CompleteRequest, ExtendRequest, Fenced, Store,
     StoreError, TransactionalStore,

@@ -135,3 +135,43 @@ pub(crate) fn check_item_size(size_bytes: usize) -> Result<(), crate::store::Sto
     }
     Ok(())
 }
+
+/// DynamoDB's limit on the items of one transaction, the record included.
+pub const DYNAMODB_TRANSACTION_ITEM_LIMIT: usize = 100;
+/// DynamoDB's limit on the size of one transaction, in bytes.
+pub const DYNAMODB_TRANSACTION_LIMIT_BYTES: usize = 4 * 1024 * 1024;
+
+/// Checks a commit against DynamoDB's limits: the record at most 400 KB, the transaction at
+/// most 100 items (the record included) and 4 MB. Answers the record's size.
+pub(crate) fn check_commit_size(
+    names: &AttributeNames,
+    request: &crate::store::CommitRequest,
+) -> Result<usize, crate::store::StoreError> {
+    let record = Record {
+        key: request.key.clone(),
+        status: request.status,
+        expiration_secs: request.expiration_secs,
+        lease_expiration_ms: None,
+        owner: Some(request.owner.clone()),
+        data: Some(request.data.clone()),
+        validation: request.validation.clone(),
+    };
+    let record_bytes = record_size_bytes(names, &record);
+    check_item_size(record_bytes)?;
+    let items = request.writes.len() + 1;
+    let bytes = record_bytes
+        + request
+            .writes
+            .iter()
+            .map(crate::write::Write::size_bytes)
+            .sum::<usize>();
+    if items > DYNAMODB_TRANSACTION_ITEM_LIMIT || bytes > DYNAMODB_TRANSACTION_LIMIT_BYTES {
+        return Err(crate::store::StoreError::TransactionTooLarge {
+            items,
+            item_limit: DYNAMODB_TRANSACTION_ITEM_LIMIT,
+            size_bytes: bytes,
+            limit_bytes: DYNAMODB_TRANSACTION_LIMIT_BYTES,
+        });
+    }
+    Ok(record_bytes)
+}

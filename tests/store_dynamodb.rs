@@ -2,6 +2,7 @@
 mod common;
 
 store_contract_suite!(common::dynamodb::fresh_store().await);
+transactional_contract_suite!(crate::common::dynamodb::fresh_store().await);
 
 use common::dynamodb::{counted_client, create_table, CallCounter};
 use lambda_idempotency::{

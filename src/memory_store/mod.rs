@@ -1,4 +1,13 @@
-//! [`InMemoryStore`]: the embedded store, for local runs and tests.
+//! [`InMemoryStore`]: the embedded store, for local runs and tests, with in-memory tables
+//! for transactional handlers' writes.
+
+mod decimal;
+mod document;
+mod evaluate;
+mod expression;
+mod lexer;
+mod parser;
+mod tables;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -8,12 +17,14 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use crate::key::IdempotencyKey;
 use crate::record::{OwnerToken, Record, Status};
 use crate::record_item::{
-    check_item_size, completed_size_bytes, record_size_bytes, AttributeNames,
+    check_commit_size, check_item_size, completed_size_bytes, record_size_bytes, AttributeNames,
 };
 use crate::store::{
-    is_our_completion, Acquire, AcquireRequest, CompleteRequest, ExtendRequest, Fenced, Store,
-    StoreError,
+    is_our_completion, Acquire, AcquireRequest, Commit, CommitRequest, CompleteRequest,
+    ExtendRequest, Fenced, Store, StoreError, TransactionalStore,
 };
+use crate::write::Item;
+use tables::{Tables, TransactionRefusal};
 
 /// An in-process store with the same semantics as [`DynamoDbStore`](crate::DynamoDbStore).
 ///
@@ -22,6 +33,20 @@ use crate::store::{
 ///
 /// [`set_unavailable`](InMemoryStore::set_unavailable) makes every call fail, to test how a
 /// handler behaves when the store is down.
+///
+/// It is a [`TransactionalStore`] too: declare the tables a transactional handler writes to
+/// with [`define_table`](InMemoryStore::define_table), and its [`Write`](crate::Write)s are
+/// applied to in-memory tables together with the record, all or nothing, with DynamoDB's
+/// semantics for condition and update expressions (the contract suite runs the same
+/// transactional cases here and on DynamoDB Local).
+///
+/// ```
+/// use lambda_idempotency::{Attr, InMemoryStore};
+/// let store = InMemoryStore::new();
+/// store.define_table("ledger", &["account"]);
+/// let key = [("account".to_string(), Attr::s("acct-1"))].into();
+/// assert!(store.item("ledger", &key).is_none());
+/// ```
 #[derive(Debug, Clone, Default)]
 pub struct InMemoryStore {
     inner: Arc<Inner>,
@@ -29,8 +54,15 @@ pub struct InMemoryStore {
 
 #[derive(Debug, Default)]
 struct Inner {
-    records: Mutex<HashMap<IdempotencyKey, Record>>,
+    contents: Mutex<Contents>,
     unavailable: AtomicBool,
+}
+
+/// The records and the tables, behind one lock so that a commit changes both at once.
+#[derive(Debug, Default)]
+struct Contents {
+    records: HashMap<IdempotencyKey, Record>,
+    tables: Tables,
 }
 
 impl InMemoryStore {
@@ -45,9 +77,35 @@ impl InMemoryStore {
         self.inner.unavailable.store(unavailable, Ordering::SeqCst);
     }
 
+    /// Declares an in-memory table for transactional writes, keyed by `key_attributes` (the
+    /// partition key, then the sort key if any). Declaring it again keeps its items.
+    pub fn define_table(&self, table: &str, key_attributes: &[&str]) {
+        let (partition, sort) = match key_attributes {
+            [partition] => (*partition, None),
+            [partition, sort, ..] => (*partition, Some(*sort)),
+            [] => return,
+        };
+        self.lock().tables.define(table, partition, sort);
+    }
+
+    /// The item of `table` at `key` (an item holding the key attributes), if any.
+    pub fn item(&self, table: &str, key: &Item) -> Option<Item> {
+        self.lock().tables.item(table, key).cloned()
+    }
+
+    /// Every item of `table`, in key order (none if the table is not declared).
+    pub fn items(&self, table: &str) -> Vec<Item> {
+        self.lock()
+            .tables
+            .items(table)
+            .into_iter()
+            .cloned()
+            .collect()
+    }
+
     /// A copy of every stored record, for inspection in tests.
     pub fn records(&self) -> Vec<Record> {
-        let mut all: Vec<Record> = self.lock().values().cloned().collect();
+        let mut all: Vec<Record> = self.lock().records.values().cloned().collect();
         all.sort_by(|a, b| a.key.cmp(&b.key));
         all
     }
@@ -55,14 +113,15 @@ impl InMemoryStore {
     /// Writes `record` as it is, bypassing the protocol, as another tool (or an earlier
     /// version) might have written it: for tests of what the stores do with such records.
     pub fn insert_record(&self, record: Record) {
-        self.lock().insert(record.key.clone(), record);
+        self.lock().records.insert(record.key.clone(), record);
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<IdempotencyKey, Record>> {
+    fn lock(&self) -> MutexGuard<'_, Contents> {
         // A panic while holding the lock cannot leave a half-written record: every
-        // mutation is a single insert or remove.
+        // mutation is a single insert or remove, and a commit checks everything before it
+        // changes anything.
         self.inner
-            .records
+            .contents
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
@@ -90,7 +149,8 @@ impl InMemoryStore {
         };
         // The same item size limit, counted the same way, as DynamoDB.
         check_item_size(record_size_bytes(&AttributeNames::default(), &record))?;
-        let mut records = self.lock();
+        let mut contents = self.lock();
+        let records = &mut contents.records;
         if let Some(existing) = records.get(&request.key) {
             if existing.is_held_by(&request.owner) && !existing.can_be_taken_over(request.now) {
                 // Sent again after a lost answer: the lease is already ours.
@@ -107,7 +167,8 @@ impl InMemoryStore {
     fn complete_now(&self, request: &CompleteRequest) -> Result<Fenced, StoreError> {
         self.check_available()?;
         check_item_size(completed_size_bytes(&AttributeNames::default(), request))?;
-        let mut records = self.lock();
+        let mut contents = self.lock();
+        let records = &mut contents.records;
         match records.get_mut(&request.key) {
             Some(record) if record.is_held_by(&request.owner) => {
                 record.status = request.status;
@@ -124,7 +185,8 @@ impl InMemoryStore {
 
     fn extend_now(&self, request: &ExtendRequest) -> Result<Fenced, StoreError> {
         self.check_available()?;
-        let mut records = self.lock();
+        let mut contents = self.lock();
+        let records = &mut contents.records;
         match records.get_mut(&request.key) {
             Some(record) if record.is_held_by(&request.owner) => {
                 record.lease_expiration_ms = Some(request.lease_expiration_ms);
@@ -137,7 +199,8 @@ impl InMemoryStore {
 
     fn release_now(&self, key: &IdempotencyKey, owner: &OwnerToken) -> Result<Fenced, StoreError> {
         self.check_available()?;
-        let mut records = self.lock();
+        let mut contents = self.lock();
+        let records = &mut contents.records;
         match records.get(key) {
             Some(record) if record.is_held_by(owner) => {
                 records.remove(key);
@@ -149,7 +212,87 @@ impl InMemoryStore {
 
     fn get_now(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
         self.check_available()?;
-        Ok(self.lock().get(key).cloned())
+        Ok(self.lock().records.get(key).cloned())
+    }
+}
+
+impl InMemoryStore {
+    fn commit_now(&self, request: &CommitRequest, fresh: bool) -> Result<Commit, StoreError> {
+        self.check_available()?;
+        check_commit_size(&AttributeNames::default(), request)?;
+        let mut contents = self.lock();
+        // As DynamoDB: an invalid request fails before any condition is read.
+        contents.tables.validate(&request.writes).map_err(refused)?;
+        let existing = contents.records.get(&request.key);
+        let allowed = if fresh {
+            existing.is_none_or(|r| r.can_be_taken_over(request.now))
+        } else {
+            existing.is_some_and(|r| r.is_held_by(&request.owner))
+        };
+        if !allowed {
+            return Ok(Commit::RecordRefused(existing.cloned()));
+        }
+        match contents.tables.apply(&request.writes) {
+            Ok(()) => {}
+            Err(TransactionRefusal::ConditionFailed { write_index }) => {
+                return Ok(Commit::ConditionFailed { write_index })
+            }
+            Err(invalid) => return Err(refused(invalid)),
+        }
+        let validation = if fresh {
+            request.validation.clone()
+        } else {
+            existing_validation(&contents.records, request)
+        };
+        contents.records.insert(
+            request.key.clone(),
+            Record {
+                key: request.key.clone(),
+                status: request.status,
+                expiration_secs: request.expiration_secs,
+                lease_expiration_ms: None,
+                owner: Some(request.owner.clone()),
+                data: Some(request.data.clone()),
+                validation,
+            },
+        );
+        Ok(Commit::Applied)
+    }
+}
+
+/// The payload hash a lease-mode commit keeps: the one stored when the lease was taken.
+fn existing_validation(
+    records: &HashMap<IdempotencyKey, Record>,
+    request: &CommitRequest,
+) -> Option<String> {
+    records.get(&request.key).and_then(|r| r.validation.clone())
+}
+
+/// A refused transaction as the store error DynamoDB's `ValidationException` becomes.
+fn refused(refusal: TransactionRefusal) -> StoreError {
+    let write_index = match &refusal {
+        TransactionRefusal::Invalid { write_index, .. } => *write_index,
+        TransactionRefusal::ConditionFailed { write_index } => Some(*write_index),
+    };
+    StoreError::InvalidRequest {
+        write_index,
+        reason: Box::new(refusal),
+    }
+}
+
+impl TransactionalStore for InMemoryStore {
+    fn commit(
+        &self,
+        request: &CommitRequest,
+    ) -> impl Future<Output = Result<Commit, StoreError>> + Send {
+        std::future::ready(self.commit_now(request, false))
+    }
+
+    fn commit_fresh(
+        &self,
+        request: &CommitRequest,
+    ) -> impl Future<Output = Result<Commit, StoreError>> + Send {
+        std::future::ready(self.commit_now(request, true))
     }
 }
 

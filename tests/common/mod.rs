@@ -9,6 +9,7 @@ pub mod http1;
 pub mod order_consumer;
 pub mod runtime_api;
 pub mod sqs_sim;
+pub mod transactional_contract;
 
 use std::time::{Duration, SystemTime};
 
