@@ -17,14 +17,26 @@ use std::collections::BTreeMap;
 
 use serde_json::value::RawValue;
 
+/// The deepest nesting accepted, as serde_json's own parser (`RawValue` skips nested values
+/// without that limit, so it is enforced here: a deeper body is an error, never a stack
+/// overflow).
+const MAX_DEPTH: usize = 128;
+
 /// The canonical form of the JSON text `raw` (one JSON value).
 pub(crate) fn canonical(raw: &str) -> Result<String, serde_json::Error> {
     let mut out = String::with_capacity(raw.len());
-    write_value(raw, &mut out)?;
+    write_value(raw, &mut out, 0)?;
     Ok(out)
 }
 
-fn write_value(raw: &str, out: &mut String) -> Result<(), serde_json::Error> {
+fn too_deep() -> serde_json::Error {
+    serde::de::Error::custom(format_args!("JSON nested deeper than {MAX_DEPTH} levels"))
+}
+
+fn write_value(raw: &str, out: &mut String, depth: usize) -> Result<(), serde_json::Error> {
+    if depth > MAX_DEPTH {
+        return Err(too_deep());
+    }
     let raw = raw.trim_matches(|c: char| matches!(c, ' ' | '\t' | '\n' | '\r'));
     match raw.as_bytes().first() {
         Some(b'{') => {
@@ -36,7 +48,7 @@ fn write_value(raw: &str, out: &mut String) -> Result<(), serde_json::Error> {
                 }
                 out.push_str(&serde_json::to_string(key)?);
                 out.push(':');
-                write_value(value.get(), out)?;
+                write_value(value.get(), out, depth + 1)?;
             }
             out.push('}');
         }
@@ -47,7 +59,7 @@ fn write_value(raw: &str, out: &mut String) -> Result<(), serde_json::Error> {
                 if i > 0 {
                     out.push(',');
                 }
-                write_value(item.get(), out)?;
+                write_value(item.get(), out, depth + 1)?;
             }
             out.push(']');
         }
@@ -119,7 +131,10 @@ pub(crate) fn select<'a>(
         return Ok(None);
     };
     let mut current: &'a str = root.get();
-    for token in tokens.split('/') {
+    for (depth, token) in tokens.split('/').enumerate() {
+        if depth > MAX_DEPTH {
+            return Err(too_deep());
+        }
         let token = token.replace("~1", "/").replace("~0", "~");
         let next: Option<&'a RawValue> = match current.trim_start().as_bytes().first() {
             Some(b'{') => {
@@ -188,6 +203,20 @@ mod tests {
         for bad in ["", "{", "01", "1.", "tru", "\"x", "[1,]", "{\"a\"}"] {
             assert!(canonical(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn deep_nesting_is_an_error_not_a_stack_overflow() {
+        let deep = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
+        assert!(canonical(&deep(MAX_DEPTH)).is_ok());
+        // Run where a Lambda record runs: a 2 MiB thread stack.
+        let handle = std::thread::Builder::new()
+            .stack_size(2 << 20)
+            .spawn(move || canonical(&deep(50_000)).is_err())
+            .unwrap();
+        assert!(handle.join().unwrap());
+        let doc = format!("{{\"id\":{}}}", deep(50_000));
+        assert_eq!(select(&doc, "/id").unwrap().map(str::len), Some(100_000));
     }
 
     #[test]
