@@ -210,14 +210,19 @@ where
         let reports = match self.mode.resolve(&records) {
             BatchMode::Auto { .. } => unreachable!("resolved above"),
             BatchMode::Concurrent { limit } => {
-                futures_util::stream::iter(
-                    records
-                        .into_iter()
-                        .map(|record| self.process_record(record, &context)),
-                )
-                .buffered(limit.max(1))
+                // A new record starts as soon as any running one finishes (a slow record
+                // does not hold back the others); the reports keep the event's order.
+                let mut indexed = futures_util::stream::iter(records.into_iter().enumerate().map(
+                    |(index, record)| {
+                        let report = self.process_record(record, &context);
+                        async move { (index, report.await) }
+                    },
+                ))
+                .buffer_unordered(limit.max(1))
                 .collect::<Vec<_>>()
-                .await
+                .await;
+                indexed.sort_by_key(|(index, _)| *index);
+                indexed.into_iter().map(|(_, report)| report).collect()
             }
             BatchMode::Fifo {
                 skip_failed_group_only,
