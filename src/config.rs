@@ -153,12 +153,21 @@ impl Config {
 
     /// Keeps leases of `lease` length (never past the invocation deadline) and extends them
     /// every `every` while the handler runs, so work longer than one lease stays protected.
-    /// The extension is fenced by the owner token and stops when the handler ends. `every` is
-    /// clamped to a third of `lease` at most.
+    /// The extension is fenced by the owner token and stops when the handler ends. The period
+    /// is at most a third of the lease in force, also when
+    /// [`with_max_lease`](Config::with_max_lease) changes the lease afterwards.
     pub fn with_heartbeat(mut self, lease: Duration, every: Duration) -> Self {
         self.max_lease = Some(lease);
-        self.heartbeat = Some(every.min(lease / 3).max(Duration::from_millis(1)));
+        self.heartbeat = Some(every);
         self
+    }
+
+    /// The heartbeat period in force: the configured one, at most a third of the lease cap,
+    /// at least 1 ms; `None` without a heartbeat.
+    pub fn heartbeat_period(&self) -> Option<Duration> {
+        let every = self.heartbeat?;
+        let cap = self.max_lease.map_or(every, |lease| lease / 3);
+        Some(every.min(cap).max(Duration::from_millis(1)))
     }
 
     /// The transactional commit mode.
@@ -174,5 +183,24 @@ impl Config {
     /// The record expiry window.
     pub fn expires_after(&self) -> Duration {
         self.expires_after
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_heartbeat_period_follows_the_lease_in_force() {
+        let config = Config::new().with_heartbeat(Duration::from_secs(30), Duration::from_secs(5));
+        assert_eq!(config.heartbeat_period(), Some(Duration::from_secs(5)));
+        // A shorter lease set afterwards shortens the period with it.
+        let shorter = config.clone().with_max_lease(Duration::from_secs(3));
+        assert_eq!(shorter.heartbeat_period(), Some(Duration::from_secs(1)));
+        let clamped = Config::new().with_heartbeat(Duration::from_secs(3), Duration::from_secs(60));
+        assert_eq!(clamped.heartbeat_period(), Some(Duration::from_secs(1)));
+        let tiny = Config::new().with_heartbeat(Duration::ZERO, Duration::ZERO);
+        assert_eq!(tiny.heartbeat_period(), Some(Duration::from_millis(1)));
+        assert_eq!(Config::new().heartbeat_period(), None);
     }
 }

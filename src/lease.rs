@@ -47,7 +47,7 @@ impl<St: Store, C: Clock> Lease<'_, St, C> {
     where
         F: Future<Output = Result<R, Error>>,
     {
-        let Some(every) = self.config.heartbeat else {
+        let Some(every) = self.config.heartbeat_period() else {
             return handler.await;
         };
         let heartbeat = async {
