@@ -90,31 +90,63 @@ fn exact_number(token: &str) -> String {
         None => (unsigned, "0"),
     };
     let (integer, fraction) = mantissa.split_once('.').unwrap_or((mantissa, ""));
-    let exponent_negative = exponent_text.starts_with('-');
-    let exponent_digits = exponent_text
-        .trim_start_matches(['+', '-'])
-        .trim_start_matches('0');
-    // Exponents beyond 36 digits do not fit the arithmetic below: keep such a number's exact
-    // text, marked so that it cannot equal a normalised one.
-    if exponent_digits.len() > 36 {
-        return format!("~{token}");
-    }
-    let mut exponent: i128 = exponent_digits.parse().unwrap_or(0);
-    if exponent_negative {
-        exponent = -exponent;
-    }
-    let mut digits: String = integer.chars().chain(fraction.chars()).collect();
-    exponent -= fraction.len() as i128;
-    let significant = digits.trim_start_matches('0').len();
-    digits.drain(..digits.len() - significant);
-    let kept = digits.trim_end_matches('0').len();
-    exponent += (digits.len() - kept) as i128;
-    digits.truncate(kept);
-    if digits.is_empty() {
+    let digits: String = integer.chars().chain(fraction.chars()).collect();
+    let digits = digits.trim_start_matches('0');
+    let significant = digits.trim_end_matches('0');
+    if significant.is_empty() {
         return "0".into();
     }
+    // The value is significant × 10^(exponent − fraction digits + trailing zeros dropped).
+    // The shift is at most the token's length; the exponent may have any number of digits.
+    let shift = (digits.len() - significant.len()) as i128 - fraction.len() as i128;
+    let exponent_negative = exponent_text.starts_with('-');
+    let exponent_digits = exponent_text.trim_start_matches(['+', '-']);
+    let exponent = shifted(exponent_negative, exponent_digits, shift);
     let sign = if negative { "-" } else { "" };
-    format!("{sign}{digits}e{exponent}")
+    format!("{sign}{significant}e{exponent}")
+}
+
+/// The decimal integer `±magnitude` (digits, any length) plus `shift`, as canonical text.
+fn shifted(negative: bool, magnitude: &str, shift: i128) -> String {
+    let magnitude = magnitude.trim_start_matches('0');
+    if magnitude.len() <= 36 {
+        let value: i128 = magnitude.parse().unwrap_or(0);
+        return (if negative { -value } else { value } + shift).to_string();
+    }
+    // |exponent| ≥ 10^36 > |shift|: the sign stays the exponent's, and the magnitude moves by
+    // |shift|, up when both have the same sign, down otherwise.
+    let grow = (shift >= 0) != negative;
+    let mut digits: Vec<u8> = magnitude.bytes().rev().map(|b| b - b'0').collect();
+    let mut carry = shift.unsigned_abs();
+    for digit in digits.iter_mut() {
+        if carry == 0 {
+            break;
+        }
+        let step = (carry % 10) as u8;
+        carry /= 10;
+        if grow {
+            let sum = *digit + step;
+            *digit = sum % 10;
+            carry += u128::from(sum / 10);
+        } else if *digit >= step {
+            *digit -= step;
+        } else {
+            *digit = *digit + 10 - step;
+            carry += 1;
+        }
+    }
+    if carry > 0 {
+        digits.extend(carry.to_string().bytes().rev().map(|b| b - b'0'));
+    }
+    while digits.len() > 1 && digits.last() == Some(&0) {
+        digits.pop();
+    }
+    let text: String = digits.iter().rev().map(|d| char::from(b'0' + d)).collect();
+    if negative {
+        format!("-{text}")
+    } else {
+        text
+    }
 }
 
 /// The raw text of the value that the JSON pointer (RFC 6901) selects in the JSON text
@@ -194,8 +226,27 @@ mod tests {
             c("123456789012345678901234567891")
         );
         assert_eq!(c("1e0000000000000000000000000000000000000000005"), "1e5");
-        let huge = format!("1e{}", "9".repeat(40));
-        assert_eq!(c(&huge), format!("~{huge}"));
+        // Exponents of any length compare by value.
+        let nines = "9".repeat(40);
+        assert_eq!(c(&format!("1e{nines}")), format!("1e{nines}"));
+        let ten_36 = format!("1{}", "0".repeat(36));
+        assert_eq!(
+            c(&format!("1e{ten_36}")),
+            c(&format!("10e{}", "9".repeat(36)))
+        );
+        assert_eq!(
+            c(&format!("1e-{ten_36}")),
+            c(&format!("0.1e-{}", "9".repeat(36)))
+        );
+        assert_eq!(
+            c(&format!("100e{nines}")),
+            format!("1e1{}1", "0".repeat(39))
+        );
+        assert_eq!(
+            c(&format!("0.01e-{nines}")),
+            format!("1e-1{}1", "0".repeat(39))
+        );
+        assert_eq!(c(&format!("0e{}", "1".repeat(40))), "0");
     }
 
     #[test]

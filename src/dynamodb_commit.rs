@@ -12,8 +12,8 @@ use aws_sdk_dynamodb::types::{
 };
 
 use crate::dynamodb_store::{
-    num, refused, s, takeover_values, unavailable, DynamoDbStore, FINAL_STATE_UPDATE,
-    OWNER_CONDITION, TAKEOVER_CONDITION,
+    num, s, takeover_values, unavailable, DynamoDbStore, FINAL_STATE_UPDATE, OWNER_CONDITION,
+    TAKEOVER_CONDITION,
 };
 use crate::hashing::sha256_hex;
 use crate::record_item::check_commit_size;
@@ -105,13 +105,13 @@ fn sdk_write(index: usize, write: &Write) -> Result<TransactWriteItem, StoreErro
 }
 
 /// The same request always gets the same token, so a commit sent again after a lost
-/// response is recognised by DynamoDB (for 10 minutes) instead of applied twice. Every
-/// parameter goes into the token: DynamoDB answers `IdempotentParameterMismatch` to a token
-/// reused with other parameters, so a request that changes (a new `now`, a compressed
-/// result) gets a new token.
-pub(crate) fn client_request_token(request: &CommitRequest) -> String {
+/// response is recognised by DynamoDB (for 10 minutes) instead of applied twice. The table,
+/// the mode and every field of the request go into the token: DynamoDB answers
+/// `IdempotentParameterMismatch` to a token reused with other parameters, so a request that
+/// changes (a new `now`, a compressed result) gets a new token.
+pub(crate) fn client_request_token(table: &str, fresh: bool, request: &CommitRequest) -> String {
     let material = format!(
-        "{}\n{}\n{}\n{}\n{}\n{:?}\n{:?}\n{:?}",
+        "{table}\n{fresh}\n{}\n{}\n{}\n{}\n{}\n{:?}\n{:?}\n{:?}",
         request.key,
         request.owner,
         request.status.as_str(),
@@ -173,7 +173,7 @@ impl DynamoDbStore {
         &self,
         request: &CommitRequest,
         marker: TransactWriteItem,
-        record_bytes: usize,
+        fresh: bool,
     ) -> Result<Commit, StoreError> {
         let mut items = Vec::with_capacity(request.writes.len() + 1);
         items.push(marker);
@@ -184,7 +184,7 @@ impl DynamoDbStore {
             .client
             .transact_write_items()
             .set_transact_items(Some(items))
-            .client_request_token(client_request_token(request))
+            .client_request_token(client_request_token(&self.table, fresh, request))
             .send()
             .await;
         let err = match result {
@@ -203,21 +203,23 @@ impl DynamoDbStore {
             {
                 return Ok(Commit::Conflict)
             }
-            _ => return Err(refused(err, record_bytes)),
+            // The record's own size was checked (as an upper bound) before sending, so a
+            // refusal here is about the handler's writes: invalid, never "result too large".
+            Some(service) if service.code() == Some("ValidationException") => {
+                return Err(StoreError::InvalidRequest {
+                    write_index: None,
+                    reason: Box::new(err),
+                })
+            }
+            _ => return Err(unavailable(err)),
         };
         let reasons = cancelled.cancellation_reasons();
         let code = |i: usize| reasons.get(i).and_then(|r| r.code()).unwrap_or("None");
         // An invalid write fails the whole request before any condition counts.
         if let Some(index) = (0..reasons.len()).find(|&i| code(i) == "ValidationError") {
             let reason = reasons[index].message().unwrap_or("invalid").to_string();
-            if index == 0 {
-                return Err(StoreError::ItemTooLarge {
-                    size_bytes: record_bytes.max(crate::DYNAMODB_ITEM_LIMIT_BYTES + 1),
-                    limit_bytes: crate::DYNAMODB_ITEM_LIMIT_BYTES,
-                });
-            }
             return Err(StoreError::InvalidRequest {
-                write_index: Some(index - 1),
+                write_index: index.checked_sub(1),
                 reason: reason.into(),
             });
         }
@@ -240,14 +242,14 @@ impl DynamoDbStore {
     }
 
     async fn commit_inner(&self, request: &CommitRequest) -> Result<Commit, StoreError> {
-        let record_bytes = check_commit_size(&self.names, request)?;
-        self.transact(request, self.lease_marker(request)?, record_bytes)
+        check_commit_size(&self.names, request)?;
+        self.transact(request, self.lease_marker(request)?, false)
             .await
     }
 
     async fn commit_fresh_inner(&self, request: &CommitRequest) -> Result<Commit, StoreError> {
-        let record_bytes = check_commit_size(&self.names, request)?;
-        self.transact(request, self.fresh_marker(request)?, record_bytes)
+        check_commit_size(&self.names, request)?;
+        self.transact(request, self.fresh_marker(request)?, true)
             .await
     }
 }
@@ -288,14 +290,15 @@ mod tests {
         }
     }
 
+    fn token(request: &CommitRequest) -> String {
+        client_request_token("t", false, request)
+    }
+
     #[test]
     fn a_request_token_is_fixed_for_one_request_and_changes_with_any_parameter() {
         let now = SystemTime::UNIX_EPOCH + Duration::from_secs(50);
         let base = request(now);
-        assert_eq!(
-            client_request_token(&base),
-            client_request_token(&base.clone())
-        );
+        assert_eq!(token(&base), token(&base.clone()));
         let later = request(now + Duration::from_millis(1));
         let mut other_data = base.clone();
         other_data.data = "2".into();
@@ -304,8 +307,10 @@ mod tests {
         let mut other_expiry = base.clone();
         other_expiry.expiration_secs += 1;
         for changed in [later, other_data, other_writes, other_expiry] {
-            assert_ne!(client_request_token(&base), client_request_token(&changed));
+            assert_ne!(token(&base), token(&changed));
         }
-        assert_eq!(client_request_token(&base).len(), 32);
+        assert_ne!(token(&base), client_request_token("t", true, &base));
+        assert_ne!(token(&base), client_request_token("u", false, &base));
+        assert_eq!(token(&base).len(), 32);
     }
 }

@@ -492,7 +492,7 @@ where
     };
     let expiration_secs = later_secs(clock.now(), config.expires_after);
     let (key, deadline_ms) = (&claim.key, claim.deadline_ms);
-    let stored = store_fitting(serde_json::to_string(&value), |data| {
+    let stored = store_fitting(stored_result::to_json(&value), |data| {
         let request = CompleteRequest {
             key: key.clone(),
             owner: owner.clone(),
@@ -550,7 +550,7 @@ where
     let now = clock.now();
     let expiration_secs = later_secs(now, config.expires_after);
     let (key, deadline_ms, validation) = (&claim.key, claim.deadline_ms, claim.stored_validation());
-    let committed = store_fitting(serde_json::to_string(&result), |data| {
+    let committed = store_fitting(stored_result::to_json(&result), |data| {
         let request = CommitRequest {
             key: key.clone(),
             owner: owner.clone(),

@@ -167,6 +167,10 @@ impl KeyExtractor for MessageId {
 }
 
 /// Keys on a message attribute's string (or binary) value, e.g. `Idempotency-Key`.
+///
+/// A string value is used as its text (the same key as a JSON string field with that text,
+/// see [`JsonPointer`]); a binary value as its bytes after a tag byte that no text and no
+/// JSON material starts with, so binary bytes never collide with either.
 #[derive(Debug, Clone)]
 pub struct MessageAttribute {
     name: String,
@@ -189,13 +193,12 @@ impl KeyExtractor for MessageAttribute {
             .get(&self.name)
             .ok_or_else(missing)?;
         let material = match (&attribute.string_value, &attribute.binary_value) {
-            (Some(text), _) => text.as_bytes().to_vec(),
-            (None, Some(binary)) => binary.0.clone(),
-            (None, None) => return Err(missing()),
+            (Some(text), _) if !text.is_empty() => text.as_bytes().to_vec(),
+            (None, Some(binary)) if !binary.0.is_empty() => {
+                [&[BINARY_MATERIAL_TAG], binary.0.as_slice()].concat()
+            }
+            _ => return Err(missing()),
         };
-        if material.is_empty() {
-            return Err(missing());
-        }
         Ok(material)
     }
 }
@@ -226,6 +229,10 @@ impl JsonPointer {
 /// Marks key material that is canonical JSON rather than text: `0xFF` never occurs in
 /// UTF-8, so no string value (or string attribute) can produce the same bytes.
 const JSON_MATERIAL_TAG: u8 = 0xFF;
+
+/// Marks key material that is a binary attribute's bytes: `0xFE` never occurs in UTF-8 either,
+/// and differs from [`JSON_MATERIAL_TAG`].
+const BINARY_MATERIAL_TAG: u8 = 0xFE;
 
 impl KeyExtractor for JsonPointer {
     fn key_material(&self, message: &SqsMessage) -> Result<Vec<u8>, KeyError> {
@@ -365,6 +372,32 @@ mod tests {
             either.key_material(&by_attribute).unwrap(),
             key(r#"{"id":"evt-1"}"#)
         );
+    }
+
+    #[test]
+    fn binary_attributes_never_share_a_key_with_text_or_json() {
+        use aws_lambda_events::encodings::Base64Data;
+        let binary = |bytes: &[u8]| {
+            let mut m = message("{}");
+            let mut attr = SqsMessageAttribute::default();
+            attr.data_type = Some("Binary".into());
+            let mut data = Base64Data::default();
+            data.extend_from_slice(bytes);
+            attr.binary_value = Some(data);
+            m.message_attributes.insert("k".into(), attr);
+            m
+        };
+        let key = MessageAttribute::new("k").or(JsonPointer::new("/id"));
+        let json_one = key.key_material(&message(r#"{"id":1}"#)).unwrap();
+        let text = key
+            .key_material(&with_attribute(message("{}"), "k", "abc"))
+            .unwrap();
+        assert_ne!(key.key_material(&binary(&json_one)).unwrap(), json_one);
+        assert_ne!(key.key_material(&binary(b"abc")).unwrap(), text);
+        assert!(matches!(
+            key.key_material(&binary(b"")),
+            Err(KeyError::PointerNotFound { .. })
+        ));
     }
 
     #[test]

@@ -22,6 +22,7 @@ use crate::key::{IdempotencyKey, KeyExtractor};
 use crate::processed::Processed;
 use crate::record::{decide, Decision, OwnerToken, Record, Status};
 use crate::store::{Commit, CommitRequest, StoreError, TransactionalStore};
+use crate::stored_result;
 use crate::write::{Completion, Write};
 
 /// How an optimistic commit ended.
@@ -172,7 +173,7 @@ where
     };
     match call_inner(inner, event).await {
         Ok(Completion { result, writes }) => {
-            let fresh = store_fitting(serde_json::to_string(&result), |data| {
+            let fresh = store_fitting(stored_result::to_json(&result), |data| {
                 commit_fresh(&shared, &target, &owner, Status::Completed, data, &writes)
             })
             .await;

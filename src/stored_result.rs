@@ -16,6 +16,7 @@ use flate2::read::DeflateDecoder;
 use flate2::write::DeflateEncoder;
 use flate2::Compression;
 use serde::de::DeserializeOwned;
+use serde::Serialize;
 
 use crate::processed::Processed;
 
@@ -41,6 +42,15 @@ impl Omitted {
             Omitted::Unserializable => "unserializable",
         }
     }
+}
+
+/// The result as JSON. A `Serialize` implementation that panics is a serialization failure
+/// like any other: the handler has run, so the record must still be completed.
+pub(crate) fn to_json<T: Serialize>(result: &T) -> Result<String, serde_json::Error> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        serde_json::to_string(result)
+    }))
+    .unwrap_or_else(|_| Err(serde::ser::Error::custom("serializing the result panicked")))
 }
 
 /// `json`, deflate-compressed and base64-encoded, after the `~deflate:` tag.
@@ -116,6 +126,18 @@ mod tests {
                 Processed::ReplayedWithoutResult
             );
         }
+    }
+
+    #[test]
+    fn a_panicking_serializer_is_a_serialization_error() {
+        struct Panics;
+        impl Serialize for Panics {
+            fn serialize<S: serde::Serializer>(&self, _: S) -> Result<S::Ok, S::Error> {
+                panic!("no")
+            }
+        }
+        assert!(to_json(&Panics).is_err());
+        assert_eq!(to_json(&[1, 2]).unwrap(), "[1,2]");
     }
 
     #[test]

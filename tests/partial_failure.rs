@@ -138,8 +138,20 @@ impl serde::Serialize for Unserializable {
     }
 }
 
-#[tokio::test]
-async fn a_result_that_cannot_be_serialized_never_runs_the_handler_again() {
+/// A result whose `Serialize` panics (user code, outside the handler).
+#[derive(Debug, serde::Deserialize)]
+struct PanicsOnSerialize;
+
+impl serde::Serialize for PanicsOnSerialize {
+    fn serialize<S: serde::Serializer>(&self, _: S) -> Result<S::Ok, S::Error> {
+        panic!("cannot serialize")
+    }
+}
+
+async fn runs_once_with_result<T>(result: fn() -> T)
+where
+    T: serde::Serialize + serde::de::DeserializeOwned + Send + Sync + 'static,
+{
     let store = InMemoryStore::new();
     let clock = ManualClock::starting_now();
     let runs = Arc::new(AtomicUsize::new(0));
@@ -151,7 +163,7 @@ async fn a_result_that_cannot_be_serialized_never_runs_the_handler_again() {
         let runs = counter.clone();
         async move {
             runs.fetch_add(1, Ordering::SeqCst);
-            Ok::<_, std::io::Error>(Unserializable)
+            Ok::<_, std::io::Error>(result())
         }
     }))
     .with_clock(clock.clone());
@@ -166,11 +178,18 @@ async fn a_result_that_cannot_be_serialized_never_runs_the_handler_again() {
         assert_eq!(outcomes(&report), [expected]);
         clock.advance(REMAINING + Duration::from_secs(1));
     }
-    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the handler ran again");
     assert_eq!(
         stored(&store, "m-1").await.unwrap().status,
         Status::Completed
     );
+}
+
+#[tokio::test]
+async fn a_result_that_cannot_be_serialized_never_runs_the_handler_again() {
+    runs_once_with_result(|| Unserializable).await;
+    // Found in review: a panicking serializer ran outside the handler's panic catch.
+    runs_once_with_result(|| PanicsOnSerialize).await;
 }
 
 /// A plain handler over `store` that counts its runs and, while `fail` is set, fails.
