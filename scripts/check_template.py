@@ -50,9 +50,24 @@ queue = resources[queue_name]["Properties"]
 check(queue.get("VisibilityTimeout", 30) >= 6 * timeout,
       f"queue VisibilityTimeout ({queue.get('VisibilityTimeout')}) is at least 6 x the function Timeout ({timeout})")
 redrive = queue.get("RedrivePolicy", {})
+# The idempotency window must outlive every way back of a message: its retention in the
+# queue, then in the dead-letter queue (a FIFO queue's DLQ restarts the clock; a standard
+# one counts from the first enqueue: the sum covers both), then the queue's retention again
+# after a redrive. Shorter, a message redriven late (or a tampered duplicate) runs again.
+window = env.get("IDEMPOTENCY_EXPIRES_AFTER_SECS")
+check(isinstance(window, int), "IDEMPOTENCY_EXPIRES_AFTER_SECS is set, in seconds")
 check("deadLetterTargetArn" in redrive and redrive.get("maxReceiveCount", 0) >= 1, "the queue has a redrive policy")
 dlq = redrive.get("deadLetterTargetArn", {}).get("Fn::GetAtt", [None])[0]
 check(resources.get(dlq, {}).get("Type") == "AWS::SQS::Queue", "the dead-letter queue is an SQS queue")
+DEFAULT_RETENTION = 345600  # SQS's default MessageRetentionPeriod: 4 days
+queue_retention = queue.get("MessageRetentionPeriod", DEFAULT_RETENTION)
+dlq_retention = resources.get(dlq, {}).get("Properties", {}).get("MessageRetentionPeriod", DEFAULT_RETENTION)
+needed = queue_retention + dlq_retention + queue_retention
+if isinstance(window, int):
+    check(window > needed,
+          f"IDEMPOTENCY_EXPIRES_AFTER_SECS ({window}) must outlive the queues: the queue's retention "
+          f"({queue_retention}), the dead-letter queue's ({dlq_retention}) and the queue's again after a "
+          f"redrive = {needed}; shorter, a message redriven from the dead-letter queue runs again")
 
 
 def table(name, key):

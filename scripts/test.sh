@@ -16,6 +16,14 @@ echo "== template.yaml: cfn-lint, sam validate --lint, key settings"
 cfn-lint template.yaml
 sam validate --lint --template template.yaml
 python3 scripts/check_template.py template.yaml
+# The check must refuse an idempotency window shorter than the queues' retention.
+short_window="$(mktemp --suffix=.yaml)"
+sed 's/IDEMPOTENCY_EXPIRES_AFTER_SECS: [0-9]*/IDEMPOTENCY_EXPIRES_AFTER_SECS: 3600/' template.yaml >"$short_window"
+if python3 scripts/check_template.py "$short_window" >/dev/null; then
+  echo "check_template.py accepted a 1-hour window with a 14-day dead-letter queue" >&2
+  exit 1
+fi
+rm -f "$short_window"
 
 ddb_start
 # Tests that need DynamoDB Local fail, rather than skip, when it is unreachable.

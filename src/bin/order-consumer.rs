@@ -1,9 +1,11 @@
 //! `order-consumer`: the SQS-triggered Lambda function users deploy.
 //!
 //! Contract (tests outside the repository rely on it):
-//! - Environment: `IDEMPOTENCY_TABLE`, `LEDGER_TABLE`, and `IDEMPOTENCY_MODE` = `optimistic`
-//!   (the default) or `lease`. The DynamoDB endpoint comes from the standard AWS settings
-//!   (`AWS_ENDPOINT_URL_DYNAMODB` locally).
+//! - Environment: `IDEMPOTENCY_TABLE`, `LEDGER_TABLE`, `IDEMPOTENCY_MODE` = `optimistic`
+//!   (the default) or `lease`, and `IDEMPOTENCY_EXPIRES_AFTER_SECS`, how long records count
+//!   (default 23 days: it must outlive the queue's retention, the dead-letter queue's and the
+//!   queue's again after a redrive; see the README). The DynamoDB endpoint comes from the
+//!   standard AWS settings (`AWS_ENDPOINT_URL_DYNAMODB` locally).
 //! - Message body: `{"eventId": string, "account": string, "amount": integer}`. The
 //!   idempotency key is the message attribute `Idempotency-Key` when present, else
 //!   `eventId`. Payload validation covers the body: the same key with another account or
@@ -86,6 +88,34 @@ async fn apply_order(
     .with_write(credit))
 }
 
+/// How long a message can live with template.yaml's queues: 4 days in the queue, 14 in the
+/// dead-letter queue, 4 again in the queue after a redrive.
+const TEMPLATE_QUEUES_SECS: u64 = (4 + 14 + 4) * 24 * 3600;
+
+/// The default record window: the template's queues, plus a day.
+const DEFAULT_EXPIRES_AFTER: Duration = Duration::from_secs(TEMPLATE_QUEUES_SECS + 24 * 3600);
+
+/// The record window from `IDEMPOTENCY_EXPIRES_AFTER_SECS`, with a warning when it may be
+/// shorter than a message can live.
+fn expires_after(value: Option<&str>) -> Result<Duration, lambda_runtime::Error> {
+    let Some(text) = value.filter(|v| !v.is_empty()) else {
+        return Ok(DEFAULT_EXPIRES_AFTER);
+    };
+    let secs: u64 = text.trim().parse().map_err(|_| {
+        format!("IDEMPOTENCY_EXPIRES_AFTER_SECS must be a whole number of seconds, not {text:?}")
+    })?;
+    if secs <= TEMPLATE_QUEUES_SECS {
+        tracing::warn!(
+            expires_after_secs = secs,
+            template_queues_secs = TEMPLATE_QUEUES_SECS,
+            "the idempotency window is shorter than a message can live in template.yaml's \
+             queues (queue, dead-letter queue, queue again after a redrive): a message \
+             redriven after it runs again; make it longer than the retention periods added up"
+        );
+    }
+    Ok(Duration::from_secs(secs))
+}
+
 fn required_env(name: &str) -> Result<String, lambda_runtime::Error> {
     std::env::var(name)
         .ok()
@@ -104,6 +134,11 @@ async fn main() -> Result<(), lambda_runtime::Error> {
     let mode = IdempotencyMode::parse(&mode_text).ok_or_else(|| {
         format!("IDEMPOTENCY_MODE must be optimistic or lease, not {mode_text:?}")
     })?;
+    let window = expires_after(
+        std::env::var("IDEMPOTENCY_EXPIRES_AFTER_SECS")
+            .ok()
+            .as_deref(),
+    )?;
 
     // A hung store must not eat the invocation: short attempts, few retries.
     let aws = aws_config::defaults(BehaviorVersion::latest())
@@ -124,10 +159,15 @@ async fn main() -> Result<(), lambda_runtime::Error> {
             Config::new()
                 .with_key_prefix("order-consumer")
                 .with_mode(mode)
+                .with_expires_after(window)
                 .with_payload_validation(PayloadValidation::Body)
                 .with_local_cache(1024),
         );
-    tracing::info!(?mode, "order-consumer ready");
+    tracing::info!(
+        ?mode,
+        expires_after_secs = window.as_secs(),
+        "order-consumer ready"
+    );
     let handler =
         layer.transactional_handler(move |message| apply_order(ledger_table.clone(), message));
     lambda_runtime::run(BatchProcessor::new(handler)).await
@@ -160,6 +200,18 @@ mod tests {
             parse_order(&SqsMessage::default()),
             Err(OrderError::NoBody)
         ));
+    }
+
+    #[test]
+    fn the_window_outlives_a_dead_letter_redrive_by_default() {
+        assert_eq!(expires_after(None).unwrap(), DEFAULT_EXPIRES_AFTER);
+        assert!(DEFAULT_EXPIRES_AFTER.as_secs() > TEMPLATE_QUEUES_SECS);
+        assert_eq!(expires_after(Some("")).unwrap(), DEFAULT_EXPIRES_AFTER);
+        assert_eq!(
+            expires_after(Some("1987200")).unwrap(),
+            Duration::from_secs(1_987_200)
+        );
+        assert!(expires_after(Some("1h")).is_err());
     }
 
     #[tokio::test]

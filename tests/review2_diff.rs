@@ -1,0 +1,169 @@
+//! Review: the same transactional requests on InMemoryStore and DynamoDbStore (DynamoDB Local).
+mod common;
+
+use std::time::Duration;
+
+use lambda_idempotency::{
+    epoch_ms, epoch_secs, Acquire, AcquireRequest, Attr, Clock, Commit, CommitRequest,
+    DynamoDbStore, IdempotencyKey, InMemoryStore, ManualClock, OwnerToken, Status, StoreError,
+    TransactionalStore, Write,
+};
+
+fn key() -> IdempotencyKey {
+    IdempotencyKey::derive("review2", uuid::Uuid::new_v4().to_string().as_bytes())
+}
+
+fn request(clock: &ManualClock, key: &IdempotencyKey, owner: &OwnerToken, writes: Vec<Write>) -> CommitRequest {
+    let now = clock.now();
+    CommitRequest {
+        key: key.clone(),
+        owner: owner.clone(),
+        now,
+        status: Status::Completed,
+        data: "1".into(),
+        expiration_secs: epoch_secs(now + Duration::from_secs(3600)),
+        validation: None,
+        writes,
+    }
+}
+
+fn summary(answer: Result<Commit, StoreError>) -> String {
+    match answer {
+        Ok(Commit::Applied) => "Applied".into(),
+        Ok(Commit::RecordRefused(r)) => format!("RecordRefused({})", if r.is_some() { "Some" } else { "None" }),
+        Ok(Commit::ConditionFailed { write_index }) => format!("ConditionFailed({write_index})"),
+        Ok(Commit::Conflict) => "Conflict".into(),
+        Ok(other) => format!("{other:?}"),
+        Err(StoreError::InvalidRequest { write_index, reason }) => {
+            format!("InvalidRequest({write_index:?}) [{reason}]")
+        }
+        Err(StoreError::TransactionTooLarge { .. }) => "TransactionTooLarge".into(),
+        Err(StoreError::ItemTooLarge { .. }) => "ItemTooLarge".into(),
+        Err(StoreError::InvalidWrite { write_index, reason }) => format!("InvalidWrite({write_index}) [{reason}]"),
+        Err(StoreError::Unavailable(e)) => format!("Unavailable [{e:?}]"),
+        Err(other) => format!("Err({other:?})"),
+    }
+}
+
+/// Short form without the reason text, to compare.
+fn kind(s: &str) -> &str {
+    s.split(" [").next().unwrap()
+}
+
+#[derive(Clone)]
+struct Scenario {
+    name: &'static str,
+    /// Writes committed first (fresh, own key).
+    seed: Vec<Write>,
+    /// Whether another owner holds the record's lease (lease-mode commit refused).
+    foreign_lease: bool,
+    /// Lease mode (commit) or fresh (commit_fresh).
+    fresh: bool,
+    writes: Vec<Write>,
+}
+
+async fn run<S: TransactionalStore>(store: &S, s: &Scenario) -> String {
+    let clock = ManualClock::starting_now();
+    if !s.seed.is_empty() {
+        let seeded = store
+            .commit_fresh(&request(&clock, &key(), &OwnerToken::generate(), s.seed.clone()))
+            .await;
+        assert_eq!(summary(seeded), "Applied", "{}: seed", s.name);
+    }
+    let k = key();
+    let owner = OwnerToken::generate();
+    if !s.fresh {
+        let holder = if s.foreign_lease { OwnerToken::generate() } else { owner.clone() };
+        let now = clock.now();
+        let acquired = store
+            .acquire(&AcquireRequest {
+                key: k.clone(),
+                owner: holder,
+                now,
+                lease_expiration_ms: epoch_ms(now + Duration::from_secs(30)),
+                expiration_secs: epoch_secs(now + Duration::from_secs(3600)),
+                validation: None,
+            })
+            .await
+            .unwrap();
+        assert_eq!(acquired, Acquire::Acquired);
+    }
+    let r = request(&clock, &k, &owner, s.writes.clone());
+    summary(if s.fresh { store.commit_fresh(&r).await } else { store.commit(&r).await })
+}
+
+fn acct(a: &str) -> [(&'static str, Attr); 1] {
+    [("account", Attr::s(a))]
+}
+
+fn scenarios(t: &str) -> Vec<Scenario> {
+    let mut text_item = Write::put(t, acct("text"));
+    text_item.item.insert("balance".into(), Attr::s("x"));
+    let add_to_text = || {
+        Write::update(t, acct("text"), "ADD #b :a").name("#b", "balance").value(":a", Attr::n(1))
+    };
+    let failing_condition = || {
+        Write::update(t, acct("ghost"), "ADD #b :a")
+            .name("#b", "balance")
+            .value(":a", Attr::n(1))
+            .condition("attribute_exists(account)")
+    };
+    let big = |n: usize| Attr::s("x".repeat(n));
+    let mut big_put = Write::put(t, acct("big"));
+    big_put.item.insert("blob".into(), big(410 * 1024));
+    let mut seed_300k = Write::put(t, acct("grow"));
+    seed_300k.item.insert("blob".into(), big(300 * 1024));
+    let grow = Write::update(t, acct("grow"), "SET copy = blob");
+    let mut deep = Attr::s("leaf");
+    for _ in 0..40 {
+        deep = Attr::L(vec![deep]);
+    }
+    let mut deep_put = Write::put(t, acct("deep"));
+    deep_put.item.insert("nested".into(), deep);
+    let empty_name = Write::update(t, acct("e"), "SET #e = :v").name("#e", "").value(":v", Attr::n(1));
+    let mut empty_name_put = Write::put(t, acct("e2"));
+    empty_name_put.item.insert("".into(), Attr::n(1));
+    let numeric_key = Write::put(t, [("account", Attr::n(5))]);
+    let mut empty_in_set = Write::put(t, acct("es"));
+    empty_in_set.item.insert("ss".into(), Attr::Ss(vec!["".into()]));
+    let mut nines = Write::put(t, acct("nines"));
+    nines.item.insert("n".into(), Attr::n("9".repeat(38)));
+    let add_tiny = Write::update(t, acct("nines"), "ADD n :t").value(":t", Attr::n("0.1"));
+    vec![
+        Scenario { name: "write 0 condition fails, write 1 ADD to a string", seed: vec![text_item.clone()], foreign_lease: false, fresh: false, writes: vec![failing_condition(), add_to_text()] },
+        Scenario { name: "write 0 ADD to a string, write 1 condition fails", seed: vec![text_item.clone()], foreign_lease: false, fresh: false, writes: vec![add_to_text(), failing_condition()] },
+        Scenario { name: "record refused (foreign lease) + ADD to a string", seed: vec![text_item.clone()], foreign_lease: true, fresh: false, writes: vec![add_to_text()] },
+        Scenario { name: "fresh: ADD to a string alone", seed: vec![text_item.clone()], foreign_lease: false, fresh: true, writes: vec![add_to_text()] },
+        Scenario { name: "put of a 410 KB item", seed: vec![], foreign_lease: false, fresh: false, writes: vec![big_put] },
+        Scenario { name: "update growing an item past 400 KB", seed: vec![seed_300k], foreign_lease: false, fresh: false, writes: vec![grow] },
+        Scenario { name: "write to an undefined table", seed: vec![], foreign_lease: false, fresh: false, writes: vec![Write::put("no-such-table-review2", acct("a"))] },
+        Scenario { name: "list nested 41 levels", seed: vec![], foreign_lease: false, fresh: false, writes: vec![deep_put] },
+        Scenario { name: "SET on an empty attribute name", seed: vec![], foreign_lease: false, fresh: false, writes: vec![empty_name] },
+        Scenario { name: "put with an empty attribute name", seed: vec![], foreign_lease: false, fresh: false, writes: vec![empty_name_put] },
+        Scenario { name: "numeric value for a string key", seed: vec![], foreign_lease: false, fresh: false, writes: vec![numeric_key] },
+        Scenario { name: "empty string in a string set", seed: vec![], foreign_lease: false, fresh: false, writes: vec![empty_in_set] },
+        Scenario { name: "ADD 0.1 to 38 nines (precision)", seed: vec![nines], foreign_lease: false, fresh: false, writes: vec![add_tiny] },
+        Scenario { name: "syntax error in write 1", seed: vec![], foreign_lease: false, fresh: false, writes: vec![Write::put(t, acct("s1")), Write::update(t, acct("s2"), "SET a = = :v").value(":v", Attr::n(1))] },
+    ]
+}
+
+#[tokio::test]
+async fn review2_same_requests_same_answers() {
+    let Some(ddb) = common::dynamodb::fresh_store().await else {
+        panic!("no DynamoDB Local")
+    };
+    let table = common::dynamodb::create_table_keyed(ddb.client(), "ledger", "account").await;
+    let memory = InMemoryStore::new();
+    memory.define_table(&table, &["account"]);
+    let mut diffs = Vec::new();
+    for s in scenarios(&table) {
+        let m = run(&memory, &s).await;
+        let d = run::<DynamoDbStore>(&ddb, &s).await;
+        let same = kind(&m) == kind(&d);
+        println!("{}{}\n    memory:   {m}\n    dynamodb: {d}", if same { "same  " } else { "DIFF  " }, s.name);
+        if !same {
+            diffs.push(s.name);
+        }
+    }
+    assert!(diffs.is_empty(), "divergent: {diffs:#?}");
+}
