@@ -53,7 +53,8 @@ impl IdempotencyMode {
 /// - 3 acquire attempts when the record changes underneath; 3 attempts, with backoff and
 ///   jitter and never past the deadline, for a completion, release or commit that meets a
 ///   store fault (or, for a commit, a transaction conflict);
-/// - lease mode for transactional handlers, no heartbeat.
+/// - lease mode for transactional handlers, no heartbeat;
+/// - a permanent failure stores a fixed text, not its message (which may quote the input).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
     pub(crate) key_prefix: Option<String>,
@@ -66,6 +67,7 @@ pub struct Config {
     pub(crate) commit_attempts: u32,
     pub(crate) mode: IdempotencyMode,
     pub(crate) heartbeat: Option<Duration>,
+    pub(crate) store_failure_messages: bool,
 }
 
 impl Default for Config {
@@ -81,6 +83,7 @@ impl Default for Config {
             commit_attempts: 3,
             mode: IdempotencyMode::Lease,
             heartbeat: None,
+            store_failure_messages: false,
         }
     }
 }
@@ -168,6 +171,16 @@ impl Config {
         let every = self.heartbeat?;
         let cap = self.max_lease.map_or(every, |lease| lease / 3);
         Some(every.min(cap).max(Duration::from_millis(1)))
+    }
+
+    /// Stores a [`Permanent`](crate::Permanent) failure's message (its error chain, cut to
+    /// [`MAX_STORED_FAILURE_BYTES`](crate::MAX_STORED_FAILURE_BYTES)) in the record, and
+    /// replays it to duplicates. Off by default: error messages often quote the input (an
+    /// account number, a card number), and the record is kept for the whole window; the
+    /// default stores [`UNSTORED_FAILURE_MESSAGE`](crate::UNSTORED_FAILURE_MESSAGE).
+    pub fn with_stored_failure_messages(mut self, store: bool) -> Self {
+        self.store_failure_messages = store;
+        self
     }
 
     /// The transactional commit mode.

@@ -420,9 +420,10 @@ where
         &err,
     )
     .await;
-    if let Error::Permanent { message, .. } = &answer {
+    if let Error::Permanent { .. } = &answer {
+        let stored = finish::stored_failure_message(config, &err);
         claim.finish(FlightResult::FailedPermanently {
-            data: serde_json::Value::String(message.clone()).to_string(),
+            data: serde_json::Value::String(stored).to_string(),
             validation: claim.stored_validation(),
         });
     }
@@ -467,8 +468,11 @@ where
 {
     let mut claim = match prelude(&shared, &event).await {
         Prelude::Done(answer) => return answer,
-        Prelude::Unprotected(err) => {
-            tracing::warn!(error = %err, "no idempotency key: processing without idempotency");
+        Prelude::Unprotected(_) => {
+            tracing::warn!(
+                error_type = "Idempotency.KeyError",
+                "no idempotency key: processing without idempotency"
+            );
             return call_inner(inner, event).await.map(Processed::Unprotected);
         }
         Prelude::Proceed(claim) => claim,

@@ -33,8 +33,9 @@ where
 {
     let json = match json {
         Ok(json) => json,
-        Err(err) => {
-            tracing::warn!(error = %err, "the result cannot be serialized: storing the completion without it");
+        Err(_) => {
+            // The serializer's message may quote the result: it is not logged.
+            tracing::warn!("the result cannot be serialized: storing the completion without it");
             let marker = omitted(Omitted::Unserializable);
             return send(marker.clone()).await.map(|answer| (answer, marker));
         }
@@ -75,13 +76,27 @@ pub(crate) async fn complete<St: Store, C: Clock>(
     .await
 }
 
-/// The stored message of a permanent failure: the error's chain, cut to
-/// [`MAX_STORED_FAILURE_BYTES`].
-pub(crate) fn failure_message(err: &Error) -> String {
-    let mut message = match err {
+/// A permanent failure's own text: the handler error's chain. It is returned to the caller
+/// of this delivery (in [`Error::Permanent`]), never logged by default, and stored only on
+/// request.
+pub(crate) fn failure_text(err: &Error) -> String {
+    match err {
         Error::Handler(inner) => error_chain(inner.as_ref()),
         other => error_chain(other),
-    };
+    }
+}
+
+/// What is stored for a permanent failure whose message is not stored.
+pub const UNSTORED_FAILURE_MESSAGE: &str = "permanent failure (its message is not stored)";
+
+/// The stored message of a permanent failure: with
+/// [`Config::with_stored_failure_messages`], the error's chain cut to
+/// [`MAX_STORED_FAILURE_BYTES`] (it may quote the input); otherwise a fixed text.
+pub(crate) fn stored_failure_message(config: &Config, err: &Error) -> String {
+    if !config.store_failure_messages {
+        return UNSTORED_FAILURE_MESSAGE.to_string();
+    }
+    let mut message = failure_text(err);
     if message.len() > MAX_STORED_FAILURE_BYTES {
         let mut cut = MAX_STORED_FAILURE_BYTES - "…".len();
         while !message.is_char_boundary(cut) {
@@ -104,17 +119,16 @@ pub(crate) async fn store_failure<St: Store, C: Clock>(
     deadline_ms: u64,
     err: &Error,
 ) -> Error {
-    let message = failure_message(err);
     let request = CompleteRequest {
         key: key.clone(),
         owner: owner.clone(),
         status: Status::Failed,
-        data: serde_json::Value::String(message.clone()).to_string(),
+        data: serde_json::Value::String(stored_failure_message(config, err)).to_string(),
         expiration_secs: later_secs(clock.now(), config.expires_after),
     };
     match complete(store, clock, config, &request, deadline_ms).await {
         Ok(Fenced::Applied) => Error::Permanent {
-            message,
+            message: failure_text(err),
             replayed: false,
         },
         Ok(Fenced::LeaseLost) => Error::LeaseLost { key: key.clone() },
@@ -183,12 +197,22 @@ mod tests {
 
     #[test]
     fn long_failure_messages_are_cut_on_a_character_boundary() {
+        let stored = Config::new().with_stored_failure_messages(true);
         let err = Error::Handler("é".repeat(10_000).into());
-        let message = failure_message(&err);
+        let message = stored_failure_message(&stored, &err);
         assert!(message.len() <= MAX_STORED_FAILURE_BYTES);
         assert!(message.ends_with('…'));
-        let short = failure_message(&Error::Handler("card declined".into()));
+        let short = stored_failure_message(&stored, &Error::Handler("card declined".into()));
         assert_eq!(short, "card declined");
+    }
+
+    #[test]
+    fn failure_messages_are_stored_only_when_asked() {
+        let err = Error::Handler("card 4111111111111111 declined".into());
+        assert_eq!(
+            stored_failure_message(&Config::new(), &err),
+            UNSTORED_FAILURE_MESSAGE
+        );
     }
 
     #[tokio::test]

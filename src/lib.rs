@@ -119,7 +119,7 @@ pub use config::{Config, IdempotencyMode, MissingKey};
 pub use dynamodb_store::DynamoDbStore;
 pub use engine::FALLBACK_KEY_PREFIX;
 pub use error::{BatchError, BoxError, Error, Permanent};
-pub use finish::MAX_STORED_FAILURE_BYTES;
+pub use finish::{MAX_STORED_FAILURE_BYTES, UNSTORED_FAILURE_MESSAGE};
 pub use idempotent::{
     IdempotencyLayer, Idempotent, ResponseFuture, Transactional, TransactionalLayer,
 };

@@ -16,7 +16,9 @@ use crate::engine::{
     answer_existing, call_inner, executed, is_permanent, prelude, Claim, Prelude, Shared,
 };
 use crate::error::{BoxError, Error};
-use crate::finish::{self, commit_error, failure_message, is_our_commit, store_fitting};
+use crate::finish::{
+    self, commit_error, failure_text, is_our_commit, store_fitting, stored_failure_message,
+};
 use crate::in_flight::FlightResult;
 use crate::key::{IdempotencyKey, KeyExtractor};
 use crate::processed::Processed;
@@ -186,8 +188,9 @@ where
             }
         }
         Err(err) if is_permanent(&err) => {
-            let message = failure_message(&err);
-            let data = serde_json::Value::String(message.clone()).to_string();
+            let message = failure_text(&err);
+            let data =
+                serde_json::Value::String(stored_failure_message(&shared.config, &err)).to_string();
             let fresh =
                 commit_fresh(&shared, &target, &owner, Status::Failed, data.clone(), &[]).await;
             match fresh {

@@ -1,6 +1,7 @@
-//! Security: raw key material (event ids, `Idempotency-Key` values) never lands in the
-//! table or in the logs: only `<prefix>#<sha256>` does. Its own test binary, so that its
-//! global log subscriber sees every line.
+//! Security: raw key material (event ids, `Idempotency-Key` values) and input quoted by
+//! errors (a parse error, a handler error, a panic message, a permanent failure) never land
+//! in the table or in the logs: only `<prefix>#<sha256>`, outcomes and error types do. Its
+//! own test binary, so that its global log subscriber sees every line.
 mod common;
 
 use std::sync::{Arc, Mutex};
@@ -95,6 +96,62 @@ async fn raw_key_material_never_reaches_the_table_or_the_logs() {
             .await;
     }
 
+    // A secret in every other input position: a numeric key that the order's parse error
+    // quotes, and handler errors, a panic and a permanent failure that quote the body.
+    let mut quoted = SqsEvent::default();
+    for (i, body) in [
+        r#"{"eventId":4111111111111111,"account":"acct-s","amount":1}"#,
+        r#"{"eventId":"e-err","note":"SECRET-IN-ERROR"}"#,
+        r#"{"eventId":"e-panic","note":"SECRET-IN-PANIC"}"#,
+        r#"{"eventId":"e-permanent","note":"SECRET-IN-PERMANENT"}"#,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut record = template.clone();
+        record.message_id = Some(format!("quoted-{i}"));
+        record.body = Some(body.to_string());
+        quoted.records.push(record);
+    }
+    let plain = IdempotencyLayer::new(DynamoDbStore::new(client.clone(), &table))
+        .with_key(JsonPointer::new("/eventId"))
+        .with_config(Config::new().with_key_prefix("quoting"));
+    let quoting = BatchProcessor::new(plain.handler(|m: SqsMessage| async move {
+        let body = m.body.unwrap_or_default();
+        if body.contains("SECRET-IN-ERROR") {
+            return Err(lambda_idempotency::BoxError::from(format!(
+                "bad input: {body}"
+            )));
+        }
+        if body.contains("SECRET-IN-PANIC") {
+            panic!("cannot handle {body}");
+        }
+        if body.contains("SECRET-IN-PERMANENT") {
+            return Err(lambda_idempotency::Permanent::new(format!("refused: {body}")).into());
+        }
+        let order: Order = serde_json::from_str(&body)?;
+        Ok(order.amount)
+    }));
+    for _ in 0..2 {
+        let report = quoting
+            .process(invocation(
+                quoted.clone(),
+                SystemTime::now(),
+                Duration::from_secs(30),
+            ))
+            .await;
+        // The errors themselves still say what went wrong, to the code that called.
+        let texts: Vec<String> = report
+            .records
+            .iter()
+            .filter_map(|r| r.error.as_ref().map(|e| format!("{e:?}")))
+            .collect();
+        assert!(
+            texts.iter().any(|t| t.contains("4111111111111111")),
+            "{texts:?}"
+        );
+    }
+
     let mut stored = String::new();
     for table in [&table, &ledger] {
         let items = client.scan().table_name(table).send().await.unwrap();
@@ -102,8 +159,12 @@ async fn raw_key_material_never_reaches_the_table_or_the_logs() {
         stored.push_str(&format!("{:?}", items.items()));
     }
     assert!(
-        !stored.contains("SECRET"),
-        "raw key material in the table: {stored}"
+        !stored.contains("SECRET") && !stored.contains("4111111111111111"),
+        "raw key material or quoted input in the table: {stored}"
+    );
+    assert!(
+        stored.contains("FAILED"),
+        "the permanent failure was stored"
     );
 
     let logs = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
@@ -112,7 +173,11 @@ async fn raw_key_material_never_reaches_the_table_or_the_logs() {
         "logs were captured"
     );
     assert!(
-        !logs.contains("SECRET"),
-        "raw key material in the logs:\n{logs}"
+        logs.contains("quoted-2") && logs.contains("Idempotency.HandlerPanic"),
+        "the failures were logged"
+    );
+    assert!(
+        !logs.contains("SECRET") && !logs.contains("4111111111111111"),
+        "raw key material or quoted input in the logs:\n{logs}"
     );
 }

@@ -396,7 +396,8 @@ async fn results_over_the_item_limit_and_huge_permanent_failures_run_once() {
         assert_eq!(stored(&store, id).await.unwrap().status, Status::Completed);
     }
     let runs = Arc::new(AtomicUsize::new(0));
-    let layer = IdempotencyLayer::new(store.clone()).with_config(config(IdempotencyMode::Lease));
+    let layer = IdempotencyLayer::new(store.clone())
+        .with_config(config(IdempotencyMode::Lease).with_stored_failure_messages(true));
     let counter = runs.clone();
     let processor = BatchProcessor::new(layer.handler(move |_m: SqsMessage| {
         let runs = counter.clone();

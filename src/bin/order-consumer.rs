@@ -128,6 +128,16 @@ fn required_env(name: &str) -> Result<String, lambda_runtime::Error> {
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), lambda_runtime::Error> {
     lambda_runtime::tracing::init_default_subscriber();
+    // The default panic hook prints the panic message, which may quote the input, to stderr
+    // (and so to CloudWatch). The batch processor catches the panic and reports the record;
+    // log only where it happened.
+    std::panic::set_hook(Box::new(|info| {
+        let location = info
+            .location()
+            .map(|l| format!("{}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        tracing::error!(location, "a handler panicked (its message is not logged)");
+    }));
     let idempotency_table = required_env("IDEMPOTENCY_TABLE")?;
     let ledger_table = required_env("LEDGER_TABLE")?;
     let mode_text = std::env::var("IDEMPOTENCY_MODE").unwrap_or_else(|_| "optimistic".into());
