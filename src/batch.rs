@@ -76,6 +76,10 @@ impl BatchMode {
 /// The default time that must remain before the invocation deadline to start a record.
 pub const DEFAULT_DEADLINE_MARGIN: Duration = Duration::from_secs(1);
 
+/// The time kept before the invocation deadline to answer: a record still running then is
+/// stopped and reported, so the response reaches Lambda before the deadline.
+pub const ANSWER_MARGIN: Duration = Duration::from_millis(500);
+
 /// Runs each record of an SQS event through a per-record service (normally an
 /// [`Idempotent`](crate::Idempotent) one) and reports the records to retry in
 /// `batchItemFailures`.
@@ -85,7 +89,10 @@ pub const DEFAULT_DEADLINE_MARGIN: Duration = Duration::from_secs(1);
 ///
 /// - Each record ends in one [`Outcome`]; all but the successful ones are reported.
 /// - Panics are caught per record. A record is not started when less than the deadline
-///   margin (default 1 s) remains before the invocation deadline.
+///   margin (default 1 s) remains before the invocation deadline, and a record still running
+///   [`ANSWER_MARGIN`] before the deadline is stopped (its future dropped) and reported
+///   [`Outcome::DeadlineNear`], so the batch always answers in time: Lambda discards a late
+///   response and retries the whole batch.
 /// - A record to retry that has no `messageId` cannot be reported (an empty
 ///   `itemIdentifier` makes SQS retry the whole batch): [`BatchReport::into_response`] then
 ///   fails the invocation with [`BatchError::UnreportableFailures`], so the whole batch is
@@ -285,11 +292,20 @@ where
             if now_ms.saturating_add(margin_ms) >= context.deadline {
                 return Err(Error::DeadlineNear);
             }
+            let answer_ms = u64::try_from(ANSWER_MARGIN.as_millis()).unwrap_or(u64::MAX);
+            let stop_in = context
+                .deadline
+                .saturating_sub(answer_ms)
+                .saturating_sub(now_ms);
             let event = LambdaEvent::new(record, context.clone());
-            match AssertUnwindSafe(self.service.clone().oneshot(event))
-                .catch_unwind()
-                .await
-            {
+            let call = AssertUnwindSafe(self.service.clone().oneshot(event)).catch_unwind();
+            let outcome = tokio::select! {
+                outcome = call => outcome,
+                () = self.clock.sleep(Duration::from_millis(stop_in)) => {
+                    return Err(Error::DeadlineReached);
+                }
+            };
+            match outcome {
                 Ok(result) => result,
                 Err(panic) => Err(Error::Panic {
                     message: panic

@@ -61,6 +61,11 @@ pub enum Error {
     /// The invocation deadline is too near (or past) to start the record.
     #[error("the invocation deadline is too near to start this record")]
     DeadlineNear,
+    /// The record was still running when only the time to answer was left before the
+    /// invocation deadline: it was stopped. What it did may have been applied (its record
+    /// then replays it) or not (it runs again on redelivery, once its lease ends).
+    #[error("the invocation deadline came before this record finished")]
+    DeadlineReached,
     /// The handler failed with an error it marked [`Permanent`]: the failure is stored and
     /// the message acknowledged; duplicates get the stored error until the record expires.
     #[error("the record failed permanently: {message}")]
@@ -116,7 +121,7 @@ impl Error {
                 Outcome::Failed
             }
             Error::LeaseLost { .. } => Outcome::LeaseLost,
-            Error::DeadlineNear => Outcome::DeadlineNear,
+            Error::DeadlineNear | Error::DeadlineReached => Outcome::DeadlineNear,
         }
     }
 
@@ -142,6 +147,7 @@ impl Error {
             Error::SameKeyFailed { .. } => "Idempotency.SameKeyFailed",
             Error::LeaseLost { .. } => "Idempotency.LeaseLost",
             Error::DeadlineNear => "Idempotency.DeadlineNear",
+            Error::DeadlineReached => "Idempotency.DeadlineReached",
         }
     }
 }

@@ -110,7 +110,8 @@ mod validation;
 mod write;
 
 pub use batch::{
-    BatchFuture, BatchMode, BatchProcessor, BatchReport, RecordReport, DEFAULT_DEADLINE_MARGIN,
+    BatchFuture, BatchMode, BatchProcessor, BatchReport, RecordReport, ANSWER_MARGIN,
+    DEFAULT_DEADLINE_MARGIN,
 };
 pub use clock::{
     deadline_ms, epoch_ms, epoch_secs, Clock, ManualClock, SystemClock, RELATIVE_DEADLINE_BELOW_MS,

@@ -26,7 +26,8 @@ pub enum Outcome {
     FailedPermanently,
     /// The lease was taken over before the result was stored: reported.
     LeaseLost,
-    /// The invocation deadline was too near to start the record: reported for retry.
+    /// The invocation deadline was too near to start the record, or came before it
+    /// finished (it was stopped): reported for retry.
     DeadlineNear,
     /// FIFO: an earlier record of the batch (or of the message group) failed, so this one
     /// was not started: reported for retry, in order.

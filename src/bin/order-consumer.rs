@@ -4,8 +4,10 @@
 //! - Environment: `IDEMPOTENCY_TABLE`, `LEDGER_TABLE`, `IDEMPOTENCY_MODE` = `optimistic`
 //!   (the default) or `lease`, and `IDEMPOTENCY_EXPIRES_AFTER_SECS`, how long records count
 //!   (default 23 days: it must outlive the queue's retention, the dead-letter queue's and the
-//!   queue's again after a redrive; see the README). The DynamoDB endpoint comes from the
-//!   standard AWS settings (`AWS_ENDPOINT_URL_DYNAMODB` locally).
+//!   queue's again after a redrive; see the README), and `DEADLINE_MARGIN_MS`, the time that
+//!   must remain before the invocation deadline to start a record (default 16 s: a commit
+//!   sent 3 times at the SDK's 5 s operation timeout, plus 1 s). The DynamoDB endpoint comes
+//!   from the standard AWS settings (`AWS_ENDPOINT_URL_DYNAMODB` locally).
 //! - Message body: `{"eventId": string, "account": string, "amount": integer}`. The
 //!   idempotency key is the message attribute `Idempotency-Key` when present, else
 //!   `eventId`. Payload validation covers the body: the same key with another account or
@@ -116,6 +118,27 @@ fn expires_after(value: Option<&str>) -> Result<Duration, lambda_runtime::Error>
     Ok(Duration::from_secs(secs))
 }
 
+/// The SDK's bound on one DynamoDB operation (all its attempts), set in `main`.
+const OPERATION_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Sends of a commit (`Config`'s default commit attempts).
+const COMMIT_SENDS: u64 = 3;
+
+/// Time to start a record: its store calls at their worst, plus a second to answer.
+const DEFAULT_DEADLINE_MARGIN: Duration =
+    Duration::from_secs(OPERATION_TIMEOUT.as_secs() * COMMIT_SENDS + 1);
+
+/// The start margin from `DEADLINE_MARGIN_MS`.
+fn deadline_margin(value: Option<&str>) -> Result<Duration, lambda_runtime::Error> {
+    match value.filter(|v| !v.is_empty()) {
+        None => Ok(DEFAULT_DEADLINE_MARGIN),
+        Some(text) => text.trim().parse().map(Duration::from_millis).map_err(|_| {
+            format!("DEADLINE_MARGIN_MS must be a whole number of milliseconds, not {text:?}")
+                .into()
+        }),
+    }
+}
+
 fn required_env(name: &str) -> Result<String, lambda_runtime::Error> {
     std::env::var(name)
         .ok()
@@ -151,12 +174,13 @@ async fn main() -> Result<(), lambda_runtime::Error> {
     )?;
 
     // A hung store must not eat the invocation: short attempts, few retries.
+    let margin = deadline_margin(std::env::var("DEADLINE_MARGIN_MS").ok().as_deref())?;
     let aws = aws_config::defaults(BehaviorVersion::latest())
         .timeout_config(
             TimeoutConfig::builder()
                 .connect_timeout(Duration::from_secs(1))
                 .operation_attempt_timeout(Duration::from_secs(2))
-                .operation_timeout(Duration::from_secs(5))
+                .operation_timeout(OPERATION_TIMEOUT)
                 .build(),
         )
         .retry_config(RetryConfig::standard().with_max_attempts(3))
@@ -180,7 +204,7 @@ async fn main() -> Result<(), lambda_runtime::Error> {
     );
     let handler =
         layer.transactional_handler(move |message| apply_order(ledger_table.clone(), message));
-    lambda_runtime::run(BatchProcessor::new(handler)).await
+    lambda_runtime::run(BatchProcessor::new(handler).with_deadline_margin(margin)).await
 }
 
 #[cfg(test)]
@@ -222,6 +246,16 @@ mod tests {
             Duration::from_secs(1_987_200)
         );
         assert!(expires_after(Some("1h")).is_err());
+    }
+
+    #[test]
+    fn records_start_only_with_time_for_the_store_at_its_worst() {
+        assert_eq!(deadline_margin(None).unwrap(), Duration::from_secs(16));
+        assert_eq!(
+            deadline_margin(Some("1000")).unwrap(),
+            Duration::from_secs(1)
+        );
+        assert!(deadline_margin(Some("1s")).is_err());
     }
 
     #[tokio::test]

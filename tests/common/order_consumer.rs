@@ -43,6 +43,8 @@ pub fn spawn_with_endpoint(
         .env("IDEMPOTENCY_TABLE", &tables.idempotency)
         .env("LEDGER_TABLE", &tables.ledger)
         .env("IDEMPOTENCY_MODE", mode)
+        // The chaos test's invocations last 2.2 s: start records with 1 s left, not 16.
+        .env("DEADLINE_MARGIN_MS", "1000")
         .env("RUST_LOG", "error")
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
