@@ -205,7 +205,12 @@ impl DynamoDbStore {
             }
             // The record's own size was checked (as an upper bound) before sending, so a
             // refusal here is about the handler's writes: invalid, never "result too large".
-            Some(service) if service.code() == Some("ValidationException") => {
+            Some(service)
+                if matches!(
+                    service.code(),
+                    Some("ValidationException" | "ResourceNotFoundException")
+                ) =>
+            {
                 return Err(StoreError::InvalidRequest {
                     write_index: None,
                     reason: Box::new(err),

@@ -374,7 +374,8 @@ where
 
 /// The store error for a request DynamoDB did not apply (other than a failed condition): a
 /// `ValidationException` is the request's fault (an item over the size limit, with
-/// `size_bytes` as estimated, or another invalid request); anything else is an outage.
+/// `size_bytes` as estimated, or another invalid request), and so is a
+/// `ResourceNotFoundException` (no such table); anything else is an outage.
 pub(crate) fn refused<E, R>(err: SdkError<E, R>, size_bytes: usize) -> StoreError
 where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
@@ -383,8 +384,16 @@ where
     let Some(service) = err.as_service_error() else {
         return unavailable(err);
     };
-    if service.code() != Some("ValidationException") {
-        return unavailable(err);
+    match service.code() {
+        Some("ValidationException") => {}
+        // A table that does not exist is a configuration fault, not an outage.
+        Some("ResourceNotFoundException") => {
+            return StoreError::InvalidRequest {
+                write_index: None,
+                reason: Box::new(err),
+            }
+        }
+        _ => return unavailable(err),
     }
     let message = service.message().unwrap_or_default().to_ascii_lowercase();
     if message.contains("size") && message.contains("exceed") {

@@ -142,7 +142,7 @@ pub use store::{
     StoreError, TransactionalStore,
 };
 pub use validation::{PayloadHash, PayloadValidation, PAYLOAD_HASH_PREFIX};
-pub use write::{Attr, Completion, Item, Write, WriteKind};
+pub use write::{Attr, Completion, Item, Write, WriteKind, DYNAMODB_MAX_NESTING};
 
 /// The README's Rust examples, compiled as doctests.
 #[cfg(doctest)]

@@ -141,12 +141,23 @@ pub const DYNAMODB_TRANSACTION_ITEM_LIMIT: usize = 100;
 /// DynamoDB's limit on the size of one transaction, in bytes.
 pub const DYNAMODB_TRANSACTION_LIMIT_BYTES: usize = 4 * 1024 * 1024;
 
-/// Checks a commit against DynamoDB's limits: the record at most 400 KB, the transaction at
-/// most 100 items (the record included) and 4 MB. Answers the record's size.
+/// Checks a commit against DynamoDB's limits: values nested at most 32 deep, the record at
+/// most 400 KB, the transaction at most 100 items (the record included) and 4 MB. Answers
+/// the record's size.
 pub(crate) fn check_commit_size(
     names: &AttributeNames,
     request: &crate::store::CommitRequest,
 ) -> Result<usize, crate::store::StoreError> {
+    if let Some(index) = request.writes.iter().position(|w| w.too_deeply_nested()) {
+        return Err(crate::store::StoreError::InvalidRequest {
+            write_index: Some(index),
+            reason: format!(
+                "Nesting Levels have exceeded supported limits ({} levels)",
+                crate::write::DYNAMODB_MAX_NESTING
+            )
+            .into(),
+        });
+    }
     let record = Record {
         key: request.key.clone(),
         status: request.status,

@@ -38,6 +38,16 @@ impl Attr {
         Attr::N(value.to_string())
     }
 
+    /// Whether the value nests lists and maps more than `levels` deep (a scalar is 0 deep).
+    /// The recursion stops at `levels`, so any value can be checked safely.
+    pub(crate) fn deeper_than(&self, levels: usize) -> bool {
+        match self {
+            Attr::L(items) => levels == 0 || items.iter().any(|v| v.deeper_than(levels - 1)),
+            Attr::M(map) => levels == 0 || map.values().any(|v| v.deeper_than(levels - 1)),
+            _ => false,
+        }
+    }
+
     /// An approximation of the value's size as DynamoDB counts it, in bytes.
     pub(crate) fn size_bytes(&self) -> usize {
         match self {
@@ -50,6 +60,9 @@ impl Attr {
         }
     }
 }
+
+/// How deep DynamoDB lets lists and maps nest inside an attribute value.
+pub const DYNAMODB_MAX_NESTING: usize = 32;
 
 /// A DynamoDB item or key: attribute names to values.
 pub type Item = BTreeMap<String, Attr>;
@@ -193,6 +206,15 @@ impl Write {
         &self.table
     }
 
+    /// Whether a value of the write nests deeper than DynamoDB allows
+    /// ([`DYNAMODB_MAX_NESTING`]): such a write is refused before anything walks it.
+    pub(crate) fn too_deeply_nested(&self) -> bool {
+        self.item
+            .values()
+            .chain(self.values.values())
+            .any(|v| v.deeper_than(DYNAMODB_MAX_NESTING))
+    }
+
     /// An approximation of the write's size in a transaction request, in bytes.
     pub(crate) fn size_bytes(&self) -> usize {
         self.table.len()
@@ -263,6 +285,22 @@ mod tests {
             Some("attribute_exists(account)")
         );
         assert!(w.size_bytes() > "ledgeraccountaADD #b :v".len());
+    }
+
+    #[test]
+    fn nesting_is_measured_without_walking_past_the_limit() {
+        let mut deep = Attr::n(1);
+        for _ in 0..1_000 {
+            deep = Attr::L(vec![deep]);
+        }
+        assert!(deep.deeper_than(DYNAMODB_MAX_NESTING));
+        let two = Attr::M([("a".to_string(), Attr::L(vec![Attr::Null]))].into());
+        assert!(!two.deeper_than(2));
+        assert!(two.deeper_than(1));
+        assert!(!Attr::s("x").deeper_than(0));
+        let write = Write::put("t", [("id", Attr::s("x")), ("deep", deep)]);
+        assert!(write.too_deeply_nested());
+        assert!(!Write::put("t", [("id", Attr::s("x")), ("two", two)]).too_deeply_nested());
     }
 
     #[test]

@@ -4,7 +4,7 @@
 
 use std::borrow::Cow;
 use std::cmp::Ordering;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 use super::decimal::Decimal;
 use super::document::{
@@ -195,23 +195,30 @@ fn arithmetic(a: &Attr, b: &Attr, subtract: bool) -> Result<Attr, ExpressionErro
         .map_err(ExpressionError::Number)
 }
 
+/// The values of a number set's elements.
+fn number_values(set: &[String]) -> Result<Vec<Decimal>, ExpressionError> {
+    set.iter()
+        .map(|n| Decimal::parse(n).map_err(ExpressionError::Number))
+        .collect()
+}
+
 /// The value after `ADD value`: the value itself when absent, a sum, or a set union.
 fn added(current: Option<&Attr>, value: &Attr) -> Result<Attr, ExpressionError> {
     match (current, value) {
         (None, value) => Ok(canonical(value.clone())),
         (Some(current @ Attr::N(_)), Attr::N(_)) => arithmetic(current, value, false),
         (Some(Attr::Ss(set)), Attr::Ss(more)) => {
+            let mut seen: HashSet<&String> = set.iter().collect();
             let mut union = set.clone();
-            union.extend(more.iter().filter(|s| !set.contains(s)).cloned());
+            union.extend(more.iter().filter(|s| seen.insert(s)).cloned());
             Ok(Attr::Ss(union))
         }
         (Some(Attr::Ns(set)), Attr::Ns(more)) => {
+            // Numbers compare by value: `1` and `1.0` are one element.
+            let mut seen: HashSet<Decimal> = number_values(set)?.into_iter().collect();
             let mut union = set.clone();
-            for number in more {
-                if !union
-                    .iter()
-                    .any(|n| equal(&Attr::N(n.clone()), &Attr::N(number.clone())))
-                {
+            for (number, value) in more.iter().zip(number_values(more)?) {
+                if seen.insert(value) {
                     union.push(number.clone());
                 }
             }
@@ -225,18 +232,20 @@ fn added(current: Option<&Attr>, value: &Attr) -> Result<Attr, ExpressionError> 
 fn deleted(current: &Attr, value: &Attr) -> Result<Option<Attr>, ExpressionError> {
     let remaining = match (current, value) {
         (Attr::Ss(set), Attr::Ss(gone)) => {
+            let gone: HashSet<&String> = gone.iter().collect();
             Attr::Ss(set.iter().filter(|s| !gone.contains(s)).cloned().collect())
         }
-        (Attr::Ns(set), Attr::Ns(gone)) => Attr::Ns(
-            set.iter()
-                .filter(|n| {
-                    !gone
-                        .iter()
-                        .any(|g| equal(&Attr::N((*n).clone()), &Attr::N(g.clone())))
-                })
-                .cloned()
-                .collect(),
-        ),
+        (Attr::Ns(set), Attr::Ns(gone)) => {
+            let gone: HashSet<Decimal> = number_values(gone)?.into_iter().collect();
+            let values = number_values(set)?;
+            Attr::Ns(
+                set.iter()
+                    .zip(values)
+                    .filter(|(_, value)| !gone.contains(value))
+                    .map(|(number, _)| number.clone())
+                    .collect(),
+            )
+        }
         _ => return Err(type_error("DELETE", current, value)),
     };
     Ok(match &remaining {

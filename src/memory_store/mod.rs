@@ -8,6 +8,7 @@ mod expression;
 mod lexer;
 mod parser;
 mod tables;
+mod transaction;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -24,9 +25,11 @@ use crate::store::{
     ExtendRequest, Fenced, Store, StoreError, TransactionalStore,
 };
 use crate::write::Item;
-use tables::{Tables, TransactionRefusal};
+use tables::Tables;
+use transaction::TransactionRefusal;
 
-/// An in-process store with the same semantics as [`DynamoDbStore`](crate::DynamoDbStore).
+/// An in-process store with the same record semantics as
+/// [`DynamoDbStore`](crate::DynamoDbStore): one contract suite runs on both.
 ///
 /// Records live as long as the store (and its clones, which share them). Use it for quick
 /// local runs, unit tests and examples; it does not coordinate separate processes.
@@ -36,9 +39,14 @@ use tables::{Tables, TransactionRefusal};
 ///
 /// It is a [`TransactionalStore`] too: declare the tables a transactional handler writes to
 /// with [`define_table`](InMemoryStore::define_table), and its [`Write`](crate::Write)s are
-/// applied to in-memory tables together with the record, all or nothing, with DynamoDB's
-/// semantics for condition and update expressions (the contract suite runs the same
-/// transactional cases here and on DynamoDB Local).
+/// applied to in-memory tables together with the record, all or nothing, in DynamoDB's order
+/// (an invalid or inapplicable write, then the record's condition, then the writes'
+/// conditions), with DynamoDB's condition and update expressions, exact numbers, 400 KB
+/// items and 32 nesting levels. The contract suite runs the same transactional cases here and
+/// on DynamoDB Local. Not modelled: key attribute types (any of S, N, B is accepted for a
+/// key), the 300-operator and name-length limits of expressions, and DynamoDB's choice of
+/// which write a validation error names. A table that is not declared is an invalid request
+/// here and on DynamoDB (`ResourceNotFoundException`).
 ///
 /// ```
 /// use lambda_idempotency::{Attr, InMemoryStore};
@@ -78,7 +86,9 @@ impl InMemoryStore {
     }
 
     /// Declares an in-memory table for transactional writes, keyed by `key_attributes` (the
-    /// partition key, then the sort key if any). Declaring it again keeps its items.
+    /// partition key, then the sort key if any; further names are ignored, and no name
+    /// declares nothing). Declaring it again with the same key keeps its items; with another
+    /// key it starts empty.
     pub fn define_table(&self, table: &str, key_attributes: &[&str]) {
         let (partition, sort) = match key_attributes {
             [partition] => (*partition, None),
@@ -221,8 +231,9 @@ impl InMemoryStore {
         self.check_available()?;
         check_commit_size(&AttributeNames::default(), request)?;
         let mut contents = self.lock();
-        // As DynamoDB: an invalid request fails before any condition is read.
-        contents.tables.validate(&request.writes).map_err(refused)?;
+        // As DynamoDB: an invalid request, or a write that cannot be applied (wrong type,
+        // too large, too deep), fails before any condition counts, the record's included.
+        let staged = contents.tables.stage(&request.writes).map_err(refused)?;
         let existing = contents.records.get(&request.key);
         let allowed = if fresh {
             existing.is_none_or(|r| r.can_be_taken_over(request.now))
@@ -232,13 +243,14 @@ impl InMemoryStore {
         if !allowed {
             return Ok(Commit::RecordRefused(existing.cloned()));
         }
-        match contents.tables.apply(&request.writes) {
+        match contents.tables.check_conditions(&request.writes, &staged) {
             Ok(()) => {}
             Err(TransactionRefusal::ConditionFailed { write_index }) => {
                 return Ok(Commit::ConditionFailed { write_index })
             }
             Err(invalid) => return Err(refused(invalid)),
         }
+        contents.tables.store(staged);
         let validation = if fresh {
             request.validation.clone()
         } else {

@@ -249,6 +249,26 @@ pub async fn invalid_writes_are_refused_as_invalid<S: Ledger>(store: &S) {
     assert_eq!(record.status, Status::InProgress);
 }
 
+pub async fn writes_nested_too_deep_are_refused_before_they_are_walked<S: Ledger>(store: &S) {
+    let clock = ManualClock::starting_now();
+    let ledger = store.ledger().await;
+    let k = key("deep");
+    let a = OwnerToken::generate();
+    let mut deep = Attr::n(1);
+    for _ in 0..1_000 {
+        deep = Attr::L(vec![deep]);
+    }
+    let put = Write::put(&ledger, [("account", Attr::s("acct-1")), ("deep", deep)]);
+    match store
+        .commit_fresh(&commit_request(&clock, &k, &a, vec![put]))
+        .await
+    {
+        Err(StoreError::InvalidRequest { .. }) => {}
+        other => panic!("expected an invalid request, got {other:?}"),
+    }
+    assert_eq!(store.get(&k).await.unwrap(), None);
+}
+
 /// Generates one `#[tokio::test]` per transactional contract case; `$store` is an
 /// expression giving an `Option<impl Ledger>` (None: skipped).
 #[macro_export]
@@ -261,6 +281,7 @@ macro_rules! transactional_contract_suite {
             a_fresh_commit_is_refused_by_a_live_record_and_takes_over_an_expired_one,
             a_failed_business_condition_applies_nothing,
             invalid_writes_are_refused_as_invalid,
+            writes_nested_too_deep_are_refused_before_they_are_walked,
         );
     };
     (@cases $store:expr; $($case:ident),* $(,)?) => {
