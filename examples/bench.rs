@@ -261,7 +261,7 @@ async fn raw_batch(client: &Client, t: &Tables, mode: IdempotencyMode, event: &S
                         AttributeValue::N("1795302060000".into()),
                     )
                     .item("lease_owner", s("00000000-0000-4000-8000-000000000000"))
-                    .item("validation", s(&"0".repeat(64)))
+                    .item("validation", s(&format!("v2:{}", "0".repeat(64))))
                     .condition_expression(RAW_TAKEOVER)
                     .set_expression_attribute_names(Some(raw_takeover_names()))
                     .set_expression_attribute_values(Some(raw_takeover_values()))
@@ -278,8 +278,15 @@ async fn raw_batch(client: &Client, t: &Tables, mode: IdempotencyMode, event: &S
                         Update::builder()
                             .table_name(&t.idempotency)
                             .key("id", s(&id))
-                            .update_expression("SET #s = :c, #d = :d")
+                            // The toolkit's final state: status, data, expiry, lease removed.
+                            .update_expression("SET #s = :c, #d = :d, #e = :e REMOVE #i")
                             .expression_attribute_names("#d", "data")
+                            .expression_attribute_names("#e", "expiration")
+                            .expression_attribute_names("#i", "in_progress_expiration")
+                            .expression_attribute_values(
+                                ":e",
+                                AttributeValue::N("1795306000".into()),
+                            )
                             .expression_attribute_values(
                                 ":d",
                                 s(r#"{"account":"acct-0","amount":-3}"#),
@@ -293,6 +300,9 @@ async fn raw_batch(client: &Client, t: &Tables, mode: IdempotencyMode, event: &S
                             .expression_attribute_names("#s", "status")
                             .expression_attribute_values(":c", s("COMPLETED"))
                             .expression_attribute_values(":p", s("INPROGRESS"))
+                            .return_values_on_condition_check_failure(
+                                aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure::AllOld,
+                            )
                             .build()
                             .unwrap(),
                     )
@@ -306,7 +316,7 @@ async fn raw_batch(client: &Client, t: &Tables, mode: IdempotencyMode, event: &S
                         .item("status", s("COMPLETED"))
                         .item("expiration", AttributeValue::N("1795306000".into()))
                         .item("lease_owner", s("00000000-0000-4000-8000-000000000000"))
-                        .item("validation", s(&"0".repeat(64)))
+                        .item("validation", s(&format!("v2:{}", "0".repeat(64))))
                         .item("data", s(r#"{"account":"acct-0","amount":-3}"#))
                         .condition_expression(RAW_TAKEOVER)
                         .set_expression_attribute_names(Some(raw_takeover_names()))

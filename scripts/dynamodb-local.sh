@@ -41,7 +41,8 @@ ddb_start() {
   ddb_install || return 1
   local jar_dir port log
   jar_dir="$(ddb_jar_dir)"
-  port="$(ddb_free_port)"
+  # DDB_PORT chooses the port (sam local invoke's env file expects 8000); else a free one.
+  port="${DDB_PORT:-$(ddb_free_port)}"
   log="$DDB_HOME/dynamodb-local-$port.log"
   java -Djava.library.path="$jar_dir/DynamoDBLocal_lib" \
     -cp "$jar_dir/DynamoDBLocal.jar:$DDB_HOME/launcher" DynamoDbLocalLauncher \

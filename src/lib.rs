@@ -1,9 +1,12 @@
 //! Exactly-once-in-effect SQS batch processing for AWS Lambda, with DynamoDB as the lock
 //! and result store.
 //!
-//! SQS delivers at least once. This crate runs your per-record handler at most once per
-//! idempotency key while the key's record counts, replays the stored result to duplicates,
-//! and reports only the records that need a retry in `batchItemFailures`.
+//! SQS delivers at least once. This crate makes your per-record handler's effect happen once
+//! per idempotency key while the key's record counts, replays the stored result to
+//! duplicates, and reports only the records that need a retry in `batchItemFailures`. With a
+//! plain handler (and transactional handlers in lease mode) the handler itself runs once per
+//! key, unless it outlives its lease; in optimistic mode a duplicate may run the handler, and
+//! only its committed DynamoDB writes are exactly-once.
 //!
 //! ```
 //! use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
