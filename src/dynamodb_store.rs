@@ -127,16 +127,7 @@ impl DynamoDbStore {
 
     async fn acquire_inner(&self, request: &AcquireRequest) -> Result<Acquire, StoreError> {
         let n = &self.names;
-        let record = Record {
-            key: request.key.clone(),
-            status: Status::InProgress,
-            expiration_secs: request.expiration_secs,
-            lease_expiration_ms: Some(request.lease_expiration_ms),
-            owner: Some(request.owner.clone()),
-            data: None,
-            validation: request.validation.clone(),
-        };
-        let size_bytes = record_size_bytes(n, &record);
+        let size_bytes = record_size_bytes(n, &request.record());
         check_item_size(size_bytes)?;
         let mut item = self.key_item(&request.key);
         item.insert(n.status.clone(), s(Status::InProgress.as_str()));

@@ -158,16 +158,7 @@ pub(crate) fn check_commit_size(
             .into(),
         });
     }
-    let record = Record {
-        key: request.key.clone(),
-        status: request.status,
-        expiration_secs: request.expiration_secs,
-        lease_expiration_ms: None,
-        owner: Some(request.owner.clone()),
-        data: Some(request.data.clone()),
-        validation: request.validation.clone(),
-    };
-    let record_bytes = record_size_bytes(names, &record);
+    let record_bytes = record_size_bytes(names, &request.record(request.validation.clone()));
     check_item_size(record_bytes)?;
     let items = request.writes.len() + 1;
     let bytes = record_bytes

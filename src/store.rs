@@ -26,6 +26,21 @@ pub struct AcquireRequest {
     pub validation: Option<String>,
 }
 
+impl AcquireRequest {
+    /// The in-progress record this acquire writes.
+    pub(crate) fn record(&self) -> Record {
+        Record {
+            key: self.key.clone(),
+            status: Status::InProgress,
+            expiration_secs: self.expiration_secs,
+            lease_expiration_ms: Some(self.lease_expiration_ms),
+            owner: Some(self.owner.clone()),
+            data: None,
+            validation: self.validation.clone(),
+        }
+    }
+}
+
 /// The answer to an acquire. A failed condition is an expected outcome, not an error.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Acquire {
@@ -88,6 +103,22 @@ pub struct CommitRequest {
     pub validation: Option<String>,
     /// The handler's writes, applied with the record or not at all.
     pub writes: Vec<crate::write::Write>,
+}
+
+impl CommitRequest {
+    /// The final record this commit writes, with the payload hash `validation` (the
+    /// request's for an optimistic commit, the held record's for a lease-mode one).
+    pub(crate) fn record(&self, validation: Option<String>) -> Record {
+        Record {
+            key: self.key.clone(),
+            status: self.status,
+            expiration_secs: self.expiration_secs,
+            lease_expiration_ms: None,
+            owner: Some(self.owner.clone()),
+            data: Some(self.data.clone()),
+            validation,
+        }
+    }
 }
 
 /// The answer to a transactional commit. Refusals are expected outcomes, not errors.

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::key::IdempotencyKey;
-use crate::record::{OwnerToken, Record, Status};
+use crate::record::{OwnerToken, Record};
 use crate::record_item::{
     check_commit_size, check_item_size, completed_size_bytes, record_size_bytes, AttributeNames,
 };
@@ -148,15 +148,7 @@ impl InMemoryStore {
 
     fn acquire_now(&self, request: &AcquireRequest) -> Result<Acquire, StoreError> {
         self.check_available()?;
-        let record = Record {
-            key: request.key.clone(),
-            status: Status::InProgress,
-            expiration_secs: request.expiration_secs,
-            lease_expiration_ms: Some(request.lease_expiration_ms),
-            owner: Some(request.owner.clone()),
-            data: None,
-            validation: request.validation.clone(),
-        };
+        let record = request.record();
         // The same item size limit, counted the same way, as DynamoDB.
         check_item_size(record_size_bytes(&AttributeNames::default(), &record))?;
         let mut contents = self.lock();
@@ -256,18 +248,9 @@ impl InMemoryStore {
         } else {
             existing_validation(&contents.records, request)
         };
-        contents.records.insert(
-            request.key.clone(),
-            Record {
-                key: request.key.clone(),
-                status: request.status,
-                expiration_secs: request.expiration_secs,
-                lease_expiration_ms: None,
-                owner: Some(request.owner.clone()),
-                data: Some(request.data.clone()),
-                validation,
-            },
-        );
+        contents
+            .records
+            .insert(request.key.clone(), request.record(validation));
         Ok(Commit::Applied)
     }
 }
