@@ -6,7 +6,7 @@ use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, UNIX_EPOCH};
 
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use futures_util::{FutureExt, StreamExt};
@@ -293,15 +293,13 @@ where
                 return Err(Error::DeadlineNear);
             }
             let answer_ms = u64::try_from(ANSWER_MARGIN.as_millis()).unwrap_or(u64::MAX);
-            let stop_in = context
-                .deadline
-                .saturating_sub(answer_ms)
-                .saturating_sub(now_ms);
+            let stop_at =
+                UNIX_EPOCH + Duration::from_millis(context.deadline.saturating_sub(answer_ms));
             let event = LambdaEvent::new(record, context.clone());
             let call = AssertUnwindSafe(self.service.clone().oneshot(event)).catch_unwind();
             let outcome = tokio::select! {
                 outcome = call => outcome,
-                () = self.clock.sleep(Duration::from_millis(stop_in)) => {
+                () = self.clock.sleep_until(stop_at) => {
                     return Err(Error::DeadlineReached);
                 }
             };

@@ -6,6 +6,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use tokio::sync::Notify;
+
 /// A source of the current time.
 ///
 /// The idempotency logic never reads the system clock itself: it asks a `Clock`. Production
@@ -15,10 +17,25 @@ pub trait Clock: Send + Sync + 'static {
     /// The current time.
     fn now(&self) -> SystemTime;
 
-    /// Waits for `duration` (retry backoff, heartbeats). The default is
-    /// [`tokio::time::sleep`], which tests can pause and advance.
+    /// Waits for `duration` of real time (pacing: retry backoff, heartbeat periods). The
+    /// default is [`tokio::time::sleep`], which tests can pause and advance.
     fn sleep(&self, duration: Duration) -> Pin<Box<dyn Future<Output = ()> + Send>> {
         Box::pin(tokio::time::sleep(duration))
+    }
+
+    /// Waits until this clock reads `target` or later (deadlines: a record's cut-off, a
+    /// follower's wait). The default checks [`now`](Clock::now) at least every 50 ms, so it
+    /// follows any clock; [`SystemClock`] sleeps once, and [`ManualClock`] wakes when it is
+    /// moved.
+    fn sleep_until(&self, target: SystemTime) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        Box::pin(async move {
+            while let Ok(left) = target.duration_since(self.now()) {
+                if left.is_zero() {
+                    break;
+                }
+                tokio::time::sleep(left.min(Duration::from_millis(50))).await;
+            }
+        })
     }
 }
 
@@ -29,6 +46,11 @@ pub struct SystemClock;
 impl Clock for SystemClock {
     fn now(&self) -> SystemTime {
         SystemTime::now()
+    }
+
+    fn sleep_until(&self, target: SystemTime) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        let left = target.duration_since(SystemTime::now()).unwrap_or_default();
+        Box::pin(tokio::time::sleep(left))
     }
 }
 
@@ -54,6 +76,7 @@ where
 #[derive(Debug, Clone)]
 pub struct ManualClock {
     epoch_ms: Arc<AtomicU64>,
+    moved: Arc<Notify>,
 }
 
 impl ManualClock {
@@ -61,6 +84,7 @@ impl ManualClock {
     pub fn at_epoch_ms(epoch_ms: u64) -> Self {
         Self {
             epoch_ms: Arc::new(AtomicU64::new(epoch_ms)),
+            moved: Arc::default(),
         }
     }
 
@@ -73,17 +97,35 @@ impl ManualClock {
     pub fn advance(&self, by: Duration) {
         let by_ms = u64::try_from(by.as_millis()).unwrap_or(u64::MAX);
         self.epoch_ms.fetch_add(by_ms, Ordering::SeqCst);
+        self.moved.notify_waiters();
     }
 
     /// Sets the clock to `epoch_ms` milliseconds after the Unix epoch.
     pub fn set_epoch_ms(&self, epoch_ms: u64) {
         self.epoch_ms.store(epoch_ms, Ordering::SeqCst);
+        self.moved.notify_waiters();
     }
 }
 
 impl Clock for ManualClock {
     fn now(&self) -> SystemTime {
         UNIX_EPOCH + Duration::from_millis(self.epoch_ms.load(Ordering::SeqCst))
+    }
+
+    /// Waits until the clock is moved to `target` or later: a deadline passes when the test
+    /// says so, never by itself.
+    fn sleep_until(&self, target: SystemTime) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        Box::pin(async move {
+            loop {
+                let moved = self.moved.notified();
+                let mut moved = std::pin::pin!(moved);
+                moved.as_mut().enable();
+                if self.now() >= target {
+                    return;
+                }
+                moved.await;
+            }
+        })
     }
 }
 
@@ -142,6 +184,40 @@ mod tests {
         assert_eq!(epoch_ms(b.now()), 1_500);
         b.set_epoch_ms(10);
         assert_eq!(epoch_ms(a.now()), 10);
+    }
+
+    #[tokio::test]
+    async fn a_manual_deadline_passes_when_the_clock_is_moved_and_not_before() {
+        let clock = ManualClock::at_epoch_ms(1_000);
+        let target = UNIX_EPOCH + Duration::from_millis(2_000);
+        let mut waiting = tokio::spawn({
+            let clock = clock.clone();
+            async move { clock.sleep_until(target).await }
+        });
+        let early = tokio::time::timeout(Duration::from_millis(100), &mut waiting).await;
+        assert!(
+            early.is_err(),
+            "real time passing does not move a manual clock"
+        );
+        clock.advance(Duration::from_millis(999));
+        assert!(
+            tokio::time::timeout(Duration::from_millis(50), &mut waiting)
+                .await
+                .is_err()
+        );
+        clock.advance(Duration::from_millis(1));
+        tokio::time::timeout(Duration::from_secs(1), waiting)
+            .await
+            .expect("woken when moved to the target")
+            .unwrap();
+        // Any clock: a closure's deadline is checked against its own time.
+        let fixed = || UNIX_EPOCH + Duration::from_secs(5);
+        tokio::time::timeout(
+            Duration::from_secs(1),
+            fixed.sleep_until(UNIX_EPOCH + Duration::from_secs(4)),
+        )
+        .await
+        .expect("a passed deadline does not wait");
     }
 
     #[test]

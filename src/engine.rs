@@ -251,10 +251,10 @@ where
     let flight = match shared.state.in_flight.join(&key) {
         Join::Leader(guard) => Some(guard),
         Join::Follower(slot) => {
-            let wait_ms = deadline_ms.saturating_sub(epoch_ms(now));
+            let deadline = SystemTime::UNIX_EPOCH + Duration::from_millis(deadline_ms);
             let result = tokio::select! {
                 result = in_flight::wait(slot) => result,
-                () = shared.clock.sleep(Duration::from_millis(wait_ms)) => {
+                () = shared.clock.sleep_until(deadline) => {
                     return Prelude::Done(Err(Error::InProgress { key }));
                 }
             };
@@ -290,10 +290,11 @@ where
 }
 
 /// Takes the lease, or answers the record from what the store holds.
+/// Answers the owner token and when the lease ends (epoch milliseconds).
 pub(crate) async fn acquire<St, K, C, T>(
     shared: &Shared<St, K, C>,
     claim: &mut Claim,
-) -> Result<OwnerToken, Result<Processed<T>, Error>>
+) -> Result<(OwnerToken, u64), Result<Processed<T>, Error>>
 where
     St: Store,
     C: Clock,
@@ -316,7 +317,7 @@ where
             validation: claim.stored_validation(),
         };
         let existing = match shared.store.acquire(&request).await {
-            Ok(Acquire::Acquired) => return Ok(owner),
+            Ok(Acquire::Acquired) => return Ok((owner, lease_ms)),
             Ok(Acquire::Existing(record)) => record,
             Ok(Acquire::Contended) => continue,
             Err(err) => {
@@ -477,36 +478,46 @@ where
         }
         Prelude::Proceed(claim) => claim,
     };
-    let owner = match acquire(&shared, &mut claim).await {
-        Ok(owner) => owner,
+    let (owner, held_until_ms) = match acquire(&shared, &mut claim).await {
+        Ok(held) => held,
         Err(answer) => return answer,
     };
     let (store, clock, config) = (&shared.store, &shared.clock, &shared.config);
+    let (key, deadline_ms) = (&claim.key, claim.deadline_ms);
     let lease = Lease {
         store,
         clock,
         config,
-        key: &claim.key,
+        key,
         owner: &owner,
-        deadline_ms: claim.deadline_ms,
+        deadline_ms,
+        held_until_ms,
     };
-    let value = match lease.run(call_inner(inner, event)).await {
-        Ok(value) => value,
-        Err(err) => return settle_failure(&shared, &mut claim, &owner, err).await,
-    };
-    let expiration_secs = later_secs(clock.now(), config.expires_after);
-    let (key, deadline_ms) = (&claim.key, claim.deadline_ms);
-    let stored = store_fitting(stored_result::to_json(&value), |data| {
-        let request = CompleteRequest {
-            key: key.clone(),
-            owner: owner.clone(),
-            status: Status::Completed,
-            data,
-            expiration_secs,
+    // The heartbeat covers the handler and the storing of its result.
+    let work = async {
+        let value = match call_inner(inner, event).await {
+            Ok(value) => value,
+            Err(err) => return Ok(Err(err)),
         };
-        async move { finish::complete(store, clock, config, &request, deadline_ms).await }
-    })
-    .await;
+        let expiration_secs = later_secs(clock.now(), config.expires_after);
+        let stored = store_fitting(stored_result::to_json(&value), |data| {
+            let request = CompleteRequest {
+                key: key.clone(),
+                owner: owner.clone(),
+                status: Status::Completed,
+                data,
+                expiration_secs,
+            };
+            async move { finish::complete(store, clock, config, &request, deadline_ms).await }
+        })
+        .await;
+        Ok(Ok((value, expiration_secs, stored)))
+    };
+    let (value, expiration_secs, stored) = match lease.run(work).await {
+        Ok(Ok(done)) => done,
+        Ok(Err(err)) => return settle_failure(&shared, &mut claim, &owner, err).await,
+        Err(lost) => return Err(lost),
+    };
     match stored {
         Ok((Fenced::Applied, data)) => executed(&shared, &mut claim, value, data, expiration_secs),
         Ok((Fenced::LeaseLost, _)) => Err(Error::LeaseLost { key: claim.key }),
@@ -534,47 +545,59 @@ where
         Prelude::Unprotected(err) => return Err(Error::Key(err)),
         Prelude::Proceed(claim) => claim,
     };
-    let owner = match acquire(&shared, &mut claim).await {
-        Ok(owner) => owner,
+    let (owner, held_until_ms) = match acquire(&shared, &mut claim).await {
+        Ok(held) => held,
         Err(answer) => return answer,
     };
     let (store, clock, config) = (&shared.store, &shared.clock, &shared.config);
+    let (key, deadline_ms, validation) = (&claim.key, claim.deadline_ms, claim.stored_validation());
     let lease = Lease {
         store,
         clock,
         config,
-        key: &claim.key,
+        key,
         owner: &owner,
-        deadline_ms: claim.deadline_ms,
+        deadline_ms,
+        held_until_ms,
     };
-    let Completion { result, writes } = match lease.run(call_inner(inner, event)).await {
-        Ok(completion) => completion,
-        Err(err) => return settle_failure(&shared, &mut claim, &owner, err).await,
-    };
-    let now = clock.now();
-    let expiration_secs = later_secs(now, config.expires_after);
-    let (key, deadline_ms, validation) = (&claim.key, claim.deadline_ms, claim.stored_validation());
-    let committed = store_fitting(stored_result::to_json(&result), |data| {
-        let request = CommitRequest {
-            key: key.clone(),
-            owner: owner.clone(),
-            now,
-            status: Status::Completed,
-            data,
-            expiration_secs,
-            validation: validation.clone(),
-            writes: writes.clone(),
+    // The heartbeat covers the handler and the commit.
+    let work = async {
+        let Completion { result, writes } = match call_inner(inner, event).await {
+            Ok(completion) => completion,
+            Err(err) => return Ok(Err(err)),
         };
-        async move {
-            match finish::commit(store, clock, config, &request, false, deadline_ms).await {
-                Ok(Commit::RecordRefused(record)) if is_our_commit(record.as_ref(), &request) => {
-                    Ok(Commit::Applied)
+        let now = clock.now();
+        let expiration_secs = later_secs(now, config.expires_after);
+        let committed = store_fitting(stored_result::to_json(&result), |data| {
+            let request = CommitRequest {
+                key: key.clone(),
+                owner: owner.clone(),
+                now,
+                status: Status::Completed,
+                data,
+                expiration_secs,
+                validation: validation.clone(),
+                writes: writes.clone(),
+            };
+            async move {
+                match finish::commit(store, clock, config, &request, false, deadline_ms).await {
+                    Ok(Commit::RecordRefused(record))
+                        if is_our_commit(record.as_ref(), &request) =>
+                    {
+                        Ok(Commit::Applied)
+                    }
+                    other => other,
                 }
-                other => other,
             }
-        }
-    })
-    .await;
+        })
+        .await;
+        Ok(Ok((result, expiration_secs, committed)))
+    };
+    let (result, expiration_secs, committed) = match lease.run(work).await {
+        Ok(Ok(done)) => done,
+        Ok(Err(err)) => return settle_failure(&shared, &mut claim, &owner, err).await,
+        Err(lost) => return Err(lost),
+    };
     let commit = match committed {
         Ok((Commit::Applied, data)) => {
             return executed(&shared, &mut claim, result, data, expiration_secs)

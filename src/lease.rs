@@ -2,7 +2,7 @@
 //! it while the handler runs, and its release.
 
 use std::future::Future;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::clock::{epoch_ms, later_ms, later_secs, Clock};
 use crate::config::Config;
@@ -35,22 +35,27 @@ pub(crate) struct Lease<'a, St, C> {
     pub(crate) key: &'a IdempotencyKey,
     pub(crate) owner: &'a OwnerToken,
     pub(crate) deadline_ms: u64,
+    /// When the lease taken by the acquire ends, in epoch milliseconds.
+    pub(crate) held_until_ms: u64,
 }
 
 impl<St: Store, C: Clock> Lease<'_, St, C> {
-    /// Runs `handler`. With a heartbeat configured, extends the lease every period,
-    /// concurrently with the handler (a slow or hung extension never holds the handler
-    /// back). When an extension finds the lease taken over, the handler is cancelled (its
-    /// future dropped at its next await) and the record ends
-    /// [`LeaseLost`](Error::LeaseLost): it can no longer store a result or commit.
-    pub(crate) async fn run<F, R>(&self, handler: F) -> Result<R, Error>
+    /// Runs `work` (the handler, then storing its result). With a heartbeat configured,
+    /// extends the lease every period, concurrently with the work (a slow or hung extension
+    /// never holds it back). When an extension finds the lease taken over, or the lease
+    /// ends before an extension could confirm it (a hung store), the work is cancelled (its
+    /// future dropped at its next await) and the record ends [`LeaseLost`](Error::LeaseLost):
+    /// another invocation may hold the key now. Storing the result is fenced by the owner
+    /// token either way.
+    pub(crate) async fn run<F, R>(&self, work: F) -> Result<R, Error>
     where
         F: Future<Output = Result<R, Error>>,
     {
         let Some(every) = self.config.heartbeat_period() else {
-            return handler.await;
+            return work.await;
         };
         let heartbeat = async {
+            let mut held_until_ms = self.held_until_ms;
             loop {
                 self.clock.sleep(every).await;
                 let now = self.clock.now();
@@ -65,21 +70,31 @@ impl<St: Store, C: Clock> Lease<'_, St, C> {
                     lease_expiration_ms: lease_ms,
                     expiration_secs: expiration_for(self.config, now, lease_ms),
                 };
-                match self.store.extend(&request).await {
+                let lapses = UNIX_EPOCH + Duration::from_millis(held_until_ms);
+                let extended = tokio::select! {
+                    answer = self.store.extend(&request) => answer,
+                    // No answer before the lease ends: it may be someone else's now.
+                    () = self.clock.sleep_until(lapses) => return,
+                };
+                match extended {
                     Ok(Fenced::Applied) => {
+                        held_until_ms = lease_ms;
                         tracing::debug!(lease_expiration_ms = lease_ms, "lease extended");
                     }
                     Ok(Fenced::LeaseLost) => return,
                     Err(err) => {
                         tracing::warn!(error = %err, "could not extend the lease");
+                        if epoch_ms(self.clock.now()) > held_until_ms {
+                            return;
+                        }
                     }
                 }
             }
         };
         tokio::select! {
-            result = handler => result,
+            result = work => result,
             () = heartbeat => {
-                tracing::warn!("lease lost while the handler ran: handler cancelled");
+                tracing::warn!("lease lost or lapsed while the record ran: cancelled");
                 Err(Error::LeaseLost { key: self.key.clone() })
             }
         }

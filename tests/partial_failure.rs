@@ -861,3 +861,42 @@ async fn transactional_handlers_commit_once_on_the_embedded_store_in_both_modes(
         assert_eq!(runs.load(Ordering::SeqCst), expected_runs, "{mode:?}");
     }
 }
+
+#[tokio::test]
+async fn a_heartbeat_that_cannot_confirm_the_lease_before_it_ends_cancels_the_handler() {
+    // Real time here: the lease lapses by the wall clock while the extension hangs.
+    let store = FaultyStore::new(InMemoryStore::new());
+    store.inject(Inject::ExtendSlow(Duration::from_secs(5)));
+    let finished = Arc::new(AtomicBool::new(false));
+    let layer = IdempotencyLayer::new(store.clone()).with_config(
+        config().with_heartbeat(Duration::from_millis(300), Duration::from_millis(50)),
+    );
+    let done = finished.clone();
+    let processor = BatchProcessor::new(layer.handler(move |_m: SqsMessage| {
+        let done = done.clone();
+        async move {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            done.store(true, Ordering::SeqCst);
+            Ok::<_, std::io::Error>(())
+        }
+    }));
+    let started = Instant::now();
+    let report = processor
+        .process(invocation(
+            batch([message("m-1", "{}")]),
+            std::time::SystemTime::now(),
+            REMAINING,
+        ))
+        .await;
+    assert_eq!(outcomes(&report), [Outcome::LeaseLost]);
+    assert!(
+        !finished.load(Ordering::SeqCst),
+        "the handler ran on unleased"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(store.calls.complete.load(Ordering::SeqCst), 0);
+}

@@ -19,6 +19,9 @@ use lambda_idempotency::{
 };
 
 const MODES: [IdempotencyMode; 2] = [IdempotencyMode::Lease, IdempotencyMode::Optimistic];
+/// The lease cap of the test containers: shorter than an invocation, so a handler can
+/// outlive its lease without outliving its invocation.
+const LEASE_CAP: Duration = Duration::from_secs(10);
 const REMAINING: Duration = Duration::from_secs(30);
 
 /// Where a fault strikes a commit.
@@ -174,6 +177,7 @@ impl Ledger {
                 Config::new()
                     .with_key_prefix("order-consumer")
                     .with_mode(mode)
+                    .with_max_lease(LEASE_CAP)
                     .with_payload_validation(PayloadValidation::Body),
             );
         let handler = layer.transactional_handler(move |message: SqsMessage| {
@@ -356,8 +360,9 @@ async fn a_lease_lost_to_another_invocation_applies_nothing() {
     };
     let (store, clock) = (ledger.store.inner.clone(), ledger.clock.clone());
     let hook: Hook = Arc::new(move |order: &Order| {
-        // The handler outlives its lease; another invocation takes the key over.
-        clock.advance(REMAINING + Duration::from_secs(1));
+        // The handler outlives its lease (not the invocation); another invocation takes the
+        // key over.
+        clock.advance(LEASE_CAP + Duration::from_secs(1));
         let now = clock.now();
         let request = AcquireRequest {
             key: IdempotencyKey::derive("order-consumer", order.event_id.as_bytes()),

@@ -5,8 +5,9 @@
 //!   (the default) or `lease`, and `IDEMPOTENCY_EXPIRES_AFTER_SECS`, how long records count
 //!   (default 23 days: it must outlive the queue's retention, the dead-letter queue's and the
 //!   queue's again after a redrive; see the README), and `DEADLINE_MARGIN_MS`, the time that
-//!   must remain before the invocation deadline to start a record (default 16 s: a commit
-//!   sent 3 times at the SDK's 5 s operation timeout, plus 1 s). The DynamoDB endpoint comes
+//!   must remain before the invocation deadline to start a record (default: the store calls
+//!   at their worst, at the SDK's 5 s operation timeout, plus 1 s: 16 s in optimistic mode, a
+//!   commit sent 3 times; 26 s in lease mode, where an acquire and a release come before). The DynamoDB endpoint comes
 //!   from the standard AWS settings (`AWS_ENDPOINT_URL_DYNAMODB` locally).
 //! - Message body: `{"eventId": string, "account": string, "amount": integer}`. The
 //!   idempotency key is the message attribute `Idempotency-Key` when present, else
@@ -124,14 +125,24 @@ const OPERATION_TIMEOUT: Duration = Duration::from_secs(5);
 /// Sends of a commit (`Config`'s default commit attempts).
 const COMMIT_SENDS: u64 = 3;
 
-/// Time to start a record: its store calls at their worst, plus a second to answer.
-const DEFAULT_DEADLINE_MARGIN: Duration =
-    Duration::from_secs(OPERATION_TIMEOUT.as_secs() * COMMIT_SENDS + 1);
+/// Time to start a record: its store calls at their worst, plus a second to answer. A
+/// commit is sent up to 3 times; in lease mode an acquire (and, after a store error, one
+/// release) comes first.
+fn default_deadline_margin(mode: IdempotencyMode) -> Duration {
+    let calls = match mode {
+        IdempotencyMode::Lease => COMMIT_SENDS + 2,
+        _ => COMMIT_SENDS,
+    };
+    Duration::from_secs(OPERATION_TIMEOUT.as_secs() * calls + 1)
+}
 
-/// The start margin from `DEADLINE_MARGIN_MS`.
-fn deadline_margin(value: Option<&str>) -> Result<Duration, lambda_runtime::Error> {
+/// The start margin from `DEADLINE_MARGIN_MS`, or the mode's default.
+fn deadline_margin(
+    value: Option<&str>,
+    mode: IdempotencyMode,
+) -> Result<Duration, lambda_runtime::Error> {
     match value.filter(|v| !v.is_empty()) {
-        None => Ok(DEFAULT_DEADLINE_MARGIN),
+        None => Ok(default_deadline_margin(mode)),
         Some(text) => text.trim().parse().map(Duration::from_millis).map_err(|_| {
             format!("DEADLINE_MARGIN_MS must be a whole number of milliseconds, not {text:?}")
                 .into()
@@ -174,7 +185,7 @@ async fn main() -> Result<(), lambda_runtime::Error> {
     )?;
 
     // A hung store must not eat the invocation: short attempts, few retries.
-    let margin = deadline_margin(std::env::var("DEADLINE_MARGIN_MS").ok().as_deref())?;
+    let margin = deadline_margin(std::env::var("DEADLINE_MARGIN_MS").ok().as_deref(), mode)?;
     let aws = aws_config::defaults(BehaviorVersion::latest())
         .timeout_config(
             TimeoutConfig::builder()
@@ -250,12 +261,20 @@ mod tests {
 
     #[test]
     fn records_start_only_with_time_for_the_store_at_its_worst() {
-        assert_eq!(deadline_margin(None).unwrap(), Duration::from_secs(16));
+        let optimistic = IdempotencyMode::Optimistic;
         assert_eq!(
-            deadline_margin(Some("1000")).unwrap(),
+            deadline_margin(None, optimistic).unwrap(),
+            Duration::from_secs(16)
+        );
+        assert_eq!(
+            deadline_margin(None, IdempotencyMode::Lease).unwrap(),
+            Duration::from_secs(26)
+        );
+        assert_eq!(
+            deadline_margin(Some("1000"), optimistic).unwrap(),
             Duration::from_secs(1)
         );
-        assert!(deadline_margin(Some("1s")).is_err());
+        assert!(deadline_margin(Some("1s"), optimistic).is_err());
     }
 
     #[tokio::test]
