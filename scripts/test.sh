@@ -29,6 +29,8 @@ ddb_start
 # Tests that need DynamoDB Local fail, rather than skip, when it is unreachable.
 export LAMBDA_IDEMPOTENCY_REQUIRE_DYNAMODB=1
 
+echo "== rust-version covers every dependency"
+python3 scripts/check_msrv.py
 echo "== cargo fmt --check"
 cargo fmt --all --check
 echo "== cargo clippy --all-targets -- -D warnings"
