@@ -37,5 +37,7 @@ echo "== cargo clippy --all-targets -- -D warnings"
 cargo clippy --all-targets --quiet -- -D warnings
 echo "== cargo doc --no-deps (warnings denied)"
 RUSTDOCFLAGS=-Dwarnings cargo doc --no-deps --quiet
+echo "== cargo package (the crate as it would be published builds on its own)"
+cargo package --locked --quiet
 echo "== cargo test (DynamoDB Local at $AWS_ENDPOINT_URL_DYNAMODB)"
 cargo test
