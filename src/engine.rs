@@ -93,6 +93,26 @@ fn key_prefix(config: &Config, context: &lambda_runtime::Context) -> String {
         .unwrap_or_else(|| FALLBACK_KEY_PREFIX.to_string())
 }
 
+impl<St, K, C> Shared<St, K, C> {
+    /// The lease `claim` holds under `owner` after its acquire, until `held_until_ms`.
+    fn lease<'a>(
+        &'a self,
+        claim: &'a Claim,
+        owner: &'a OwnerToken,
+        held_until_ms: u64,
+    ) -> Lease<'a, St, C> {
+        Lease {
+            store: &self.store,
+            clock: &self.clock,
+            config: &self.config,
+            key: &claim.key,
+            owner,
+            deadline_ms: claim.deadline_ms,
+            held_until_ms,
+        }
+    }
+}
+
 /// Reads a stored result back. A result that no longer decodes (the result type changed
 /// across a deploy) still belongs to a completed record: the message is a duplicate and is
 /// acknowledged without the result rather than sent to the dead-letter queue.
@@ -484,15 +504,7 @@ where
     };
     let (store, clock, config) = (&shared.store, &shared.clock, &shared.config);
     let (key, deadline_ms) = (&claim.key, claim.deadline_ms);
-    let lease = Lease {
-        store,
-        clock,
-        config,
-        key,
-        owner: &owner,
-        deadline_ms,
-        held_until_ms,
-    };
+    let lease = shared.lease(&claim, &owner, held_until_ms);
     // The heartbeat covers the handler and the storing of its result.
     let work = async {
         let value = match call_inner(inner, event).await {
@@ -551,15 +563,7 @@ where
     };
     let (store, clock, config) = (&shared.store, &shared.clock, &shared.config);
     let (key, deadline_ms, validation) = (&claim.key, claim.deadline_ms, claim.stored_validation());
-    let lease = Lease {
-        store,
-        clock,
-        config,
-        key,
-        owner: &owner,
-        deadline_ms,
-        held_until_ms,
-    };
+    let lease = shared.lease(&claim, &owner, held_until_ms);
     // The heartbeat covers the handler and the commit.
     let work = async {
         let Completion { result, writes } = match call_inner(inner, event).await {

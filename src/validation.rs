@@ -1,6 +1,9 @@
 //! Payload validation: a hash of the payload stored beside the key, so that the same key
 //! with a different payload is caught instead of replayed.
 
+use std::fmt;
+use std::sync::Arc;
+
 use aws_lambda_events::sqs::SqsMessage;
 use serde_json::Value;
 
@@ -27,12 +30,29 @@ pub enum PayloadValidation {
 /// (64 hex digits, no prefix) went through `f64` for numbers.
 pub const PAYLOAD_HASH_PREFIX: &str = "v2:";
 
-/// A payload's hash: the form stored with new records, and the form earlier versions stored,
-/// so records written before an upgrade are not rejected while they count.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A payload's hash: the form stored with new records, and (computed only when a stored hash
+/// needs it) the form earlier versions stored, so records written before an upgrade are not
+/// rejected while they count. Two hashes are equal when their stored forms are.
+#[derive(Clone)]
 pub struct PayloadHash {
     stored: String,
-    legacy: Option<String>,
+    /// What the legacy form is computed from: the validation and the body.
+    legacy_source: Option<(PayloadValidation, Arc<str>)>,
+}
+
+impl PartialEq for PayloadHash {
+    fn eq(&self, other: &Self) -> bool {
+        self.stored == other.stored
+    }
+}
+
+impl Eq for PayloadHash {}
+
+impl fmt::Debug for PayloadHash {
+    // The body stays out of debug output: it may hold what the logs must not.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("PayloadHash").field(&self.stored).finish()
+    }
 }
 
 impl PayloadHash {
@@ -40,7 +60,7 @@ impl PayloadHash {
     pub fn new(stored: impl Into<String>) -> Self {
         Self {
             stored: stored.into(),
-            legacy: None,
+            legacy_source: None,
         }
     }
 
@@ -56,7 +76,11 @@ impl PayloadHash {
         if stored.starts_with(PAYLOAD_HASH_PREFIX) {
             stored == self.stored
         } else {
-            self.legacy.as_deref() == Some(stored)
+            self.legacy_source
+                .as_ref()
+                .and_then(|(validation, body)| validation.legacy_hash(body))
+                .as_deref()
+                == Some(stored)
         }
     }
 }
@@ -95,13 +119,16 @@ impl PayloadValidation {
         };
         Ok(Some(PayloadHash {
             stored: format!("{PAYLOAD_HASH_PREFIX}{}", sha256_hex(&bytes)),
-            legacy: self.legacy_hash(message),
+            legacy_source: message
+                .body
+                .as_deref()
+                .map(|body| (self.clone(), Arc::from(body))),
         }))
     }
 
-    /// The hash as versions before the `v2:` format computed it (numbers through `f64`).
-    fn legacy_hash(&self, message: &SqsMessage) -> Option<String> {
-        let body = message.body.as_deref()?;
+    /// The hash of `body` as versions before the `v2:` format computed it (numbers through
+    /// `f64`).
+    fn legacy_hash(&self, body: &str) -> Option<String> {
         let bytes = match self {
             PayloadValidation::Off => return None,
             PayloadValidation::Body => match serde_json::from_str::<Value>(body) {

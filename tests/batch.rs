@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
-use common::{invocation, load_event, Order};
+use common::{invocation, load_event, outcomes, reported, Order};
 use lambda_idempotency::{
     epoch_ms, epoch_secs, AcquireRequest, BatchError, BatchMode, BatchProcessor, BatchReport,
     Clock, Config, Error, IdempotencyKey, IdempotencyLayer, InMemoryStore, JsonPointer,
@@ -126,19 +126,6 @@ impl Setup {
             .process(invocation(event, self.clock.now(), REMAINING))
             .await
     }
-}
-
-fn outcomes<T>(report: &BatchReport<T>) -> Vec<Outcome> {
-    report.records.iter().map(|r| r.outcome).collect()
-}
-
-fn reported<T>(report: &BatchReport<T>) -> Vec<String> {
-    report
-        .response
-        .batch_item_failures
-        .iter()
-        .map(|f| f.item_identifier.clone())
-        .collect()
 }
 
 fn ids(event: &SqsEvent, indexes: &[usize]) -> Vec<String> {

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage, SqsMessageAttribute};
 use common::faulty_store::{FaultyStore, Inject};
-use common::invocation;
+use common::{invocation, outcomes, reported};
 use lambda_idempotency::{
     BatchProcessor, BatchReport, Clock, Config, Error, IdempotencyKey, IdempotencyLayer,
     InMemoryStore, JsonPointer, KeyExtractor, ManualClock, MessageAttribute, Outcome, OwnerToken,
@@ -31,19 +31,6 @@ fn batch(messages: impl IntoIterator<Item = SqsMessage>) -> SqsEvent {
     let mut event = SqsEvent::default();
     event.records.extend(messages);
     event
-}
-
-fn outcomes<T>(report: &BatchReport<T>) -> Vec<Outcome> {
-    report.records.iter().map(|r| r.outcome).collect()
-}
-
-fn reported<T>(report: &BatchReport<T>) -> Vec<String> {
-    report
-        .response
-        .batch_item_failures
-        .iter()
-        .map(|f| f.item_identifier.clone())
-        .collect()
 }
 
 /// The stored record of a message keyed on its `messageId` under the prefix `t`.

@@ -16,9 +16,9 @@ use common::dynamodb::{
     CallCounter,
 };
 use common::fault_proxy::{FaultProxy, Scripted};
-use common::invocation;
+use common::{invocation, outcomes, reported};
 use lambda_idempotency::{
-    Attr, BatchProcessor, BatchReport, Completion, Config, DynamoDbStore, Error, IdempotencyKey,
+    Attr, BatchProcessor, Completion, Config, DynamoDbStore, Error, IdempotencyKey,
     IdempotencyLayer, IdempotencyMode, Outcome, Permanent, Status, Store, StoreError, Write,
 };
 
@@ -32,19 +32,6 @@ fn one(id: &str) -> SqsEvent {
     let mut event = SqsEvent::default();
     event.records.push(m);
     event
-}
-
-fn outcomes<T>(report: &BatchReport<T>) -> Vec<Outcome> {
-    report.records.iter().map(|r| r.outcome).collect()
-}
-
-fn reported<T>(report: &BatchReport<T>) -> Vec<String> {
-    report
-        .response
-        .batch_item_failures
-        .iter()
-        .map(|f| f.item_identifier.clone())
-        .collect()
 }
 
 fn config(mode: IdempotencyMode) -> Config {

@@ -5,12 +5,13 @@
 //! `NOT_MODELLED`.
 mod common;
 
+use common::transactional_contract::commit_request;
+
 use std::time::Duration;
 
 use lambda_idempotency::{
-    epoch_ms, epoch_secs, Acquire, AcquireRequest, Attr, Clock, Commit, CommitRequest,
-    DynamoDbStore, IdempotencyKey, InMemoryStore, ManualClock, OwnerToken, Status, StoreError,
-    TransactionalStore, Write,
+    epoch_ms, epoch_secs, Acquire, AcquireRequest, Attr, Clock, Commit, DynamoDbStore,
+    IdempotencyKey, InMemoryStore, ManualClock, OwnerToken, StoreError, TransactionalStore, Write,
 };
 
 /// Differences the embedded store documents: it does not know key attribute types.
@@ -18,25 +19,6 @@ const NOT_MODELLED: [&str; 1] = ["numeric value for a string key"];
 
 fn key() -> IdempotencyKey {
     IdempotencyKey::derive("differential", uuid::Uuid::new_v4().to_string().as_bytes())
-}
-
-fn request(
-    clock: &ManualClock,
-    key: &IdempotencyKey,
-    owner: &OwnerToken,
-    writes: Vec<Write>,
-) -> CommitRequest {
-    let now = clock.now();
-    CommitRequest {
-        key: key.clone(),
-        owner: owner.clone(),
-        now,
-        status: Status::Completed,
-        data: "1".into(),
-        expiration_secs: epoch_secs(now + Duration::from_secs(3600)),
-        validation: None,
-        writes,
-    }
 }
 
 fn summary(answer: Result<Commit, StoreError>) -> String {
@@ -94,7 +76,7 @@ async fn run<S: TransactionalStore>(store: &S, s: &Scenario) -> String {
     let clock = ManualClock::starting_now();
     if !s.seed.is_empty() {
         let seeded = store
-            .commit_fresh(&request(
+            .commit_fresh(&commit_request(
                 &clock,
                 &key(),
                 &OwnerToken::generate(),
@@ -125,7 +107,7 @@ async fn run<S: TransactionalStore>(store: &S, s: &Scenario) -> String {
             .unwrap();
         assert_eq!(acquired, Acquire::Acquired);
     }
-    let r = request(&clock, &k, &owner, s.writes.clone());
+    let r = commit_request(&clock, &k, &owner, s.writes.clone());
     summary(if s.fresh {
         store.commit_fresh(&r).await
     } else {

@@ -9,7 +9,7 @@ use std::time::Duration;
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
 use aws_sdk_dynamodb::Client;
 use common::dynamodb::{balance, counted_client, create_table, create_table_keyed, CallCounter};
-use common::{invocation, load_event, Order};
+use common::{invocation, load_event, outcomes, Order};
 use lambda_idempotency::{
     epoch_ms, epoch_secs, Acquire, AcquireRequest, Attr, BatchProcessor, BatchReport, Clock,
     Commit, CommitRequest, CompleteRequest, Completion, Config, DynamoDbStore, Error,
@@ -237,10 +237,6 @@ fn one_record(name: &str, index: usize) -> SqsEvent {
     let record = event.records.remove(index);
     event.records = vec![record];
     event
-}
-
-fn outcomes<T>(report: &BatchReport<T>) -> Vec<Outcome> {
-    report.records.iter().map(|r| r.outcome).collect()
 }
 
 #[tokio::test]

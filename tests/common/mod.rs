@@ -14,7 +14,7 @@ pub mod transactional_contract;
 use std::time::{Duration, SystemTime};
 
 use aws_lambda_events::sqs::SqsEvent;
-use lambda_idempotency::epoch_ms;
+use lambda_idempotency::{epoch_ms, BatchReport, Outcome};
 use lambda_runtime::{Context, LambdaEvent};
 
 /// Loads a sample event from `events/`.
@@ -45,4 +45,19 @@ pub struct Order {
     pub event_id: String,
     pub account: String,
     pub amount: i64,
+}
+
+/// Each record's outcome, in event order.
+pub fn outcomes<T>(report: &BatchReport<T>) -> Vec<Outcome> {
+    report.records.iter().map(|r| r.outcome).collect()
+}
+
+/// The `itemIdentifier`s of `batchItemFailures`.
+pub fn reported<T>(report: &BatchReport<T>) -> Vec<String> {
+    report
+        .response
+        .batch_item_failures
+        .iter()
+        .map(|f| f.item_identifier.clone())
+        .collect()
 }

@@ -64,7 +64,8 @@ fn credit(ledger: &str, amount: i64) -> Write {
         .value(":a", Attr::n(amount))
 }
 
-fn commit_request(
+/// A commit of `writes` for `key` by `owner` at the clock's time, completing with `5`.
+pub fn commit_request(
     clock: &ManualClock,
     key: &IdempotencyKey,
     owner: &OwnerToken,
