@@ -12,12 +12,12 @@ pub enum MissingKey {
     #[default]
     Fail,
     /// Run the handler without idempotency when the key's source is absent
-    /// ([`KeyError::is_absent`](crate::KeyError::is_absent)). The outcome is
+    /// ([`KeyError::is_absent`](crate::key::KeyError::is_absent)). The outcome is
     /// [`Outcome::Unprotected`](crate::Outcome::Unprotected), so it shows in metrics.
     ProcessUnprotected,
 }
 
-/// How a [`Transactional`](crate::Transactional) handler's writes are committed.
+/// How a [`Transactional`](crate::idempotent::Transactional) handler's writes are committed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum IdempotencyMode {
@@ -174,10 +174,10 @@ impl Config {
     }
 
     /// Stores a [`Permanent`](crate::Permanent) failure's message (its error chain, cut to
-    /// [`MAX_STORED_FAILURE_BYTES`](crate::MAX_STORED_FAILURE_BYTES)) in the record, and
+    /// [`MAX_STORED_FAILURE_BYTES`](crate::idempotent::MAX_STORED_FAILURE_BYTES)) in the record, and
     /// replays it to duplicates. Off by default: error messages often quote the input (an
     /// account number, a card number), and the record is kept for the whole window; the
-    /// default stores [`UNSTORED_FAILURE_MESSAGE`](crate::UNSTORED_FAILURE_MESSAGE).
+    /// default stores [`UNSTORED_FAILURE_MESSAGE`](crate::idempotent::UNSTORED_FAILURE_MESSAGE).
     pub fn with_stored_failure_messages(mut self, store: bool) -> Self {
         self.store_failure_messages = store;
         self

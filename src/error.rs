@@ -1,11 +1,12 @@
-//! Errors: [`Error`] for one record, [`BatchError`] for the invocation.
+//! [`Error`]: why one record was not processed, classified once: its
+//! [`Outcome`], its stable `error_type`, and whether it is the request's own fault.
 
 use crate::key::{IdempotencyKey, KeyError};
 use crate::outcome::Outcome;
 use crate::store::StoreError;
 
-/// A boxed error from code this crate does not own (handlers, SDKs).
-pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+/// A boxed error from code this crate does not own (handlers, SDKs): tower's.
+pub use tower::BoxError;
 
 /// Why one record was not processed (or its result not stored). Each maps to an
 /// [`Outcome`] and a stable [`error_type`](Error::error_type).
@@ -182,39 +183,6 @@ impl Permanent {
     /// The wrapped error.
     pub fn into_inner(self) -> BoxError {
         self.0
-    }
-}
-
-/// Why a whole invocation failed: SQS then retries the whole batch.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum BatchError {
-    /// Records that need a retry have no `messageId`, so they cannot be listed in
-    /// `batchItemFailures` (an empty `itemIdentifier` would make SQS retry the whole batch
-    /// anyway, silently). The invocation fails instead; records that completed replay their
-    /// stored results when the batch comes back.
-    #[error("{count} record(s) to retry have no messageId; failing the invocation so SQS retries the batch")]
-    UnreportableFailures {
-        /// How many such records.
-        count: usize,
-    },
-}
-
-impl BatchError {
-    /// A stable name for Lambda diagnostics and logs.
-    pub fn error_type(&self) -> &'static str {
-        match self {
-            BatchError::UnreportableFailures { .. } => "Idempotency.UnreportableFailures",
-        }
-    }
-}
-
-impl From<BatchError> for lambda_runtime::Diagnostic {
-    fn from(err: BatchError) -> Self {
-        lambda_runtime::Diagnostic {
-            error_type: err.error_type().into(),
-            error_message: error_chain(&err),
-        }
     }
 }
 

@@ -10,7 +10,9 @@
 //!
 //! ```
 //! use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
-//! use lambda_idempotency::{BatchProcessor, IdempotencyLayer, InMemoryStore, Outcome};
+//! use lambda_idempotency::sqs::BatchProcessor;
+//! use lambda_idempotency::store::InMemoryStore;
+//! use lambda_idempotency::{IdempotencyLayer, Outcome};
 //! use lambda_runtime::{Context, LambdaEvent};
 //! use std::time::{Duration, SystemTime, UNIX_EPOCH};
 //!
@@ -53,7 +55,9 @@
 //! ```no_run
 //! # use aws_lambda_events::sqs::SqsMessage;
 //! # async fn charge(m: SqsMessage) -> Result<u64, std::num::ParseIntError> { m.body.unwrap_or_default().parse() }
-//! use lambda_idempotency::{BatchProcessor, Config, DynamoDbStore, IdempotencyLayer};
+//! use lambda_idempotency::sqs::BatchProcessor;
+//! use lambda_idempotency::store::DynamoDbStore;
+//! use lambda_idempotency::{Config, IdempotencyLayer};
 //!
 //! # async fn example(client: aws_sdk_dynamodb::Client) -> Result<(), lambda_runtime::Error> {
 //! let store = DynamoDbStore::new(client, "idempotency");
@@ -63,19 +67,33 @@
 //! ```
 //!
 //! # How it works
-//! For each record: derive the key ([`KeyExtractor`], default [`MessageId`]) and store it as
-//! `<prefix>#<sha256>`; take a lease with one conditional write ([`Store::acquire`]) that
-//! ends at the invocation deadline; run the handler; store the result with owner-fenced
-//! [`Store::complete`], or [`Store::release`] the lease on failure. A duplicate replays the
-//! stored result; a record locked elsewhere, failed, or rejected is reported for retry.
-//! Each record ends in one [`Outcome`].
+//! For each record: derive the key ([`key::KeyExtractor`], default [`key::MessageId`]) and
+//! store it as `<prefix>#<sha256>`; take a lease with one conditional write
+//! ([`store::Store::acquire`]) that ends at the invocation deadline; run the handler; store
+//! the result with owner-fenced [`store::Store::complete`], or [`store::Store::release`] the
+//! lease on failure. A duplicate replays the stored result; a record locked elsewhere,
+//! failed, or rejected is reported for retry. Each record ends in one [`Outcome`].
 //!
-//! When the effect is a DynamoDB write, a [`Transactional`] handler returns a [`Completion`]
-//! (its result and [`Write`]s) and the writes are committed with the record in one
-//! `TransactWriteItems` ([`TransactionalStore`]), so they are applied exactly once even if
-//! the process dies at any instant; [`IdempotencyMode`] chooses between a lease first and an
-//! optimistic single round trip. Errors marked [`Permanent`] are stored and acknowledged
-//! instead of retried.
+//! When the effect is a DynamoDB write, a handler built with
+//! [`IdempotencyLayer::with_writes`] returns a [`Completion`] (its result and
+//! [`store::Write`]s) and the writes are committed with the record in one
+//! `TransactWriteItems` ([`store::TransactionalStore`]), so they are applied exactly once
+//! even if the process dies at any instant; [`IdempotencyMode`] chooses between a lease
+//! first and an optimistic single round trip. Errors marked [`Permanent`] are stored and
+//! acknowledged instead of retried.
+//!
+//! # Modules
+//! - [`idempotent`]: the layer, the service and the protocol's drivers;
+//! - [`store`]: the store trait, its requests and limits, the embedded and DynamoDB stores;
+//! - [`key`] and [`validation`]: idempotency keys and payload hashes, from any [`Input`];
+//! - [`sqs`]: SQS batches and their partial batch response;
+//! - [`record`]: the record and the pure decision over it; [`clock`]: injected time.
+//!
+//! # Features
+//! - `dynamodb` (default): [`store::DynamoDbStore`], on `aws-sdk-dynamodb` with no HTTP
+//!   client or TLS stack chosen: build the `Client` as your application does.
+//! - `testing`: helpers for tests: `clock::ManualClock`, `clock::epoch_ms`/`epoch_secs`,
+//!   `InMemoryStore::set_unavailable`.
 #![forbid(unsafe_code)]
 #![warn(
     missing_docs,
@@ -84,68 +102,28 @@
     rust_2018_idioms
 )]
 
-mod batch;
-mod cache;
-mod canonical;
-mod clock;
+pub mod clock;
 mod config;
-mod dynamodb_commit;
-mod dynamodb_store;
-mod engine;
 mod error;
-mod finish;
-mod hashing;
-mod idempotent;
-mod in_flight;
-mod key;
-mod lease;
-mod memory_store;
-mod optimistic;
+pub mod idempotent;
+pub mod input;
+pub mod key;
 mod outcome;
 mod processed;
-mod record;
-mod record_fn;
-mod record_item;
-mod retry;
-mod store;
-mod stored_result;
-mod validation;
-mod write;
+pub mod record;
+pub mod sqs;
+pub mod store;
+pub mod validation;
 
-pub use batch::{
-    BatchFuture, BatchMode, BatchProcessor, BatchReport, RecordReport, ANSWER_MARGIN,
-    DEFAULT_DEADLINE_MARGIN,
-};
-pub use clock::{
-    deadline_ms, epoch_ms, epoch_secs, Clock, ManualClock, SystemClock, RELATIVE_DEADLINE_BELOW_MS,
-};
+mod canonical;
+mod hashing;
+
 pub use config::{Config, IdempotencyMode, MissingKey};
-pub use dynamodb_store::DynamoDbStore;
-pub use engine::FALLBACK_KEY_PREFIX;
-pub use error::{BatchError, BoxError, Error, Permanent};
-pub use finish::{MAX_STORED_FAILURE_BYTES, UNSTORED_FAILURE_MESSAGE};
-pub use idempotent::{
-    IdempotencyLayer, Idempotent, ResponseFuture, Transactional, TransactionalLayer,
-};
-pub use key::{
-    BodyHash, IdempotencyKey, JsonPointer, KeyError, KeyExtractor, MessageAttribute, MessageId, Or,
-    MAX_KEY_BYTES,
-};
-pub use memory_store::InMemoryStore;
+pub use error::{BoxError, Error, Permanent};
+pub use idempotent::{Completion, IdempotencyLayer, Idempotent};
+pub use input::Input;
 pub use outcome::Outcome;
 pub use processed::Processed;
-pub use record::{decide, Decision, OwnerToken, Record, Status};
-pub use record_fn::{record_fn, RecordFn};
-pub use record_item::{
-    AttributeNames, DYNAMODB_ITEM_LIMIT_BYTES, DYNAMODB_TRANSACTION_ITEM_LIMIT,
-    DYNAMODB_TRANSACTION_LIMIT_BYTES,
-};
-pub use store::{
-    Acquire, AcquireRequest, Commit, CommitRequest, CompleteRequest, ExtendRequest, Fenced, Store,
-    StoreError, TransactionalStore,
-};
-pub use validation::{PayloadHash, PayloadValidation, PAYLOAD_HASH_PREFIX};
-pub use write::{Attr, Completion, Item, Write, WriteKind, DYNAMODB_MAX_NESTING};
 
 /// The README's Rust examples, compiled as doctests.
 #[cfg(doctest)]

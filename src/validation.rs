@@ -4,12 +4,12 @@
 use std::fmt;
 use std::sync::Arc;
 
-use aws_lambda_events::sqs::SqsMessage;
 use serde_json::Value;
 
 use crate::canonical::{canonical, select};
 use crate::hashing::{legacy_canonical_json, sha256_hex};
-use crate::key::KeyError;
+use crate::input::Input;
+use crate::key::{json_text, KeyError};
 
 /// What part of a record's body the stored payload hash covers.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -37,7 +37,7 @@ pub const PAYLOAD_HASH_PREFIX: &str = "v2:";
 pub struct PayloadHash {
     stored: String,
     /// What the legacy form is computed from: the validation and the body.
-    legacy_source: Option<(PayloadValidation, Arc<str>)>,
+    legacy_source: Option<(PayloadValidation, Arc<[u8]>)>,
 }
 
 impl PartialEq for PayloadHash {
@@ -86,21 +86,24 @@ impl PayloadHash {
 }
 
 impl PayloadValidation {
-    /// The payload hash for `message`, or `None` when validation is off.
-    pub fn hash(&self, message: &SqsMessage) -> Result<Option<PayloadHash>, KeyError> {
+    /// The payload hash for `input`, or `None` when validation is off.
+    pub fn hash<I: Input + ?Sized>(&self, input: &I) -> Result<Option<PayloadHash>, KeyError> {
+        if *self == PayloadValidation::Off {
+            return Ok(None);
+        }
+        let body = input.body().ok_or(KeyError::MissingBody)?;
         let bytes = match self {
             PayloadValidation::Off => return Ok(None),
             PayloadValidation::Body => {
-                let body = message.body.as_deref().ok_or(KeyError::MissingBody)?;
-                match canonical(body) {
-                    Ok(json) => json.into_bytes(),
+                match std::str::from_utf8(&body).ok().map(canonical) {
+                    Some(Ok(json)) => json.into_bytes(),
                     // Not JSON: the raw bytes, after a byte no UTF-8 text (so no canonical
                     // JSON) contains.
-                    Err(_) => [&[0xFF], body.as_bytes()].concat(),
+                    _ => [&[0xFF], body.as_ref()].concat(),
                 }
             }
             PayloadValidation::Pointers(pointers) => {
-                let body = message.body.as_deref().ok_or(KeyError::MissingBody)?;
+                let body = json_text(&body)?;
                 let mut array = String::from("[");
                 for (i, pointer) in pointers.iter().enumerate() {
                     if i > 0 {
@@ -119,24 +122,21 @@ impl PayloadValidation {
         };
         Ok(Some(PayloadHash {
             stored: format!("{PAYLOAD_HASH_PREFIX}{}", sha256_hex(&bytes)),
-            legacy_source: message
-                .body
-                .as_deref()
-                .map(|body| (self.clone(), Arc::from(body))),
+            legacy_source: Some((self.clone(), Arc::from(body.as_ref()))),
         }))
     }
 
     /// The hash of `body` as versions before the `v2:` format computed it (numbers through
     /// `f64`).
-    fn legacy_hash(&self, body: &str) -> Option<String> {
+    fn legacy_hash(&self, body: &[u8]) -> Option<String> {
         let bytes = match self {
             PayloadValidation::Off => return None,
-            PayloadValidation::Body => match serde_json::from_str::<Value>(body) {
+            PayloadValidation::Body => match serde_json::from_slice::<Value>(body) {
                 Ok(json) => legacy_canonical_json(&json),
-                Err(_) => body.as_bytes().to_vec(),
+                Err(_) => body.to_vec(),
             },
             PayloadValidation::Pointers(pointers) => {
-                let json: Value = serde_json::from_str(body).ok()?;
+                let json: Value = serde_json::from_slice(body).ok()?;
                 let selected = pointers
                     .iter()
                     .map(|p| json.pointer(p).cloned().unwrap_or(Value::Null))
@@ -151,6 +151,7 @@ impl PayloadValidation {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use aws_lambda_events::sqs::SqsMessage;
 
     fn message(body: &str) -> SqsMessage {
         let mut m = SqsMessage::default();

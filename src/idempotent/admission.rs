@@ -1,0 +1,286 @@
+//! Admission: what happens to a record before the store is asked. Its key and payload hash
+//! are derived; then the local cache, the batch's earlier failures or the record running
+//! with the same key in this process (single flight) may answer it; otherwise this call
+//! [claims](Claim) it and goes on to the store.
+
+use std::time::SystemTime;
+
+use lambda_runtime::{Context, LambdaEvent};
+use serde::de::DeserializeOwned;
+
+use super::in_flight::{self, FlightGuard, FlightResult, Join};
+use super::invoke::catch_panic;
+use super::protocol::Protocol;
+use super::stored_result::{replay, replay_failure};
+use crate::clock::{Clock, Deadline};
+use crate::config::{Config, MissingKey};
+use crate::error::Error;
+use crate::input::Input;
+use crate::key::{IdempotencyKey, KeyError, KeyExtractor, MAX_KEY_BYTES};
+use crate::processed::Processed;
+use crate::record::{decide, Decision, Record, Status};
+use crate::validation::PayloadHash;
+
+/// The prefix used when neither the configuration nor the Lambda environment names one.
+pub const FALLBACK_KEY_PREFIX: &str = "lambda-idempotency";
+
+fn key_prefix(config: &Config, context: &Context) -> String {
+    if let Some(prefix) = config.key_prefix() {
+        return prefix.to_string();
+    }
+    if !context.env_config.function_name.is_empty() {
+        return context.env_config.function_name.clone();
+    }
+    std::env::var("AWS_LAMBDA_FUNCTION_NAME")
+        .ok()
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| FALLBACK_KEY_PREFIX.to_string())
+}
+
+/// Whether a stored payload hash belongs to another payload than ours.
+fn mismatched(stored: Option<&str>, ours: Option<&PayloadHash>) -> bool {
+    matches!((stored, ours), (Some(stored), Some(ours)) if !ours.matches(stored))
+}
+
+/// A record admitted to the store: its key is derived and this call leads its flight.
+pub(crate) struct Claim {
+    pub(crate) key: IdempotencyKey,
+    pub(crate) validation: Option<PayloadHash>,
+    pub(crate) deadline: Deadline,
+    flight: Option<FlightGuard>,
+}
+
+impl Claim {
+    /// The payload hash as it is stored.
+    pub(crate) fn stored_validation(&self) -> Option<String> {
+        self.validation.as_ref().map(|v| v.as_str().to_string())
+    }
+
+    /// Tells the records waiting on this one how it ended.
+    pub(crate) fn finish(&mut self, result: FlightResult) {
+        if let FlightResult::HandlerFailed { validation } = &result {
+            in_flight::record_failure(&self.key, validation.clone());
+        }
+        if let Some(guard) = self.flight.take() {
+            guard.finish(result);
+        }
+    }
+
+    /// The handler failed (retryably) for this record.
+    pub(crate) fn handler_failed(&mut self) {
+        let validation = self.stored_validation();
+        self.finish(FlightResult::HandlerFailed { validation });
+    }
+
+    /// The handler ran and its result (in the stored form `data`) is stored until
+    /// `expiration_secs`.
+    pub(crate) fn executed<St, K, C, T>(
+        &mut self,
+        protocol: &Protocol<St, K, C>,
+        value: T,
+        data: String,
+        expiration_secs: u64,
+    ) -> Result<Processed<T>, Error> {
+        protocol.local.remember(Record {
+            key: self.key.clone(),
+            status: Status::Completed,
+            expiration_secs,
+            lease_expiration_ms: None,
+            owner: None,
+            data: Some(data.clone()),
+            validation: self.stored_validation(),
+        });
+        let validation = self.stored_validation();
+        self.finish(FlightResult::Completed { data, validation });
+        Ok(Processed::Executed(value))
+    }
+
+    /// The answer for a record the store holds already, or `None` when it changed
+    /// underneath and the write should be tried again.
+    pub(crate) fn answer_existing<St, K, C, T: DeserializeOwned>(
+        &mut self,
+        protocol: &Protocol<St, K, C>,
+        existing: Record,
+        now: SystemTime,
+    ) -> Option<Result<Processed<T>, Error>> {
+        let key = self.key.clone();
+        match decide(&existing, now, self.validation.as_ref()) {
+            Decision::Replay { data } => {
+                let replayed = replay(data.as_deref());
+                self.finish(FlightResult::Completed {
+                    data: data.unwrap_or_else(|| "null".into()),
+                    validation: existing.validation.clone(),
+                });
+                protocol.local.remember(existing);
+                Some(Ok(replayed))
+            }
+            Decision::ReplayFailure { data } => {
+                let failure = replay_failure(data.as_deref());
+                self.finish(FlightResult::FailedPermanently {
+                    data: data.unwrap_or_else(|| "null".into()),
+                    validation: existing.validation.clone(),
+                });
+                protocol.local.remember(existing);
+                Some(Err(failure))
+            }
+            Decision::InProgress => Some(Err(Error::InProgress { key })),
+            Decision::PayloadMismatch => Some(Err(Error::PayloadMismatch { key })),
+            Decision::Retry => None,
+        }
+    }
+}
+
+/// How admission ended.
+pub(crate) enum Admission<T> {
+    /// The record is answered already (replayed, rejected, shared with the flight leader).
+    Answered(Result<Processed<T>, Error>),
+    /// No key, and processing without idempotency was chosen.
+    Unprotected(KeyError),
+    /// Go on to the store with this claim.
+    Claimed(Claim),
+}
+
+/// Why a record has no key.
+enum NotDerived {
+    /// The key's source is absent and processing without idempotency was chosen.
+    Unprotected(KeyError),
+    /// The record fails with this error.
+    Failed(Error),
+}
+
+/// The stored key and payload hash of `event`.
+fn derive<I, K>(
+    key: &K,
+    config: &Config,
+    event: &LambdaEvent<I>,
+) -> Result<(IdempotencyKey, Option<PayloadHash>), NotDerived>
+where
+    K: KeyExtractor<I>,
+    I: Input,
+{
+    let material = match catch_panic(|| key.key_material(&event.payload)) {
+        Ok(Ok(material)) => material,
+        Ok(Err(err)) if err.is_absent() && config.missing_key == MissingKey::ProcessUnprotected => {
+            return Err(NotDerived::Unprotected(err));
+        }
+        Ok(Err(err)) => return Err(NotDerived::Failed(Error::Key(err))),
+        Err(panic) => return Err(NotDerived::Failed(panic)),
+    };
+    let key = IdempotencyKey::derive(&key_prefix(config, &event.context), &material);
+    if key.as_str().len() > MAX_KEY_BYTES {
+        let len_bytes = key.as_str().len();
+        return Err(NotDerived::Failed(Error::Key(KeyError::KeyTooLong {
+            len_bytes,
+        })));
+    }
+    tracing::Span::current().record("idempotency_key", key.as_str());
+    match config.validation.hash(&event.payload) {
+        Ok(validation) => Ok((key, validation)),
+        Err(err) => Err(NotDerived::Failed(Error::Key(err))),
+    }
+}
+
+/// Admits `event`: derives its key and payload hash, then answers it from the cache, the
+/// batch's failures or the flight leader when it can, or claims it.
+pub(crate) async fn admit<St, K, C, I, T>(
+    protocol: &Protocol<St, K, C>,
+    event: &LambdaEvent<I>,
+) -> Admission<T>
+where
+    K: KeyExtractor<I>,
+    C: Clock,
+    I: Input,
+    T: DeserializeOwned,
+{
+    let (key, validation) = match derive(&protocol.key, &protocol.config, event) {
+        Ok(derived) => derived,
+        Err(NotDerived::Unprotected(err)) => return Admission::Unprotected(err),
+        Err(NotDerived::Failed(err)) => return Admission::Answered(Err(err)),
+    };
+    let now = protocol.clock.now();
+    if let Some(record) = protocol.local.cached(&key, now) {
+        match decide(&record, now, validation.as_ref()) {
+            Decision::Replay { data } => return Admission::Answered(Ok(replay(data.as_deref()))),
+            Decision::ReplayFailure { data } => {
+                return Admission::Answered(Err(replay_failure(data.as_deref())))
+            }
+            Decision::PayloadMismatch => {
+                return Admission::Answered(Err(Error::PayloadMismatch { key }))
+            }
+            Decision::InProgress | Decision::Retry => {}
+        }
+    }
+    if let Some(stored) = in_flight::failed_earlier(&key) {
+        return Admission::Answered(Err(if mismatched(stored.as_deref(), validation.as_ref()) {
+            Error::PayloadMismatch { key }
+        } else {
+            Error::SameKeyFailed { key }
+        }));
+    }
+    let deadline = Deadline::of(event.context.deadline, now);
+    // Records of this process that share the key wait for the first one, until their own
+    // deadline at most.
+    let flight = match protocol.local.in_flight.join(&key) {
+        Join::Leader(guard) => Some(guard),
+        Join::Follower(slot) => {
+            let result = tokio::select! {
+                result = in_flight::wait(slot) => result,
+                () = protocol.clock.sleep_until(deadline.time()) => {
+                    return Admission::Answered(Err(Error::InProgress { key }));
+                }
+            };
+            if let Some(answer) = follow(&key, validation.as_ref(), result) {
+                return Admission::Answered(answer);
+            }
+            None
+        }
+    };
+    Admission::Claimed(Claim {
+        key,
+        validation,
+        deadline,
+        flight,
+    })
+}
+
+/// A follower's answer from how its leader ended, or `None` when the leader did not get as
+/// far as the handler (the follower then goes to the store itself).
+fn follow<T: DeserializeOwned>(
+    key: &IdempotencyKey,
+    validation: Option<&PayloadHash>,
+    result: FlightResult,
+) -> Option<Result<Processed<T>, Error>> {
+    match result {
+        FlightResult::NotStarted => None,
+        FlightResult::Completed { validation: s, .. }
+        | FlightResult::FailedPermanently { validation: s, .. }
+        | FlightResult::HandlerFailed { validation: s }
+            if mismatched(s.as_deref(), validation) =>
+        {
+            Some(Err(Error::PayloadMismatch { key: key.clone() }))
+        }
+        FlightResult::Completed { data, .. } => Some(Ok(replay(Some(&data)))),
+        FlightResult::FailedPermanently { data, .. } => Some(Err(replay_failure(Some(&data)))),
+        FlightResult::HandlerFailed { .. } => Some(Err(Error::SameKeyFailed { key: key.clone() })),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn prefix_comes_from_config_then_function_name() {
+        let mut context = Context::default();
+        context.env_config = Arc::new(lambda_runtime::Config {
+            function_name: "order-consumer-prod".into(),
+            ..Default::default()
+        });
+        assert_eq!(key_prefix(&Config::new(), &context), "order-consumer-prod");
+        assert_eq!(
+            key_prefix(&Config::new().with_key_prefix("orders-v1"), &context),
+            "orders-v1"
+        );
+    }
+}

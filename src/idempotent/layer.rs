@@ -1,0 +1,152 @@
+//! [`IdempotencyLayer`]: the configured protocol, building [`Idempotent`] services.
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use tower::Layer;
+
+use super::finish::{ResultAndWrites, ResultOnly};
+use super::protocol::{LocalAnswers, Protocol};
+use super::record_fn::{record_fn, RecordFn};
+use super::service::Idempotent;
+use crate::clock::{Clock, SystemClock};
+use crate::config::Config;
+use crate::key::MessageId;
+use crate::store::{Store, TransactionalStore};
+
+/// Builds [`Idempotent`] services: the per-record idempotency protocol around a handler.
+///
+/// `M` is the completion mode: [`ResultOnly`] (the default: the handler answers its result)
+/// or, after [`with_writes`](IdempotencyLayer::with_writes), [`ResultAndWrites`] (the handler
+/// answers a [`Completion`](crate::Completion) whose writes commit with the record).
+///
+/// Clones (and every service built from one layer) share the local cache and the in-process
+/// single-flight table.
+#[derive(Debug)]
+pub struct IdempotencyLayer<St, K = MessageId, C = SystemClock, M = ResultOnly> {
+    store: St,
+    key: K,
+    clock: C,
+    config: Config,
+    local: Arc<LocalAnswers>,
+    mode: PhantomData<fn() -> M>,
+}
+
+impl<St: Clone, K: Clone, C: Clone, M> Clone for IdempotencyLayer<St, K, C, M> {
+    fn clone(&self) -> Self {
+        Self {
+            store: self.store.clone(),
+            key: self.key.clone(),
+            clock: self.clock.clone(),
+            config: self.config.clone(),
+            local: Arc::clone(&self.local),
+            mode: PhantomData,
+        }
+    }
+}
+
+impl<St: Store> IdempotencyLayer<St> {
+    /// A layer on `store`, keyed by the event's id ([`MessageId`]), with the default
+    /// [`Config`].
+    pub fn new(store: St) -> Self {
+        let config = Config::default();
+        Self {
+            store,
+            key: MessageId,
+            clock: SystemClock,
+            local: LocalAnswers::new(&config),
+            config,
+            mode: PhantomData,
+        }
+    }
+}
+
+impl<St, K, C, M> IdempotencyLayer<St, K, C, M> {
+    /// Derives keys with `key` instead (a [`KeyExtractor`](crate::key::KeyExtractor) of the
+    /// handler's event).
+    pub fn with_key<K2>(self, key: K2) -> IdempotencyLayer<St, K2, C, M> {
+        IdempotencyLayer {
+            store: self.store,
+            key,
+            clock: self.clock,
+            config: self.config,
+            local: self.local,
+            mode: PhantomData,
+        }
+    }
+
+    /// Reads time from `clock` instead of the system clock.
+    pub fn with_clock<C2: Clock>(self, clock: C2) -> IdempotencyLayer<St, K, C2, M> {
+        IdempotencyLayer {
+            store: self.store,
+            key: self.key,
+            clock,
+            config: self.config,
+            local: self.local,
+            mode: PhantomData,
+        }
+    }
+
+    /// Builds services whose handler answers a [`Completion`](crate::Completion): its result
+    /// and DynamoDB writes, committed with the record in one transaction, so the writes are
+    /// applied exactly once even if the process dies at any instant. The store must be a
+    /// [`TransactionalStore`]; [`Config::with_mode`] chooses lease or optimistic commits.
+    pub fn with_writes(self) -> IdempotencyLayer<St, K, C, ResultAndWrites>
+    where
+        St: TransactionalStore,
+    {
+        IdempotencyLayer {
+            store: self.store,
+            key: self.key,
+            clock: self.clock,
+            config: self.config,
+            local: self.local,
+            mode: PhantomData,
+        }
+    }
+
+    /// Uses `config` (this starts a fresh local cache).
+    pub fn with_config(mut self, config: Config) -> Self {
+        self.local = LocalAnswers::new(&config);
+        self.config = config;
+        self
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The store.
+    pub fn store(&self) -> &St {
+        &self.store
+    }
+
+    /// Wraps a plain async function of one event: `async fn(E) -> Result<T, Err>` (or, with
+    /// writes, `Result<Completion<T>, Err>`).
+    pub fn handler<F>(&self, f: F) -> Idempotent<RecordFn<F>, St, K, C, M>
+    where
+        St: Clone,
+        K: Clone,
+        C: Clone,
+    {
+        self.layer(record_fn(f))
+    }
+}
+
+impl<S, St: Clone, K: Clone, C: Clone, M> Layer<S> for IdempotencyLayer<St, K, C, M> {
+    type Service = Idempotent<S, St, K, C, M>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Idempotent::new(
+            inner,
+            Arc::new(Protocol {
+                store: self.store.clone(),
+                key: self.key.clone(),
+                clock: self.clock.clone(),
+                config: self.config.clone(),
+                local: Arc::clone(&self.local),
+            }),
+        )
+    }
+}

@@ -1,0 +1,196 @@
+//! The lease driver: take the lease with one conditional write, run the handler under its
+//! heartbeat, then finish the record with the mode's [`Finish`] step (an owner-fenced
+//! completion, or a commit of the handler's writes with the record); on failure store a
+//! permanent failure or release the lease.
+
+use std::sync::Arc;
+
+use lambda_runtime::LambdaEvent;
+use tower::{BoxError, Service};
+
+use super::admission::{admit, Admission, Claim};
+use super::finish::{self, commit_error, finish_under_lease, store_fitting, Finish};
+use super::heartbeat::{self, expiration_for, lease_end_ms};
+use super::in_flight::FlightResult;
+use super::invoke::{call_handler, is_permanent};
+use super::protocol::Protocol;
+use super::stored_result;
+use crate::clock::{epoch_ms, later_secs, Clock};
+use crate::error::Error;
+use crate::input::Input;
+use crate::key::KeyExtractor;
+use crate::processed::Processed;
+use crate::record::{OwnerToken, Status};
+use crate::store::{Acquire, AcquireRequest, Commit, CommitRequest, Store};
+
+/// Takes the lease, or answers the record from what the store holds. Answers the owner
+/// token and when the lease ends (epoch milliseconds).
+pub(crate) async fn acquire<St, K, C, T>(
+    protocol: &Protocol<St, K, C>,
+    claim: &mut Claim,
+) -> Result<(OwnerToken, u64), Result<Processed<T>, Error>>
+where
+    St: Store,
+    C: Clock,
+    T: serde::de::DeserializeOwned,
+{
+    let config = &protocol.config;
+    let owner = OwnerToken::generate();
+    for _ in 0..config.acquire_attempts {
+        let now = protocol.clock.now();
+        let lease_ms = lease_end_ms(config, claim.deadline, now);
+        if lease_ms <= epoch_ms(now) {
+            return Err(Err(Error::DeadlineNear));
+        }
+        let request = AcquireRequest {
+            key: claim.key.clone(),
+            owner: owner.clone(),
+            now,
+            lease_expiration_ms: lease_ms,
+            expiration_secs: expiration_for(config, now, lease_ms),
+            validation: claim.stored_validation(),
+        };
+        let existing = match protocol.store.acquire(&request).await {
+            Ok(Acquire::Acquired) => return Ok((owner, lease_ms)),
+            Ok(Acquire::Existing(record)) => record,
+            Ok(Acquire::Contended) => continue,
+            Err(err) => {
+                if err.is_transient() {
+                    // The write may have been applied with its answer lost: release it
+                    // under our token rather than leave it held by nobody until the deadline
+                    // (once: the store has just failed, so do not wait on it long).
+                    let (store, clock) = (&protocol.store, &protocol.clock);
+                    heartbeat::release(store, clock, 1, &claim.key, &owner, claim.deadline).await;
+                }
+                return Err(Err(Error::Store(err)));
+            }
+        };
+        if let Some(answer) = claim.answer_existing(protocol, existing, now) {
+            return Err(answer);
+        }
+    }
+    Err(Err(Error::Contended {
+        key: claim.key.clone(),
+    }))
+}
+
+/// After the handler failed under a lease: store a permanent failure, or release.
+async fn settle_failure<St, K, C, T>(
+    protocol: &Protocol<St, K, C>,
+    claim: &mut Claim,
+    owner: &OwnerToken,
+    err: Error,
+) -> Result<Processed<T>, Error>
+where
+    St: Store,
+    C: Clock,
+{
+    if matches!(err, Error::LeaseLost { .. }) {
+        // Cancelled by the heartbeat: the lease is someone else's now.
+        return Err(err);
+    }
+    let (store, clock, config) = (&protocol.store, &protocol.clock, &protocol.config);
+    if !is_permanent(&err) {
+        let attempts = config.commit_attempts;
+        heartbeat::release(store, clock, attempts, &claim.key, owner, claim.deadline).await;
+        claim.handler_failed();
+        return Err(err);
+    }
+    let answer =
+        finish::store_failure(store, clock, config, &claim.key, owner, claim.deadline, &err).await;
+    if let Error::Permanent { .. } = &answer {
+        let stored = finish::stored_failure_message(config, &err);
+        claim.finish(FlightResult::FailedPermanently {
+            data: serde_json::Value::String(stored).to_string(),
+            validation: claim.stored_validation(),
+        });
+    }
+    Err(answer)
+}
+
+/// Lease, run, finish with `M`'s step (or store the failure, or release).
+pub(crate) async fn run<M, S, St, K, C, I>(
+    protocol: Arc<Protocol<St, K, C>>,
+    inner: S,
+    event: LambdaEvent<I>,
+) -> Result<Processed<M::Value>, Error>
+where
+    M: Finish<S::Response, St>,
+    S: Service<LambdaEvent<I>>,
+    S::Error: Into<BoxError>,
+    St: Store,
+    K: KeyExtractor<I>,
+    C: Clock,
+    I: Input,
+{
+    let mut claim = match admit(&protocol, &event).await {
+        Admission::Answered(answer) => return answer,
+        // Writes need the record: a handler that has writes fails with the key error.
+        Admission::Unprotected(err) if M::HAS_WRITES => return Err(Error::Key(err)),
+        Admission::Unprotected(_) => {
+            tracing::warn!(
+                error_type = "Idempotency.KeyError",
+                "no idempotency key: processing without idempotency"
+            );
+            let response = call_handler(inner, event).await?;
+            return Ok(Processed::Unprotected(M::into_parts(response).0));
+        }
+        Admission::Claimed(claim) => claim,
+    };
+    let (owner, held_until_ms) = match acquire(&protocol, &mut claim).await {
+        Ok(held) => held,
+        Err(answer) => return answer,
+    };
+    let (store, clock, config) = (&protocol.store, &protocol.clock, &protocol.config);
+    let (key, deadline, validation) = (&claim.key, claim.deadline, claim.stored_validation());
+    let heartbeat = protocol.heartbeat(key, &owner, deadline, held_until_ms);
+    // The heartbeat covers the handler and the final write.
+    let work = async {
+        let response = match call_handler(inner, event).await {
+            Ok(response) => response,
+            Err(err) => return Ok(Err(err)),
+        };
+        let (value, writes) = M::into_parts(response);
+        let now = clock.now();
+        let expiration_secs = later_secs(now, config.expires_after);
+        let finished = store_fitting(stored_result::to_json(&value), |data| {
+            let request = CommitRequest {
+                key: key.clone(),
+                owner: owner.clone(),
+                now,
+                status: Status::Completed,
+                data,
+                expiration_secs,
+                validation: validation.clone(),
+                writes: writes.clone(),
+            };
+            async move {
+                finish_under_lease::<M, _, _, _>(store, clock, config, &request, deadline).await
+            }
+        })
+        .await;
+        Ok(Ok((value, expiration_secs, finished)))
+    };
+    let (value, expiration_secs, finished) = match heartbeat.run(work).await {
+        Ok(Ok(done)) => done,
+        Ok(Err(err)) => return settle_failure(&protocol, &mut claim, &owner, err).await,
+        Err(lost) => return Err(lost),
+    };
+    let answer = match finished {
+        Ok((Commit::Applied, data)) => {
+            return claim.executed(&protocol, value, data, expiration_secs)
+        }
+        Ok((Commit::RecordRefused(_), _)) => return Err(Error::LeaseLost { key: claim.key }),
+        Ok((other, _)) => Ok(other),
+        // The store stayed down: the record keeps its lease until the deadline.
+        Err(err) => Err(err),
+    };
+    let err = commit_error(&claim.key, answer);
+    if err.is_request_fault() || matches!(err, Error::Conflict { .. }) {
+        // Nothing was applied and sending it again will not help now: free the key.
+        let attempts = config.commit_attempts;
+        heartbeat::release(store, clock, attempts, &claim.key, &owner, claim.deadline).await;
+        claim.handler_failed();
+    }
+    Err(err)
+}

@@ -1,0 +1,41 @@
+//! The per-record idempotency protocol, as a tower layer and service.
+//!
+//! [`IdempotencyLayer`] holds the configured protocol and builds [`Idempotent`] services
+//! around a handler. One record's path through the modules:
+//! 1. `admission`: the key and payload hash are derived; the local cache, the batch's
+//!    earlier failures or a record with the same key running in this process (single
+//!    flight, `in_flight`) may answer it at once; otherwise the record is claimed.
+//! 2. `lease` (the lease driver): one conditional write takes the lease, or the stored
+//!    record answers (replay, locked, payload mismatch); `heartbeat` keeps the lease while
+//!    the handler runs (`invoke`, the one place that catches panics).
+//! 3. `finish`: the mode's final write (an owner-fenced completion of the result, or a
+//!    commit of the handler's writes with the record), in the stored form of
+//!    `stored_result`, retried (`retry`) within the deadline; a permanent failure is stored,
+//!    any other failure releases the lease.
+//!
+//! Handlers with writes in optimistic mode take the `optimistic` driver instead of 2 and 3:
+//! run first, then commit with the record only if no live record exists.
+
+mod admission;
+mod cache;
+mod completion;
+mod finish;
+mod heartbeat;
+mod in_flight;
+mod invoke;
+mod layer;
+mod lease;
+mod optimistic;
+mod protocol;
+mod record_fn;
+mod retry;
+mod service;
+mod stored_result;
+
+pub use admission::FALLBACK_KEY_PREFIX;
+pub use completion::Completion;
+pub use finish::{ResultAndWrites, ResultOnly, MAX_STORED_FAILURE_BYTES, UNSTORED_FAILURE_MESSAGE};
+pub(crate) use in_flight::within_batch;
+pub use layer::IdempotencyLayer;
+pub use record_fn::{record_fn, RecordFn};
+pub use service::{Idempotent, ResponseFuture, Transactional};

@@ -1,0 +1,215 @@
+//! The optimistic driver, for handlers with writes: no lease; run the handler, then commit its
+//! writes with the final record only if no live record exists. A duplicate learns the
+//! stored answer from the refused commit.
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use lambda_runtime::LambdaEvent;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use tower::{BoxError, Service};
+
+use super::admission::{admit, Admission, Claim};
+use super::completion::Completion;
+use super::finish::{
+    self, commit_error, failure_text, is_our_commit, store_fitting, stored_failure_message,
+};
+use super::in_flight::FlightResult;
+use super::invoke::{call_handler, is_permanent};
+use super::protocol::Protocol;
+use super::stored_result;
+use crate::clock::{epoch_ms, later_secs, Clock, Deadline};
+use crate::error::Error;
+use crate::input::Input;
+use crate::key::{IdempotencyKey, KeyExtractor};
+use crate::processed::Processed;
+use crate::record::{decide, Decision, OwnerToken, Record, Status};
+use crate::store::{Commit, CommitRequest, StoreError, TransactionalStore, Write};
+
+/// How an optimistic commit ended.
+enum Fresh {
+    /// The writes and the record were committed (now, or by an earlier send).
+    Committed { expiration_secs: u64 },
+    /// A live record written by someone else refused it.
+    Existing(Record, SystemTime),
+    /// Refused for another reason (a business condition, a conflict).
+    Refused(Commit),
+    /// The record kept changing.
+    Contended,
+}
+
+/// What the commit is about: the record's key, payload hash and deadline.
+struct Target<'a> {
+    key: &'a IdempotencyKey,
+    validation: Option<String>,
+    deadline: Deadline,
+}
+
+/// Commits `data` with `status` and `writes` if no live record exists, trying again (with a
+/// fresh `now`, so a fresh request token) when the record changes underneath.
+async fn commit_fresh<St, K, C>(
+    protocol: &Protocol<St, K, C>,
+    target: &Target<'_>,
+    owner: &OwnerToken,
+    status: Status,
+    data: String,
+    writes: &[Write],
+) -> Result<Fresh, StoreError>
+where
+    St: TransactionalStore,
+    C: Clock,
+{
+    let (store, clock, config) = (&protocol.store, &protocol.clock, &protocol.config);
+    for _ in 0..config.acquire_attempts {
+        let now = clock.now();
+        let request = CommitRequest {
+            key: target.key.clone(),
+            owner: owner.clone(),
+            now,
+            status,
+            data: data.clone(),
+            expiration_secs: later_secs(now, config.expires_after),
+            validation: target.validation.clone(),
+            writes: writes.to_vec(),
+        };
+        let expiration_secs = request.expiration_secs;
+        match finish::commit_fresh(store, clock, config, &request, target.deadline).await? {
+            Commit::Applied => return Ok(Fresh::Committed { expiration_secs }),
+            Commit::RecordRefused(record) if is_our_commit(record.as_ref(), &request) => {
+                return Ok(Fresh::Committed { expiration_secs })
+            }
+            Commit::RecordRefused(Some(record)) => {
+                if decide(&record, now, None) != Decision::Retry {
+                    return Ok(Fresh::Existing(record, now));
+                }
+            }
+            Commit::RecordRefused(None) => {}
+            other => return Ok(Fresh::Refused(other)),
+        }
+    }
+    Ok(Fresh::Contended)
+}
+
+/// The answer once the commit ended other than committed.
+fn not_committed<St, K, C, T: DeserializeOwned>(
+    protocol: &Protocol<St, K, C>,
+    claim: &mut Claim,
+    fresh: Result<Fresh, StoreError>,
+) -> Result<Processed<T>, Error> {
+    let err = match fresh {
+        Ok(Fresh::Existing(record, now)) => {
+            return claim.answer_existing(protocol, record, now).unwrap_or_else(|| {
+                Err(Error::Contended {
+                    key: claim.key.clone(),
+                })
+            })
+        }
+        Ok(Fresh::Contended) => Error::Contended {
+            key: claim.key.clone(),
+        },
+        Ok(Fresh::Refused(commit)) => commit_error(&claim.key, Ok(commit)),
+        Err(store) => Error::Store(store),
+        Ok(Fresh::Committed { .. }) => unreachable!("committed is answered by the caller"),
+    };
+    if err.is_request_fault() {
+        claim.handler_failed();
+    }
+    Err(err)
+}
+
+/// The handler failed: if the message is a duplicate of one that completed (or failed
+/// permanently), it is answered as such; otherwise the failure stands.
+async fn failure_or_duplicate<St, K, C, T>(
+    protocol: &Protocol<St, K, C>,
+    claim: &mut Claim,
+    err: Error,
+) -> Result<Processed<T>, Error>
+where
+    St: TransactionalStore,
+    C: Clock,
+    T: DeserializeOwned,
+{
+    if let Ok(Some(record)) = protocol.store.get(&claim.key).await {
+        let now = protocol.clock.now();
+        if matches!(
+            decide(&record, now, claim.validation.as_ref()),
+            Decision::Replay { .. } | Decision::ReplayFailure { .. } | Decision::PayloadMismatch
+        ) {
+            if let Some(answer) = claim.answer_existing(protocol, record, now) {
+                return answer;
+            }
+        }
+    }
+    claim.handler_failed();
+    Err(err)
+}
+
+/// Handlers with writes, optimistic mode: run, then commit the writes with the record if no
+/// live record exists.
+pub(crate) async fn run<S, St, K, C, I, T>(
+    protocol: Arc<Protocol<St, K, C>>,
+    inner: S,
+    event: LambdaEvent<I>,
+) -> Result<Processed<T>, Error>
+where
+    S: Service<LambdaEvent<I>, Response = Completion<T>>,
+    S::Error: Into<BoxError>,
+    T: Serialize + DeserializeOwned,
+    St: TransactionalStore,
+    K: KeyExtractor<I>,
+    C: Clock,
+    I: Input,
+{
+    let mut claim = match admit(&protocol, &event).await {
+        Admission::Answered(answer) => return answer,
+        // Writes need the record: a record without a key fails with the key error.
+        Admission::Unprotected(err) => return Err(Error::Key(err)),
+        Admission::Claimed(claim) => claim,
+    };
+    if claim.deadline.epoch_ms() <= epoch_ms(protocol.clock.now()) {
+        return Err(Error::DeadlineNear);
+    }
+    let owner = OwnerToken::generate();
+    let target = Target {
+        key: &claim.key.clone(),
+        validation: claim.stored_validation(),
+        deadline: claim.deadline,
+    };
+    match call_handler(inner, event).await {
+        Ok(Completion { result, writes }) => {
+            let fresh = store_fitting(stored_result::to_json(&result), |data| {
+                commit_fresh(&protocol, &target, &owner, Status::Completed, data, &writes)
+            })
+            .await;
+            match fresh {
+                Ok((Fresh::Committed { expiration_secs }, data)) => {
+                    claim.executed(&protocol, result, data, expiration_secs)
+                }
+                Ok((other, _)) => not_committed(&protocol, &mut claim, Ok(other)),
+                Err(err) => not_committed(&protocol, &mut claim, Err(err)),
+            }
+        }
+        Err(err) if is_permanent(&err) => {
+            let message = failure_text(&err);
+            let data =
+                serde_json::Value::String(stored_failure_message(&protocol.config, &err)).to_string();
+            let fresh =
+                commit_fresh(&protocol, &target, &owner, Status::Failed, data.clone(), &[]).await;
+            match fresh {
+                Ok(Fresh::Committed { .. }) => {
+                    claim.finish(FlightResult::FailedPermanently {
+                        data,
+                        validation: claim.stored_validation(),
+                    });
+                    Err(Error::Permanent {
+                        message,
+                        replayed: false,
+                    })
+                }
+                other => not_committed(&protocol, &mut claim, other),
+            }
+        }
+        Err(err) => failure_or_duplicate(&protocol, &mut claim, err).await,
+    }
+}

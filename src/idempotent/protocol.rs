@@ -1,0 +1,82 @@
+//! [`Protocol`]: one configured instance of the idempotency protocol (store, key extractor,
+//! clock, configuration), and the answers this process keeps between records
+//! ([`LocalAnswers`]).
+
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use super::cache::CompletedCache;
+use super::heartbeat::Heartbeat;
+use super::in_flight::InFlight;
+use crate::clock::Deadline;
+use crate::config::Config;
+use crate::key::IdempotencyKey;
+use crate::record::{OwnerToken, Record};
+
+/// What this process knows without asking the store: completed records (the local cache)
+/// and the records running now (single flight). Shared by every service of one layer.
+#[derive(Debug)]
+pub(crate) struct LocalAnswers {
+    cache: Option<Mutex<CompletedCache>>,
+    pub(crate) in_flight: Arc<InFlight>,
+}
+
+impl LocalAnswers {
+    pub(crate) fn new(config: &Config) -> Arc<Self> {
+        Arc::new(LocalAnswers {
+            cache: (config.local_cache_capacity > 0)
+                .then(|| Mutex::new(CompletedCache::new(config.local_cache_capacity))),
+            in_flight: Arc::default(),
+        })
+    }
+
+    /// The completed record for `key`, if it is cached and not expired at `now`.
+    pub(crate) fn cached(&self, key: &IdempotencyKey, now: SystemTime) -> Option<Record> {
+        let cache = self.cache.as_ref()?;
+        cache
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(key, now)
+    }
+
+    /// Caches a completed record (anything else is ignored).
+    pub(crate) fn remember(&self, record: Record) {
+        if let Some(cache) = &self.cache {
+            cache
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(record);
+        }
+    }
+}
+
+/// Everything a service needs to run the protocol, behind one `Arc`.
+#[derive(Debug)]
+pub(crate) struct Protocol<St, K, C> {
+    pub(crate) store: St,
+    pub(crate) key: K,
+    pub(crate) clock: C,
+    pub(crate) config: Config,
+    pub(crate) local: Arc<LocalAnswers>,
+}
+
+impl<St, K, C> Protocol<St, K, C> {
+    /// The heartbeat of the lease held on `key` under `owner` until `held_until_ms`.
+    pub(crate) fn heartbeat<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        owner: &'a OwnerToken,
+        deadline: Deadline,
+        held_until_ms: u64,
+    ) -> Heartbeat<'a, St, C> {
+        Heartbeat {
+            store: &self.store,
+            clock: &self.clock,
+            config: &self.config,
+            key,
+            owner,
+            deadline,
+            held_until_ms,
+        }
+    }
+}

@@ -1,0 +1,178 @@
+//! [`Idempotent`]: one service for every handler, its completion mode a type parameter.
+
+use std::future::Future;
+use std::marker::PhantomData;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use lambda_runtime::LambdaEvent;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use tower::{BoxError, Service};
+
+use super::completion::Completion;
+use super::finish::{ResultAndWrites, ResultOnly};
+use super::protocol::Protocol;
+use super::{lease, optimistic};
+use crate::clock::{Clock, SystemClock};
+use crate::config::IdempotencyMode;
+use crate::error::Error;
+use crate::input::Input;
+use crate::key::{KeyExtractor, MessageId};
+use crate::processed::Processed;
+use crate::store::{Store, TransactionalStore};
+
+/// A handler made idempotent: it runs at most once per key while the key's record counts,
+/// under a lease that ends at the invocation deadline, and duplicates get its stored result.
+///
+/// Request: `LambdaEvent<E>` for any event `E` the key extractor reads (an
+/// [`Input`](crate::Input) such as an SQS message, for the built-in extractors); the
+/// `Context` carries the deadline. Response: [`Processed<T>`]. Error: [`Error`], each mapping
+/// to an [`Outcome`](crate::Outcome).
+///
+/// The completion mode `M`:
+/// - [`ResultOnly`] (the default): the handler answers `T`, stored with an owner-fenced
+///   completion under the lease.
+/// - [`ResultAndWrites`] ([`IdempotencyLayer::with_writes`](crate::IdempotencyLayer::with_writes)):
+///   the handler answers a [`Completion<T>`], its result and DynamoDB writes, committed with
+///   the record in one transaction, so the writes are applied exactly once even if the
+///   process dies at any instant. Two ways to commit ([`Config::with_mode`](crate::Config::with_mode)):
+///   - [`IdempotencyMode::Lease`] (default): take the lease (a conditional put), run the
+///     handler, then commit the writes with the record, fenced by the lease owner token.
+///     Two round trips for a fresh record; the handler never runs twice at the same time.
+///     Choose it when the handler has effects besides the writes it hands back, or is
+///     costly.
+///   - [`IdempotencyMode::Optimistic`]: no lease. Run the handler, then commit the writes
+///     with a completed record conditioned on no live record: one round trip for a fresh
+///     record; a duplicate learns the stored result from the refused commit. Two
+///     concurrent deliveries may both run the handler; exactly one commits. Choose it when
+///     the writes are the handler's only effects.
+///
+/// # Clone
+/// The inner service is cloned for every call: the ready one is taken for the call and a
+/// clone is left in its place, because the call awaits the store before using it.
+#[derive(Debug)]
+pub struct Idempotent<S, St, K = MessageId, C = SystemClock, M = ResultOnly> {
+    inner: S,
+    protocol: Arc<Protocol<St, K, C>>,
+    mode: PhantomData<fn() -> M>,
+}
+
+/// An [`Idempotent`] service whose handler's writes commit with its record.
+pub type Transactional<S, St, K = MessageId, C = SystemClock> =
+    Idempotent<S, St, K, C, ResultAndWrites>;
+
+impl<S: Clone, St, K, C, M> Clone for Idempotent<S, St, K, C, M> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            protocol: Arc::clone(&self.protocol),
+            mode: PhantomData,
+        }
+    }
+}
+
+impl<S, St, K, C, M> Idempotent<S, St, K, C, M> {
+    pub(crate) fn new(inner: S, protocol: Arc<Protocol<St, K, C>>) -> Self {
+        Self {
+            inner,
+            protocol,
+            mode: PhantomData,
+        }
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The inner service, consuming the wrapper.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+
+    /// The ready inner service, for one call; a clone takes its place.
+    fn take_ready(&mut self) -> S
+    where
+        S: Clone,
+    {
+        let clone = self.inner.clone();
+        std::mem::replace(&mut self.inner, clone)
+    }
+
+    fn poll_inner<I>(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>>
+    where
+        S: Service<LambdaEvent<I>>,
+        S::Error: Into<BoxError>,
+    {
+        self.inner
+            .poll_ready(cx)
+            .map_err(|e| Error::Handler(e.into()))
+    }
+}
+
+/// The future an [`Idempotent`] service returns.
+pub type ResponseFuture<T> = Pin<Box<dyn Future<Output = Result<Processed<T>, Error>> + Send>>;
+
+impl<S, St, K, C, I, T> Service<LambdaEvent<I>> for Idempotent<S, St, K, C, ResultOnly>
+where
+    S: Service<LambdaEvent<I>, Response = T> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<BoxError>,
+    T: Serialize + DeserializeOwned + Send + 'static,
+    St: Store,
+    K: KeyExtractor<I>,
+    C: Clock,
+    I: Input + Send + Sync + 'static,
+{
+    type Response = Processed<T>;
+    type Error = Error;
+    type Future = ResponseFuture<T>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        self.poll_inner(cx)
+    }
+
+    fn call(&mut self, event: LambdaEvent<I>) -> Self::Future {
+        let ready = self.take_ready();
+        let protocol = Arc::clone(&self.protocol);
+        Box::pin(lease::run::<ResultOnly, _, _, _, _, _>(protocol, ready, event))
+    }
+}
+
+impl<S, St, K, C, I, T> Service<LambdaEvent<I>> for Idempotent<S, St, K, C, ResultAndWrites>
+where
+    S: Service<LambdaEvent<I>, Response = Completion<T>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<BoxError>,
+    T: Serialize + DeserializeOwned + Send + 'static,
+    St: TransactionalStore,
+    K: KeyExtractor<I>,
+    C: Clock,
+    I: Input + Send + Sync + 'static,
+{
+    type Response = Processed<T>;
+    type Error = Error;
+    type Future = ResponseFuture<T>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        self.poll_inner(cx)
+    }
+
+    fn call(&mut self, event: LambdaEvent<I>) -> Self::Future {
+        let ready = self.take_ready();
+        let protocol = Arc::clone(&self.protocol);
+        match protocol.config.mode {
+            IdempotencyMode::Lease => Box::pin(lease::run::<ResultAndWrites, _, _, _, _, _>(
+                protocol, ready, event,
+            )),
+            IdempotencyMode::Optimistic => Box::pin(optimistic::run(protocol, ready, event)),
+        }
+    }
+}

@@ -1,0 +1,205 @@
+//! Idempotency keys: where they come from ([`KeyExtractor`]) and how they are stored
+//! ([`IdempotencyKey`]).
+
+use std::fmt;
+
+use tower::BoxError;
+
+use crate::hashing::sha256_hex;
+
+mod extractors;
+
+pub(crate) use extractors::json_text;
+pub use extractors::{BodyHash, JsonPointer, MessageAttribute, MessageId};
+
+/// The longest stored key, in bytes (DynamoDB's partition key limit).
+pub const MAX_KEY_BYTES: usize = 2048;
+
+/// The key stored in the table: `<prefix>#<sha256 hex of the key material>`.
+///
+/// Raw key material (an order id, a customer's reference) never reaches the table or the
+/// logs: only its digest does, namespaced by the prefix so that two functions sharing one
+/// table cannot collide.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct IdempotencyKey(String);
+
+impl IdempotencyKey {
+    /// Derives the stored key from a prefix and raw key material.
+    pub fn derive(prefix: &str, material: &[u8]) -> Self {
+        Self(format!("{prefix}#{}", sha256_hex(material)))
+    }
+
+    /// Wraps a key read back from a store.
+    pub fn from_stored(key: impl Into<String>) -> Self {
+        Self(key.into())
+    }
+
+    /// The stored form.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for IdempotencyKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Why no idempotency key (or payload hash) could be derived from a record.
+///
+/// The record fails alone with this error: it is never processed without idempotency unless
+/// that was chosen with [`MissingKey::ProcessUnprotected`](crate::MissingKey).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum KeyError {
+    /// The event has no id of its own (SQS: no `messageId`).
+    #[error("the record has no messageId")]
+    MissingMessageId,
+    /// The message attribute is absent or has no value.
+    #[error("message attribute {name:?} is missing or empty")]
+    MissingAttribute {
+        /// The attribute name.
+        name: String,
+    },
+    /// The record has no body.
+    #[error("the record has no body")]
+    MissingBody,
+    /// The body is not JSON (or not UTF-8), so a JSON pointer cannot be applied.
+    #[error("the body is not valid JSON")]
+    BodyNotJson(#[source] serde_json::Error),
+    /// The JSON pointer matches nothing (or `null`) in the body.
+    #[error("JSON pointer {pointer:?} matches nothing in the body")]
+    PointerNotFound {
+        /// The pointer.
+        pointer: String,
+    },
+    /// The derived key material is empty.
+    #[error("the idempotency key is empty")]
+    Empty,
+    /// The stored key (prefix, `#`, 64 hex digits) is longer than DynamoDB's partition key
+    /// limit: the configured prefix is too long.
+    #[error("the stored key is {len_bytes} bytes, over the limit of 2048: shorten the key prefix")]
+    KeyTooLong {
+        /// The stored key's length.
+        len_bytes: usize,
+    },
+    /// A user-supplied extractor failed.
+    #[error("custom key extraction failed")]
+    Custom(#[source] BoxError),
+}
+
+impl KeyError {
+    /// The key's source is simply absent here, so a fallback extractor may be tried.
+    pub fn is_absent(&self) -> bool {
+        matches!(
+            self,
+            KeyError::MissingMessageId
+                | KeyError::MissingAttribute { .. }
+                | KeyError::MissingBody
+                | KeyError::PointerNotFound { .. }
+                | KeyError::Empty
+        )
+    }
+}
+
+/// Derives raw key material from an event of type `I`.
+///
+/// Implemented for every [`Input`](crate::Input) (an SQS message, for one) by [`MessageId`]
+/// (the default), [`MessageAttribute`], [`JsonPointer`] and [`BodyHash`], and for any `I` by
+/// any `Fn(&I) -> Result<impl AsRef<[u8]>, KeyError>`. Combine two with
+/// [`or`](KeyExtractor::or).
+///
+/// # Which key to choose
+/// `messageId` catches redeliveries of one message by SQS. A producer that retries a send
+/// creates a *new* message with a new `messageId`, so when producers may retry, key on an id
+/// the producer generates (a message attribute such as `Idempotency-Key`, or a field in the
+/// body) instead.
+pub trait KeyExtractor<I: ?Sized>: Send + Sync + 'static {
+    /// The raw key material for `input`. It is hashed before it is stored.
+    fn key_material(&self, input: &I) -> Result<Vec<u8>, KeyError>;
+
+    /// Uses `fallback` when this extractor finds its source absent
+    /// ([`KeyError::is_absent`]); other errors are returned as they are.
+    ///
+    /// ```
+    /// use aws_lambda_events::sqs::SqsMessage;
+    /// use lambda_idempotency::key::{JsonPointer, KeyError, KeyExtractor, MessageAttribute};
+    /// let key = MessageAttribute::new("Idempotency-Key").or(JsonPointer::new("/eventId"));
+    /// let tenant = |m: &SqsMessage| m.body.clone().ok_or(KeyError::MissingBody);
+    /// let or_body = tenant.or(key);
+    /// # fn takes<K: KeyExtractor<SqsMessage>>(_: K) {}
+    /// # takes(or_body);
+    /// ```
+    fn or<F: KeyExtractor<I>>(self, fallback: F) -> Or<Self, F>
+    where
+        Self: Sized,
+    {
+        Or {
+            first: self,
+            fallback,
+        }
+    }
+}
+
+pub(crate) fn non_empty(material: Vec<u8>) -> Result<Vec<u8>, KeyError> {
+    if material.is_empty() {
+        Err(KeyError::Empty)
+    } else {
+        Ok(material)
+    }
+}
+
+impl<I: ?Sized, F, M> KeyExtractor<I> for F
+where
+    F: Fn(&I) -> Result<M, KeyError> + Send + Sync + 'static,
+    M: AsRef<[u8]>,
+{
+    fn key_material(&self, input: &I) -> Result<Vec<u8>, KeyError> {
+        non_empty(self(input)?.as_ref().to_vec())
+    }
+}
+
+/// Two extractors, the second used when the first finds its source absent. Built by
+/// [`KeyExtractor::or`], or the `or` method of the built-in extractors (which needs no event
+/// type yet).
+#[derive(Debug, Clone)]
+pub struct Or<A, B> {
+    first: A,
+    fallback: B,
+}
+
+/// The built-in extractors work on any [`Input`](crate::Input): their `or` is inherent, so
+/// that combining them does not need the event type.
+macro_rules! inherent_or {
+    ($($extractor:ty $(, $param:ident)*;)+) => {$(
+        impl<$($param),*> $extractor {
+            /// Uses `fallback` when this extractor finds its source absent
+            /// ([`KeyError::is_absent`]), as [`KeyExtractor::or`] does.
+            pub fn or<F>(self, fallback: F) -> Or<Self, F> {
+                Or {
+                    first: self,
+                    fallback,
+                }
+            }
+        }
+    )+};
+}
+
+inherent_or! {
+    MessageId;
+    MessageAttribute;
+    JsonPointer;
+    BodyHash;
+    Or<A, B>, A, B;
+}
+
+impl<I: ?Sized, A: KeyExtractor<I>, B: KeyExtractor<I>> KeyExtractor<I> for Or<A, B> {
+    fn key_material(&self, input: &I) -> Result<Vec<u8>, KeyError> {
+        match self.first.key_material(input) {
+            Err(err) if err.is_absent() => self.fallback.key_material(input),
+            other => other,
+        }
+    }
+}
+

@@ -1,0 +1,325 @@
+//! [`BatchProcessor`]: runs an SQS batch through a per-record service, in order on FIFO
+//! queues, and builds the partial batch response.
+
+use std::collections::HashSet;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
+use futures_util::StreamExt;
+use lambda_runtime::LambdaEvent;
+use tower::{Service, ServiceExt};
+use tracing::Instrument;
+
+use super::error::BatchError;
+use super::message::message_group;
+use super::report::{skipped, summarize, BatchReport, RecordReport};
+use crate::clock::{epoch_ms, Clock, Deadline, SystemClock};
+use crate::error::{error_chain, Error};
+use crate::processed::Processed;
+
+/// How the records of a batch are scheduled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BatchMode {
+    /// The default: FIFO processing (stop at the first failure) for events from a FIFO queue
+    /// (an `eventSourceARN` ending in `.fifo`), concurrent processing, at most `limit` at
+    /// once, otherwise. Ordering is not opt-in.
+    Auto {
+        /// The most records in flight at once on standard queues (at least 1).
+        limit: usize,
+    },
+    /// Standard queues: records run concurrently, at most `limit` at once.
+    Concurrent {
+        /// The most records in flight at once (at least 1).
+        limit: usize,
+    },
+    /// FIFO queues: records run one by one, in order. After the first record that does not
+    /// succeed, every later record is reported without being started, or, with
+    /// `skip_failed_group_only`, every later record of the same `MessageGroupId`.
+    Fifo {
+        /// Stop only the failed record's message group, not the whole batch.
+        skip_failed_group_only: bool,
+    },
+}
+
+impl Default for BatchMode {
+    fn default() -> Self {
+        BatchMode::Auto { limit: 10 }
+    }
+}
+
+impl BatchMode {
+    /// The mode for a batch of `records`: `Auto` decided, the others as they are.
+    fn resolve(self, records: &[SqsMessage]) -> BatchMode {
+        match self {
+            BatchMode::Auto { limit } => {
+                let fifo = records.iter().any(|r| {
+                    r.event_source_arn
+                        .as_deref()
+                        .is_some_and(|arn| arn.ends_with(".fifo"))
+                });
+                if fifo {
+                    BatchMode::Fifo {
+                        skip_failed_group_only: false,
+                    }
+                } else {
+                    BatchMode::Concurrent { limit }
+                }
+            }
+            other => other,
+        }
+    }
+}
+
+/// The default time that must remain before the invocation deadline to start a record.
+pub const DEFAULT_DEADLINE_MARGIN: Duration = Duration::from_secs(1);
+
+/// The time kept before the invocation deadline to answer: a record still running then is
+/// stopped and reported, so the response reaches Lambda before the deadline.
+pub const ANSWER_MARGIN: Duration = Duration::from_millis(500);
+
+/// Runs each record of an SQS event through a per-record service (normally an
+/// [`Idempotent`](crate::Idempotent) one) and reports the records to retry in
+/// `batchItemFailures`.
+///
+/// It is itself a `Service<LambdaEvent<SqsEvent>>` answering `SqsBatchResponse`, so it can
+/// be handed to `lambda_runtime::run` as it is.
+///
+/// - Each record ends in one [`Outcome`](crate::Outcome); all but the successful ones are reported.
+/// - Panics are caught once per record, by the [`Idempotent`](crate::Idempotent) service
+///   (which then releases the record's lease); a panic that escapes another service fails
+///   the invocation, so the whole batch is retried. A record is not started when less than the deadline
+///   margin (default 1 s) remains before the invocation deadline, and a record still running
+///   [`ANSWER_MARGIN`] before the deadline is stopped (its future dropped) and reported
+///   [`Outcome::DeadlineNear`](crate::Outcome::DeadlineNear), so the batch always answers in time: Lambda discards a late
+///   response and retries the whole batch.
+/// - A record to retry that has no `messageId` cannot be reported (an empty
+///   `itemIdentifier` makes SQS retry the whole batch): [`BatchReport::into_response`] then
+///   fails the invocation with [`BatchError::UnreportableFailures`], so the whole batch is
+///   retried on purpose; completed records replay their stored results then.
+#[derive(Debug, Clone)]
+pub struct BatchProcessor<S, C = SystemClock> {
+    service: S,
+    mode: BatchMode,
+    deadline_margin: Duration,
+    clock: C,
+    log_error_text: bool,
+}
+
+impl<S> BatchProcessor<S> {
+    /// A processor over `service`: FIFO events in order, others concurrently (10 at once);
+    /// a 1 s deadline margin.
+    pub fn new(service: S) -> Self {
+        Self {
+            service,
+            mode: BatchMode::default(),
+            deadline_margin: DEFAULT_DEADLINE_MARGIN,
+            clock: SystemClock,
+            log_error_text: false,
+        }
+    }
+}
+
+impl<S, C> BatchProcessor<S, C> {
+    /// Schedules records with `mode`.
+    pub fn with_mode(mut self, mode: BatchMode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// Starts a record only while at least `margin` remains before the deadline.
+    pub fn with_deadline_margin(mut self, margin: Duration) -> Self {
+        self.deadline_margin = margin;
+        self
+    }
+
+    /// Logs each failed record's error text (the error and its sources) besides its
+    /// `error_type`. Off by default: handler errors, panic messages and parse errors often
+    /// quote the input, and the logs must not carry what the table does not.
+    pub fn with_error_text_logged(mut self, log: bool) -> Self {
+        self.log_error_text = log;
+        self
+    }
+
+    /// Reads time from `clock`.
+    pub fn with_clock<C2: Clock>(self, clock: C2) -> BatchProcessor<S, C2> {
+        BatchProcessor {
+            service: self.service,
+            mode: self.mode,
+            deadline_margin: self.deadline_margin,
+            clock,
+            log_error_text: self.log_error_text,
+        }
+    }
+}
+
+impl<S, C, T> BatchProcessor<S, C>
+where
+    S: Service<LambdaEvent<SqsMessage>, Response = Processed<T>, Error = Error> + Clone,
+    C: Clock,
+{
+    /// Processes every record of `event`.
+    pub async fn process(&self, event: LambdaEvent<SqsEvent>) -> BatchReport<T> {
+        // What this batch learns about failed keys stays with this batch.
+        crate::idempotent::within_batch(self.process_batch(event)).await
+    }
+
+    async fn process_batch(&self, event: LambdaEvent<SqsEvent>) -> BatchReport<T> {
+        let LambdaEvent {
+            payload,
+            mut context,
+        } = event;
+        let deadline = Deadline::of(context.deadline, self.clock.now());
+        // The records' services see the normalised deadline.
+        context.deadline = deadline.epoch_ms();
+        let records = payload.records;
+        tracing::debug!(
+            records = records.len(),
+            deadline_ms = deadline.epoch_ms(),
+            now_ms = epoch_ms(self.clock.now()),
+            "batch received"
+        );
+        let reports = match self.mode.resolve(&records) {
+            BatchMode::Auto { .. } => unreachable!("resolved above"),
+            BatchMode::Concurrent { limit } => {
+                // A new record starts as soon as any running one finishes (a slow record
+                // does not hold back the others); the reports keep the event's order.
+                let mut indexed = futures_util::stream::iter(records.into_iter().enumerate().map(
+                    |(index, record)| {
+                        let report = self.process_record(record, &context, deadline);
+                        async move { (index, report.await) }
+                    },
+                ))
+                .buffer_unordered(limit.max(1))
+                .collect::<Vec<_>>()
+                .await;
+                indexed.sort_by_key(|(index, _)| *index);
+                indexed.into_iter().map(|(_, report)| report).collect()
+            }
+            BatchMode::Fifo {
+                skip_failed_group_only,
+            } => {
+                let mut reports = Vec::with_capacity(records.len());
+                let mut stopped = false;
+                let mut failed_groups = HashSet::new();
+                for record in records {
+                    let group = message_group(&record);
+                    let skip = if skip_failed_group_only {
+                        group.as_ref().is_some_and(|g| failed_groups.contains(g))
+                    } else {
+                        stopped
+                    };
+                    let report = if skip {
+                        skipped(record)
+                    } else {
+                        self.process_record(record, &context, deadline).await
+                    };
+                    if !report.outcome.is_acknowledged() {
+                        stopped = true;
+                        if let Some(group) = group {
+                            failed_groups.insert(group);
+                        }
+                    }
+                    reports.push(report);
+                }
+                reports
+            }
+        };
+        summarize(reports)
+    }
+
+    async fn process_record(
+        &self,
+        record: SqsMessage,
+        context: &lambda_runtime::Context,
+        deadline: Deadline,
+    ) -> RecordReport<T> {
+        let message_id = record.message_id.clone().filter(|id| !id.is_empty());
+        let span = tracing::info_span!(
+            "sqs_record",
+            message_id = message_id.as_deref().unwrap_or("<none>"),
+            idempotency_key = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+        );
+        let result = async {
+            if deadline.is_within(self.deadline_margin, self.clock.now()) {
+                return Err(Error::DeadlineNear);
+            }
+            let event = LambdaEvent::new(record, context.clone());
+            // Panics of the handler (and of other user code on the record's path) are caught
+            // by the service, once, so that it can release the lease.
+            tokio::select! {
+                result = self.service.clone().oneshot(event) => result,
+                () = self.clock.sleep_until(deadline.before(ANSWER_MARGIN)) => {
+                    Err(Error::DeadlineReached)
+                }
+            }
+        }
+        .instrument(span.clone())
+        .await;
+        let report = match result {
+            Ok(processed) => RecordReport {
+                message_id,
+                outcome: processed.outcome(),
+                value: processed.into_value(),
+                error: None,
+            },
+            Err(error) => RecordReport {
+                message_id,
+                outcome: error.outcome(),
+                value: None,
+                error: Some(error),
+            },
+        };
+        span.record("outcome", report.outcome.as_str());
+        let id = report.message_id.as_deref().unwrap_or("<none>");
+        span.in_scope(|| match &report.error {
+            None => tracing::info!(message_id = id, outcome = %report.outcome, "record processed"),
+            Some(error) if self.log_error_text => tracing::warn!(
+                message_id = id,
+                outcome = %report.outcome,
+                error_type = error.error_type(),
+                error = %error_chain(error),
+                "record not processed"
+            ),
+            Some(error) => tracing::warn!(
+                message_id = id,
+                outcome = %report.outcome,
+                error_type = error.error_type(),
+                "record not processed"
+            ),
+        });
+        report
+    }
+}
+
+/// The future a [`BatchProcessor`] returns as a service.
+pub type BatchFuture = Pin<Box<dyn Future<Output = Result<SqsBatchResponse, BatchError>> + Send>>;
+
+impl<S, C, T> Service<LambdaEvent<SqsEvent>> for BatchProcessor<S, C>
+where
+    S: Service<LambdaEvent<SqsMessage>, Response = Processed<T>, Error = Error>
+        + Clone
+        + Send
+        + Sync
+        + 'static,
+    S::Future: Send,
+    C: Clock + Clone,
+    T: Send + 'static,
+{
+    type Response = SqsBatchResponse;
+    type Error = BatchError;
+    type Future = BatchFuture;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), BatchError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, event: LambdaEvent<SqsEvent>) -> BatchFuture {
+        let processor = self.clone();
+        Box::pin(async move { processor.process(event).await.into_response() })
+    }
+}

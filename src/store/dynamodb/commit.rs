@@ -1,0 +1,322 @@
+//! Transactional commits on [`DynamoDbStore`]: the handler's writes and the record's final
+//! state in one `TransactWriteItems`.
+
+use std::collections::HashMap;
+use std::future::Future;
+
+use aws_sdk_dynamodb::error::ProvideErrorMetadata;
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::types::{
+    AttributeValue, ConditionCheck, Delete, Put, ReturnValuesOnConditionCheckFailure,
+    TransactWriteItem, Update,
+};
+
+use super::{
+    num, s, takeover_values, unavailable, DynamoDbStore, FINAL_STATE_UPDATE, OWNER_CONDITION,
+    TAKEOVER_CONDITION,
+};
+use crate::hashing::sha256_hex;
+use crate::store::item_size::check_commit_size;
+use crate::store::{
+    Attr, Commit, CommitRequest, Item, StoreError, TransactionalStore, Write, WriteKind,
+};
+
+fn sdk_value(value: &Attr) -> AttributeValue {
+    match value {
+        Attr::S(v) => AttributeValue::S(v.clone()),
+        Attr::N(v) => AttributeValue::N(v.clone()),
+        Attr::B(v) => AttributeValue::B(v.clone().into()),
+        Attr::Bool(v) => AttributeValue::Bool(*v),
+        Attr::Null => AttributeValue::Null(true),
+        Attr::L(items) => AttributeValue::L(items.iter().map(sdk_value).collect()),
+        Attr::M(map) => AttributeValue::M(sdk_item(map)),
+        Attr::Ss(v) => AttributeValue::Ss(v.clone()),
+        Attr::Ns(v) => AttributeValue::Ns(v.clone()),
+    }
+}
+
+fn sdk_item(item: &Item) -> HashMap<String, AttributeValue> {
+    item.iter()
+        .map(|(k, v)| (k.clone(), sdk_value(v)))
+        .collect()
+}
+
+fn invalid(index: usize, err: impl std::fmt::Display) -> StoreError {
+    StoreError::InvalidWrite {
+        write_index: index,
+        reason: err.to_string(),
+    }
+}
+
+fn sdk_write(index: usize, write: &Write) -> Result<TransactWriteItem, StoreError> {
+    let names = (!write.names.is_empty()).then(|| write.names.clone().into_iter().collect());
+    let values = (!write.values.is_empty()).then(|| sdk_item(&write.values));
+    let item = TransactWriteItem::builder();
+    Ok(match write.kind {
+        WriteKind::Put => item
+            .put(
+                Put::builder()
+                    .table_name(&write.table)
+                    .set_item(Some(sdk_item(&write.item)))
+                    .set_condition_expression(write.condition_expression.clone())
+                    .set_expression_attribute_names(names)
+                    .set_expression_attribute_values(values)
+                    .build()
+                    .map_err(|e| invalid(index, e))?,
+            )
+            .build(),
+        WriteKind::Update => item
+            .update(
+                Update::builder()
+                    .table_name(&write.table)
+                    .set_key(Some(sdk_item(&write.item)))
+                    .set_update_expression(write.update_expression.clone())
+                    .set_condition_expression(write.condition_expression.clone())
+                    .set_expression_attribute_names(names)
+                    .set_expression_attribute_values(values)
+                    .build()
+                    .map_err(|e| invalid(index, e))?,
+            )
+            .build(),
+        WriteKind::Delete => item
+            .delete(
+                Delete::builder()
+                    .table_name(&write.table)
+                    .set_key(Some(sdk_item(&write.item)))
+                    .set_condition_expression(write.condition_expression.clone())
+                    .set_expression_attribute_names(names)
+                    .set_expression_attribute_values(values)
+                    .build()
+                    .map_err(|e| invalid(index, e))?,
+            )
+            .build(),
+        WriteKind::ConditionCheck => item
+            .condition_check(
+                ConditionCheck::builder()
+                    .table_name(&write.table)
+                    .set_key(Some(sdk_item(&write.item)))
+                    .set_condition_expression(write.condition_expression.clone())
+                    .set_expression_attribute_names(names)
+                    .set_expression_attribute_values(values)
+                    .build()
+                    .map_err(|e| invalid(index, e))?,
+            )
+            .build(),
+    })
+}
+
+/// The same request always gets the same token, so a commit sent again after a lost
+/// response is recognised by DynamoDB (for 10 minutes) instead of applied twice. The table,
+/// the mode and every field of the request go into the token: DynamoDB answers
+/// `IdempotentParameterMismatch` to a token reused with other parameters, so a request that
+/// changes (a new `now`, a compressed result) gets a new token.
+pub(crate) fn client_request_token(table: &str, fresh: bool, request: &CommitRequest) -> String {
+    let material = format!(
+        "{table}\n{fresh}\n{}\n{}\n{}\n{}\n{}\n{:?}\n{:?}\n{:?}",
+        request.key,
+        request.owner,
+        request.status.as_str(),
+        crate::clock::epoch_ms(request.now),
+        request.expiration_secs,
+        request.validation,
+        request.data,
+        request.writes,
+    );
+    sha256_hex(material.as_bytes())[..32].to_string()
+}
+
+impl DynamoDbStore {
+    /// Lease mode: the record goes from in progress (held by us) to its final state.
+    fn lease_marker(&self, request: &CommitRequest) -> Result<TransactWriteItem, StoreError> {
+        let (names, values) = self.final_state(
+            &request.owner,
+            request.status,
+            &request.data,
+            request.expiration_secs,
+        );
+        let update = Update::builder()
+            .table_name(&self.table)
+            .set_key(Some(self.key_item(&request.key)))
+            .update_expression(FINAL_STATE_UPDATE)
+            .condition_expression(OWNER_CONDITION)
+            .set_expression_attribute_names(Some(names))
+            .set_expression_attribute_values(Some(values))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .build()
+            .map_err(|e| invalid(0, e))?;
+        Ok(TransactWriteItem::builder().update(update).build())
+    }
+
+    /// Optimistic mode: the final record is written if no live record exists.
+    fn fresh_marker(&self, request: &CommitRequest) -> Result<TransactWriteItem, StoreError> {
+        let n = &self.names;
+        let mut item = self.key_item(&request.key);
+        item.insert(n.status.clone(), s(request.status.as_str()));
+        item.insert(n.data.clone(), s(&request.data));
+        item.insert(n.expiration.clone(), num(request.expiration_secs));
+        item.insert(n.owner.clone(), s(request.owner.as_str()));
+        if let Some(validation) = &request.validation {
+            item.insert(n.validation.clone(), s(validation));
+        }
+        let put = Put::builder()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .condition_expression(TAKEOVER_CONDITION)
+            .set_expression_attribute_names(Some(self.takeover_names()))
+            .set_expression_attribute_values(Some(takeover_values(request.now)))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .build()
+            .map_err(|e| invalid(0, e))?;
+        Ok(TransactWriteItem::builder().put(put).build())
+    }
+
+    async fn transact(
+        &self,
+        request: &CommitRequest,
+        marker: TransactWriteItem,
+        fresh: bool,
+    ) -> Result<Commit, StoreError> {
+        let mut items = Vec::with_capacity(request.writes.len() + 1);
+        items.push(marker);
+        for (index, write) in request.writes.iter().enumerate() {
+            items.push(sdk_write(index, write)?);
+        }
+        let result = self
+            .client
+            .transact_write_items()
+            .set_transact_items(Some(items))
+            .client_request_token(client_request_token(&self.table, fresh, request))
+            .send()
+            .await;
+        let err = match result {
+            Ok(_) => return Ok(Commit::Applied),
+            Err(err) => err,
+        };
+        let cancelled = match err.as_service_error() {
+            Some(TransactWriteItemsError::TransactionCanceledException(cancelled)) => cancelled,
+            // Another transaction on the same items, or this very token still in flight:
+            // worth sending again.
+            Some(service)
+                if matches!(
+                    service.code(),
+                    Some("TransactionConflictException" | "TransactionInProgressException")
+                ) =>
+            {
+                return Ok(Commit::Conflict)
+            }
+            // The record's own size was checked (as an upper bound) before sending, so a
+            // refusal here is about the handler's writes: invalid, never "result too large".
+            Some(service)
+                if matches!(
+                    service.code(),
+                    Some("ValidationException" | "ResourceNotFoundException")
+                ) =>
+            {
+                return Err(StoreError::InvalidRequest {
+                    write_index: None,
+                    reason: Box::new(err),
+                })
+            }
+            _ => return Err(unavailable(err)),
+        };
+        let reasons = cancelled.cancellation_reasons();
+        let code = |i: usize| reasons.get(i).and_then(|r| r.code()).unwrap_or("None");
+        // An invalid write fails the whole request before any condition counts.
+        if let Some(index) = (0..reasons.len()).find(|&i| code(i) == "ValidationError") {
+            let reason = reasons[index].message().unwrap_or("invalid").to_string();
+            return Err(StoreError::InvalidRequest {
+                write_index: index.checked_sub(1),
+                reason: reason.into(),
+            });
+        }
+        if code(0) == "ConditionalCheckFailed" {
+            let record = match reasons[0].item() {
+                Some(item) => Some(self.parse(item)?),
+                None => self.get_inner(&request.key).await?,
+            };
+            return Ok(Commit::RecordRefused(record));
+        }
+        if let Some(index) = (1..reasons.len()).find(|&i| code(i) == "ConditionalCheckFailed") {
+            return Ok(Commit::ConditionFailed {
+                write_index: index - 1,
+            });
+        }
+        if (0..reasons.len()).any(|i| code(i) == "TransactionConflict") {
+            return Ok(Commit::Conflict);
+        }
+        Err(unavailable(err))
+    }
+
+    async fn commit_inner(&self, request: &CommitRequest) -> Result<Commit, StoreError> {
+        check_commit_size(&self.names, request)?;
+        self.transact(request, self.lease_marker(request)?, false)
+            .await
+    }
+
+    async fn commit_fresh_inner(&self, request: &CommitRequest) -> Result<Commit, StoreError> {
+        check_commit_size(&self.names, request)?;
+        self.transact(request, self.fresh_marker(request)?, true)
+            .await
+    }
+}
+
+impl TransactionalStore for DynamoDbStore {
+    fn commit(
+        &self,
+        request: &CommitRequest,
+    ) -> impl Future<Output = Result<Commit, StoreError>> + Send {
+        self.commit_inner(request)
+    }
+
+    fn commit_fresh(
+        &self,
+        request: &CommitRequest,
+    ) -> impl Future<Output = Result<Commit, StoreError>> + Send {
+        self.commit_fresh_inner(request)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::key::IdempotencyKey;
+    use crate::record::{OwnerToken, Status};
+    use std::time::{Duration, SystemTime};
+
+    fn request(now: SystemTime) -> CommitRequest {
+        CommitRequest {
+            key: IdempotencyKey::derive("t", b"k"),
+            owner: OwnerToken::new("owner"),
+            now,
+            status: Status::Completed,
+            data: "1".into(),
+            expiration_secs: 100,
+            validation: None,
+            writes: vec![Write::delete("ledger", [("id", crate::store::Attr::s("x"))])],
+        }
+    }
+
+    fn token(request: &CommitRequest) -> String {
+        client_request_token("t", false, request)
+    }
+
+    #[test]
+    fn a_request_token_is_fixed_for_one_request_and_changes_with_any_parameter() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(50);
+        let base = request(now);
+        assert_eq!(token(&base), token(&base.clone()));
+        let later = request(now + Duration::from_millis(1));
+        let mut other_data = base.clone();
+        other_data.data = "2".into();
+        let mut other_writes = base.clone();
+        other_writes.writes.clear();
+        let mut other_expiry = base.clone();
+        other_expiry.expiration_secs += 1;
+        for changed in [later, other_data, other_writes, other_expiry] {
+            assert_ne!(token(&base), token(&changed));
+        }
+        assert_ne!(token(&base), client_request_token("t", true, &base));
+        assert_ne!(token(&base), client_request_token("u", false, &base));
+        assert_eq!(token(&base).len(), 32);
+    }
+}

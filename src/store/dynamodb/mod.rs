@@ -1,0 +1,439 @@
+//! [`DynamoDbStore`]: records in a DynamoDB table, with conditional writes.
+
+mod commit;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::time::SystemTime;
+
+use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
+use aws_sdk_dynamodb::Client;
+
+use crate::clock::{epoch_ms, epoch_secs};
+use crate::key::IdempotencyKey;
+use crate::record::{OwnerToken, Record, Status};
+use crate::store::item_size::{check_item_size, completed_size_bytes, record_size_bytes};
+use crate::store::AttributeNames;
+use crate::store::{
+    is_our_completion, Acquire, AcquireRequest, CompleteRequest, ExtendRequest, Fenced, Store,
+    StoreError,
+};
+
+/// A store on a DynamoDB table with a string partition key (`id` by default).
+///
+/// - acquire: one `PutItem` conditioned on "no item, or expired, or in progress with an
+///   elapsed lease", with `ReturnValuesOnConditionCheckFailure=ALL_OLD`; a strongly
+///   consistent `GetItem` only when the failed condition returned no item. A refusal by our
+///   own in-progress record (the SDK resent a put whose answer was lost) is an acquire;
+/// - complete: `UpdateItem` conditioned on `INPROGRESS` and the caller's owner token, with
+///   `ALL_OLD` on failure so that a resent completion recognises its own earlier success;
+/// - release: `DeleteItem` with the same condition.
+///
+/// A `ValidationException` (an item over 400 KB, a bad expression) is the request's fault,
+/// never retried: [`StoreError::ItemTooLarge`] or [`StoreError::InvalidRequest`].
+///
+/// The client is injected: configure its timeouts and retries there.
+#[derive(Debug, Clone)]
+pub struct DynamoDbStore {
+    pub(crate) client: Client,
+    pub(crate) table: String,
+    pub(crate) names: AttributeNames,
+}
+
+impl DynamoDbStore {
+    /// A store on `table`, using `client`.
+    pub fn new(client: Client, table: impl Into<String>) -> Self {
+        Self {
+            client,
+            table: table.into(),
+            names: AttributeNames::default(),
+        }
+    }
+
+    /// Uses other attribute names.
+    pub fn with_attribute_names(mut self, names: AttributeNames) -> Self {
+        self.names = names;
+        self
+    }
+
+    /// The client the store sends its requests with.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// The table name.
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    /// The attribute names.
+    pub fn attribute_names(&self) -> &AttributeNames {
+        &self.names
+    }
+
+    pub(crate) fn key_item(&self, key: &IdempotencyKey) -> HashMap<String, AttributeValue> {
+        HashMap::from([(self.names.key.clone(), s(key.as_str()))])
+    }
+
+    /// The attribute names [`TAKEOVER_CONDITION`] uses.
+    pub(crate) fn takeover_names(&self) -> HashMap<String, String> {
+        let n = &self.names;
+        HashMap::from([
+            ("#id".to_string(), n.key.clone()),
+            ("#exp".to_string(), n.expiration.clone()),
+            ("#status".to_string(), n.status.clone()),
+            ("#ipe".to_string(), n.in_progress_expiration.clone()),
+        ])
+    }
+
+    /// The names and values of [`FINAL_STATE_UPDATE`] under [`OWNER_CONDITION`].
+    pub(crate) fn final_state(
+        &self,
+        owner: &OwnerToken,
+        status: Status,
+        data: &str,
+        expiration_secs: u64,
+    ) -> (HashMap<String, String>, HashMap<String, AttributeValue>) {
+        let n = &self.names;
+        let mut names = self.owner_condition_names();
+        names.insert("#data".into(), n.data.clone());
+        names.insert("#exp".into(), n.expiration.clone());
+        names.insert("#ipe".into(), n.in_progress_expiration.clone());
+        let mut values = self.owner_condition_values(owner);
+        values.insert(":final".into(), s(status.as_str()));
+        values.insert(":data".into(), s(data));
+        values.insert(":exp".into(), num(expiration_secs));
+        (names, values)
+    }
+
+    pub(crate) fn owner_condition_names(&self) -> HashMap<String, String> {
+        HashMap::from([
+            ("#status".to_string(), self.names.status.clone()),
+            ("#owner".to_string(), self.names.owner.clone()),
+        ])
+    }
+
+    pub(crate) fn owner_condition_values(
+        &self,
+        owner: &OwnerToken,
+    ) -> HashMap<String, AttributeValue> {
+        HashMap::from([
+            (":inprogress".to_string(), s(Status::InProgress.as_str())),
+            (":owner".to_string(), s(owner.as_str())),
+        ])
+    }
+
+    async fn acquire_inner(&self, request: &AcquireRequest) -> Result<Acquire, StoreError> {
+        let n = &self.names;
+        let size_bytes = record_size_bytes(n, &request.record());
+        check_item_size(size_bytes)?;
+        let mut item = self.key_item(&request.key);
+        item.insert(n.status.clone(), s(Status::InProgress.as_str()));
+        item.insert(n.expiration.clone(), num(request.expiration_secs));
+        item.insert(
+            n.in_progress_expiration.clone(),
+            num(request.lease_expiration_ms),
+        );
+        item.insert(n.owner.clone(), s(request.owner.as_str()));
+        if let Some(validation) = &request.validation {
+            item.insert(n.validation.clone(), s(validation));
+        }
+        let result = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .condition_expression(TAKEOVER_CONDITION)
+            .set_expression_attribute_names(Some(self.takeover_names()))
+            .set_expression_attribute_values(Some(takeover_values(request.now)))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        let err = match result {
+            Ok(_) => return Ok(Acquire::Acquired),
+            Err(err) => err,
+        };
+        let old = match err.as_service_error() {
+            Some(PutItemError::ConditionalCheckFailedException(ccf)) => ccf.item().cloned(),
+            _ => return Err(refused(err, size_bytes)),
+        };
+        let existing = match old {
+            Some(item) => Some(self.parse(&item)?),
+            None => self.get_inner(&request.key).await?,
+        };
+        Ok(match existing {
+            // Our own record: an earlier send of this put was applied.
+            Some(record) if record.is_held_by(&request.owner) => Acquire::Acquired,
+            Some(record) => Acquire::Existing(record),
+            None => Acquire::Contended,
+        })
+    }
+
+    async fn complete_inner(&self, request: &CompleteRequest) -> Result<Fenced, StoreError> {
+        let size_bytes = completed_size_bytes(&self.names, request);
+        check_item_size(size_bytes)?;
+        let (names, values) = self.final_state(
+            &request.owner,
+            request.status,
+            &request.data,
+            request.expiration_secs,
+        );
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(self.key_item(&request.key)))
+            .update_expression(FINAL_STATE_UPDATE)
+            .condition_expression(OWNER_CONDITION)
+            .set_expression_attribute_names(Some(names))
+            .set_expression_attribute_values(Some(values))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        let err = match result {
+            Ok(_) => return Ok(Fenced::Applied),
+            Err(err) => err,
+        };
+        let old = match err.as_service_error() {
+            Some(UpdateItemError::ConditionalCheckFailedException(ccf)) => ccf.item().cloned(),
+            _ => return Err(refused(err, size_bytes)),
+        };
+        let existing = old.map(|item| self.parse(&item)).transpose()?;
+        Ok(match existing {
+            // Our own completion: an earlier send was applied and its answer lost.
+            Some(record) if is_our_completion(&record, request) => Fenced::Applied,
+            _ => Fenced::LeaseLost,
+        })
+    }
+
+    async fn extend_inner(&self, request: &ExtendRequest) -> Result<Fenced, StoreError> {
+        let mut names = self.owner_condition_names();
+        names.insert("#ipe".into(), self.names.in_progress_expiration.clone());
+        names.insert("#exp".into(), self.names.expiration.clone());
+        let mut values = self.owner_condition_values(&request.owner);
+        values.insert(":lease".into(), num(request.lease_expiration_ms));
+        values.insert(":exp".into(), num(request.expiration_secs));
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(self.key_item(&request.key)))
+            .update_expression("SET #ipe = :lease, #exp = :exp")
+            .condition_expression(OWNER_CONDITION)
+            .set_expression_attribute_names(Some(names))
+            .set_expression_attribute_values(Some(values))
+            .send()
+            .await;
+        fenced(result)
+    }
+
+    async fn release_inner(
+        &self,
+        key: &IdempotencyKey,
+        owner: &OwnerToken,
+    ) -> Result<Fenced, StoreError> {
+        let result = self
+            .client
+            .delete_item()
+            .table_name(&self.table)
+            .set_key(Some(self.key_item(key)))
+            .condition_expression(OWNER_CONDITION)
+            .set_expression_attribute_names(Some(self.owner_condition_names()))
+            .set_expression_attribute_values(Some(self.owner_condition_values(owner)))
+            .send()
+            .await;
+        fenced(result)
+    }
+
+    pub(crate) async fn get_inner(
+        &self,
+        key: &IdempotencyKey,
+    ) -> Result<Option<Record>, StoreError> {
+        let output = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .set_key(Some(self.key_item(key)))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(unavailable)?;
+        output.item().map(|item| self.parse(item)).transpose()
+    }
+
+    pub(crate) fn parse(
+        &self,
+        item: &HashMap<String, AttributeValue>,
+    ) -> Result<Record, StoreError> {
+        let n = &self.names;
+        let key = item
+            .get(&n.key)
+            .and_then(|v| v.as_s().ok())
+            .cloned()
+            .unwrap_or_default();
+        let malformed = |reason: String| StoreError::Malformed {
+            key: key.clone(),
+            reason,
+        };
+        let text = |name: &str| item.get(name).and_then(|v| v.as_s().ok()).cloned();
+        let number = |name: &str| -> Result<Option<u64>, StoreError> {
+            match item.get(name) {
+                None => Ok(None),
+                Some(value) => {
+                    let raw = value
+                        .as_n()
+                        .map_err(|_| malformed(format!("{name} is not a number")))?;
+                    raw.parse::<u64>()
+                        .map(Some)
+                        .map_err(|_| malformed(format!("{name} is not an integer: {raw}")))
+                }
+            }
+        };
+        let status_text = text(&n.status).ok_or_else(|| malformed("no status".into()))?;
+        let status = Status::parse(&status_text)
+            .ok_or_else(|| malformed(format!("unknown status {status_text:?}")))?;
+        let expiration_secs =
+            number(&n.expiration)?.ok_or_else(|| malformed("no expiration".into()))?;
+        Ok(Record {
+            key: IdempotencyKey::from_stored(key.clone()),
+            status,
+            expiration_secs,
+            lease_expiration_ms: number(&n.in_progress_expiration)?,
+            owner: text(&n.owner).map(OwnerToken::new),
+            data: text(&n.data),
+            validation: text(&n.validation),
+        })
+    }
+}
+
+/// A write to a held record: only while it is in progress under the caller's owner token.
+pub(crate) const OWNER_CONDITION: &str = "#status = :inprogress AND #owner = :owner";
+
+/// The record's final state: completed (or failed) with its data and expiry, lease removed.
+pub(crate) const FINAL_STATE_UPDATE: &str =
+    "SET #status = :final, #data = :data, #exp = :exp REMOVE #ipe";
+
+/// An owner-fenced write's answer: a failed condition means the lease is no longer held.
+fn fenced<O, E, R>(result: Result<O, SdkError<E, R>>) -> Result<Fenced, StoreError>
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    R: std::fmt::Debug + Send + Sync + 'static,
+{
+    match result {
+        Ok(_) => Ok(Fenced::Applied),
+        Err(err)
+            if err.as_service_error().and_then(ProvideErrorMetadata::code)
+                == Some("ConditionalCheckFailedException") =>
+        {
+            Ok(Fenced::LeaseLost)
+        }
+        Err(err) => Err(refused(err, 0)),
+    }
+}
+
+/// When a write may replace what is stored under the key: nothing is, or the record has
+/// expired, or it is in progress with an elapsed lease. The acquire and the optimistic
+/// commit share it, so both check expiry the same way, never relying on TTL deletion.
+pub(crate) const TAKEOVER_CONDITION: &str = "attribute_not_exists(#id) OR #exp < :now_secs \
+     OR (#status = :inprogress AND #ipe < :now_ms)";
+
+/// The values [`TAKEOVER_CONDITION`] compares with, at `now`.
+pub(crate) fn takeover_values(now: SystemTime) -> HashMap<String, AttributeValue> {
+    HashMap::from([
+        (":now_secs".to_string(), num(epoch_secs(now))),
+        (":now_ms".to_string(), num(epoch_ms(now))),
+        (":inprogress".to_string(), s(Status::InProgress.as_str())),
+    ])
+}
+
+pub(crate) fn s(value: &str) -> AttributeValue {
+    AttributeValue::S(value.to_string())
+}
+
+pub(crate) fn num(value: u64) -> AttributeValue {
+    AttributeValue::N(value.to_string())
+}
+
+pub(crate) fn unavailable<E>(err: E) -> StoreError
+where
+    E: std::error::Error + Send + Sync + 'static,
+{
+    StoreError::Unavailable(Box::new(err))
+}
+
+/// The store error for a request DynamoDB did not apply (other than a failed condition): a
+/// `ValidationException` is the request's fault (an item over the size limit, with
+/// `size_bytes` as estimated, or another invalid request), and so is a
+/// `ResourceNotFoundException` (no such table); anything else is an outage.
+pub(crate) fn refused<E, R>(err: SdkError<E, R>, size_bytes: usize) -> StoreError
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    R: std::fmt::Debug + Send + Sync + 'static,
+{
+    let Some(service) = err.as_service_error() else {
+        return unavailable(err);
+    };
+    match service.code() {
+        Some("ValidationException") => {}
+        // A table that does not exist is a configuration fault, not an outage.
+        Some("ResourceNotFoundException") => {
+            return StoreError::InvalidRequest {
+                write_index: None,
+                reason: Box::new(err),
+            }
+        }
+        _ => return unavailable(err),
+    }
+    let message = service.message().unwrap_or_default().to_ascii_lowercase();
+    if message.contains("size") && message.contains("exceed") {
+        return StoreError::ItemTooLarge {
+            size_bytes: size_bytes.max(crate::store::MAX_ITEM_BYTES + 1),
+            limit_bytes: crate::store::MAX_ITEM_BYTES,
+        };
+    }
+    StoreError::InvalidRequest {
+        write_index: None,
+        reason: Box::new(err),
+    }
+}
+
+impl Store for DynamoDbStore {
+    fn acquire(
+        &self,
+        request: &AcquireRequest,
+    ) -> impl Future<Output = Result<Acquire, StoreError>> + Send {
+        self.acquire_inner(request)
+    }
+
+    fn complete(
+        &self,
+        request: &CompleteRequest,
+    ) -> impl Future<Output = Result<Fenced, StoreError>> + Send {
+        self.complete_inner(request)
+    }
+
+    fn extend(
+        &self,
+        request: &ExtendRequest,
+    ) -> impl Future<Output = Result<Fenced, StoreError>> + Send {
+        self.extend_inner(request)
+    }
+
+    fn release(
+        &self,
+        key: &IdempotencyKey,
+        owner: &OwnerToken,
+    ) -> impl Future<Output = Result<Fenced, StoreError>> + Send {
+        self.release_inner(key, owner)
+    }
+
+    fn get(
+        &self,
+        key: &IdempotencyKey,
+    ) -> impl Future<Output = Result<Option<Record>, StoreError>> + Send {
+        self.get_inner(key)
+    }
+}

@@ -1,0 +1,136 @@
+//! The limits every store enforces (DynamoDB's, so that what works on the embedded store
+//! works on DynamoDB) and the one way sizes are counted against them: a record's item, and a
+//! transaction of a record with a handler's writes.
+
+use crate::record::Record;
+use crate::store::{Attr, AttributeNames, CommitRequest, CompleteRequest, Item, StoreError, Write};
+
+/// The largest item, in bytes (DynamoDB's limit): every store refuses records and items
+/// above it.
+pub const MAX_ITEM_BYTES: usize = 400 * 1024;
+
+/// The most a DynamoDB number attribute takes (38 significant digits).
+const NUMBER_BYTES: usize = 21;
+
+/// The longest stored payload hash (`v2:` and 64 hex digits). A completion is sized as if
+/// the record had one, since the stores do not read the record before updating it.
+const PAYLOAD_HASH_MAX_BYTES: usize = 67;
+
+/// The size of `record` as an item with these attribute names, as DynamoDB counts it
+/// (attribute names and values in UTF-8 bytes; numbers at their largest).
+pub(crate) fn record_size_bytes(names: &AttributeNames, record: &Record) -> usize {
+    let text = |name: &str, value: Option<&str>| value.map_or(0, |v| name.len() + v.len());
+    let number = |name: &str, value: Option<u64>| value.map_or(0, |_| name.len() + NUMBER_BYTES);
+    text(&names.key, Some(record.key.as_str()))
+        + text(&names.status, Some(record.status.as_str()))
+        + number(&names.expiration, Some(record.expiration_secs))
+        + number(&names.in_progress_expiration, record.lease_expiration_ms)
+        + text(&names.owner, record.owner.as_ref().map(|o| o.as_str()))
+        + text(&names.data, record.data.as_deref())
+        + text(&names.validation, record.validation.as_deref())
+}
+
+/// The size of a record completed (or failed) in place with `data`: the record's payload
+/// hash is counted at its largest, since the update does not read it.
+pub(crate) fn completed_size_bytes(
+    names: &AttributeNames,
+    request: &CompleteRequest,
+) -> usize {
+    let record = Record {
+        key: request.key.clone(),
+        status: request.status,
+        expiration_secs: request.expiration_secs,
+        lease_expiration_ms: None,
+        owner: Some(request.owner.clone()),
+        data: Some(request.data.clone()),
+        validation: None,
+    };
+    record_size_bytes(names, &record) + names.validation.len() + PAYLOAD_HASH_MAX_BYTES
+}
+
+/// Refuses a record over [`MAX_ITEM_BYTES`].
+pub(crate) fn check_item_size(size_bytes: usize) -> Result<(), StoreError> {
+    if size_bytes > MAX_ITEM_BYTES {
+        return Err(StoreError::ItemTooLarge {
+            size_bytes,
+            limit_bytes: MAX_ITEM_BYTES,
+        });
+    }
+    Ok(())
+}
+
+/// The most items one transaction writes, the record included (DynamoDB's limit).
+pub const MAX_TRANSACTION_ITEMS: usize = 100;
+/// The largest transaction, in bytes (DynamoDB's limit).
+pub const MAX_TRANSACTION_BYTES: usize = 4 * 1024 * 1024;
+
+/// Checks a commit against DynamoDB's limits: values nested at most 32 deep, the record at
+/// most 400 KB, the transaction at most 100 items (the record included) and 4 MB. Answers
+/// the record's size.
+pub(crate) fn check_commit_size(
+    names: &AttributeNames,
+    request: &CommitRequest,
+) -> Result<usize, StoreError> {
+    if let Some(index) = request.writes.iter().position(|w| w.too_deeply_nested()) {
+        return Err(StoreError::InvalidRequest {
+            write_index: Some(index),
+            reason: format!(
+                "Nesting Levels have exceeded supported limits ({} levels)",
+                MAX_NESTING
+            )
+            .into(),
+        });
+    }
+    let record_bytes = record_size_bytes(names, &request.record(request.validation.clone()));
+    check_item_size(record_bytes)?;
+    let items = request.writes.len() + 1;
+    let bytes = record_bytes
+        + request
+            .writes
+            .iter()
+            .map(write_size_bytes)
+            .sum::<usize>();
+    if items > MAX_TRANSACTION_ITEMS || bytes > MAX_TRANSACTION_BYTES {
+        return Err(StoreError::TransactionTooLarge {
+            items,
+            item_limit: MAX_TRANSACTION_ITEMS,
+            size_bytes: bytes,
+            limit_bytes: MAX_TRANSACTION_BYTES,
+        });
+    }
+    Ok(record_bytes)
+}
+
+/// How deep lists and maps may nest inside an attribute value (DynamoDB's limit).
+pub const MAX_NESTING: usize = 32;
+
+/// The size of an item (or key) as DynamoDB counts it, approximately: names and values in
+/// UTF-8 bytes, numbers by their text.
+pub(crate) fn item_size_bytes(item: &Item) -> usize {
+    item.iter().map(|(k, v)| k.len() + attr_size_bytes(v)).sum()
+}
+
+fn attr_size_bytes(value: &Attr) -> usize {
+    match value {
+        Attr::S(s) | Attr::N(s) => s.len(),
+        Attr::B(b) => b.len(),
+        Attr::Bool(_) | Attr::Null => 1,
+        Attr::L(items) => 3 + items.iter().map(|v| 1 + attr_size_bytes(v)).sum::<usize>(),
+        Attr::M(map) => item_size_bytes(map) + 3 + map.len(),
+        Attr::Ss(items) | Attr::Ns(items) => items.iter().map(String::len).sum(),
+    }
+}
+
+/// An approximation of a write's size in a transaction request, in bytes.
+pub(crate) fn write_size_bytes(write: &Write) -> usize {
+    write.table.len()
+        + item_size_bytes(&write.item)
+        + write.update_expression.as_ref().map_or(0, String::len)
+        + write.condition_expression.as_ref().map_or(0, String::len)
+        + write
+            .names
+            .iter()
+            .map(|(k, v)| k.len() + v.len())
+            .sum::<usize>()
+        + item_size_bytes(&write.values)
+}

@@ -1,0 +1,332 @@
+//! [`InMemoryStore`]: the embedded store, for local runs and tests, with in-memory tables
+//! for transactional handlers' writes.
+
+mod ast;
+mod decimal;
+mod document;
+mod evaluate;
+mod expression;
+mod lexer;
+mod parser;
+mod tables;
+mod transaction;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::key::IdempotencyKey;
+use crate::record::{OwnerToken, Record};
+use crate::store::item_size::{
+    check_commit_size, check_item_size, completed_size_bytes, record_size_bytes,
+};
+use crate::store::AttributeNames;
+use crate::store::{
+    is_our_completion, Acquire, AcquireRequest, Commit, CommitRequest, CompleteRequest,
+    ExtendRequest, Fenced, Item, Store, StoreError, TransactionalStore,
+};
+use tables::Tables;
+use transaction::TransactionRefusal;
+
+/// An in-process store with the same record semantics as
+/// [`DynamoDbStore`](crate::store::DynamoDbStore): one contract suite runs on both.
+///
+/// Records live as long as the store (and its clones, which share them). Use it for quick
+/// local runs, unit tests and examples; it does not coordinate separate processes.
+///
+/// With the `testing` feature, `set_unavailable` makes every call fail, to test how a
+/// handler behaves when the store is down.
+///
+/// It is a [`TransactionalStore`] too: declare the tables a transactional handler writes to
+/// with [`define_table`](InMemoryStore::define_table), and its [`Write`](crate::store::Write)s are
+/// applied to in-memory tables together with the record, all or nothing, in DynamoDB's order
+/// (an invalid or inapplicable write, then the record's condition, then the writes'
+/// conditions), with DynamoDB's condition and update expressions, exact numbers, 400 KB
+/// items and 32 nesting levels. The contract suite runs the same transactional cases here and
+/// on DynamoDB Local. Not modelled: key attribute types (any of S, N, B is accepted for a
+/// key), the 300-operator and name-length limits of expressions, and DynamoDB's choice of
+/// which write a validation error names. A table that is not declared is an invalid request
+/// here and on DynamoDB (`ResourceNotFoundException`).
+///
+/// ```
+/// use lambda_idempotency::{Attr, InMemoryStore};
+/// let store = InMemoryStore::new();
+/// store.define_table("ledger", &["account"]);
+/// let key = [("account".to_string(), Attr::s("acct-1"))].into();
+/// assert!(store.item("ledger", &key).is_none());
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct InMemoryStore {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    contents: Mutex<Contents>,
+    unavailable: AtomicBool,
+}
+
+/// The records and the tables, behind one lock so that a commit changes both at once.
+#[derive(Debug, Default)]
+struct Contents {
+    records: HashMap<IdempotencyKey, Record>,
+    tables: Tables,
+}
+
+impl InMemoryStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Makes every later call fail with [`StoreError::Unavailable`] (`true`) or work again
+    /// (`false`). With the `testing` feature.
+    #[cfg(any(test, feature = "testing"))]
+    pub fn set_unavailable(&self, unavailable: bool) {
+        self.inner.unavailable.store(unavailable, Ordering::SeqCst);
+    }
+
+    /// Declares an in-memory table for transactional writes, keyed by `key_attributes` (the
+    /// partition key, then the sort key if any; further names are ignored, and no name
+    /// declares nothing). Declaring it again with the same key keeps its items; with another
+    /// key it starts empty.
+    pub fn define_table(&self, table: &str, key_attributes: &[&str]) {
+        let (partition, sort) = match key_attributes {
+            [partition] => (*partition, None),
+            [partition, sort, ..] => (*partition, Some(*sort)),
+            [] => return,
+        };
+        self.lock().tables.define(table, partition, sort);
+    }
+
+    /// The item of `table` at `key` (an item holding the key attributes), if any.
+    pub fn item(&self, table: &str, key: &Item) -> Option<Item> {
+        self.lock().tables.item(table, key).cloned()
+    }
+
+    /// Every item of `table`, in key order (none if the table is not declared).
+    pub fn items(&self, table: &str) -> Vec<Item> {
+        self.lock()
+            .tables
+            .items(table)
+            .into_iter()
+            .cloned()
+            .collect()
+    }
+
+    /// A copy of every stored record, for inspection in tests.
+    pub fn records(&self) -> Vec<Record> {
+        let mut all: Vec<Record> = self.lock().records.values().cloned().collect();
+        all.sort_by(|a, b| a.key.cmp(&b.key));
+        all
+    }
+
+    /// Writes `record` as it is, bypassing the protocol, as another tool (or an earlier
+    /// version) might have written it: for tests of what the stores do with such records.
+    pub fn insert_record(&self, record: Record) {
+        self.lock().records.insert(record.key.clone(), record);
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Contents> {
+        // A panic while holding the lock cannot leave a half-written record: every
+        // mutation is a single insert or remove, and a commit checks everything before it
+        // changes anything.
+        self.inner
+            .contents
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn check_available(&self) -> Result<(), StoreError> {
+        if self.inner.unavailable.load(Ordering::SeqCst) {
+            Err(StoreError::Unavailable(
+                "in-memory store set unavailable".into(),
+            ))
+        } else {
+            Ok(())
+        }
+    }
+
+    fn acquire_now(&self, request: &AcquireRequest) -> Result<Acquire, StoreError> {
+        self.check_available()?;
+        let record = request.record();
+        // The same item size limit, counted the same way, as DynamoDB.
+        check_item_size(record_size_bytes(&AttributeNames::default(), &record))?;
+        let mut contents = self.lock();
+        let records = &mut contents.records;
+        if let Some(existing) = records.get(&request.key) {
+            if existing.is_held_by(&request.owner) && !existing.can_be_taken_over(request.now) {
+                // Sent again after a lost answer: the lease is already ours.
+                return Ok(Acquire::Acquired);
+            }
+            if !existing.can_be_taken_over(request.now) {
+                return Ok(Acquire::Existing(existing.clone()));
+            }
+        }
+        records.insert(request.key.clone(), record);
+        Ok(Acquire::Acquired)
+    }
+
+    fn complete_now(&self, request: &CompleteRequest) -> Result<Fenced, StoreError> {
+        self.check_available()?;
+        check_item_size(completed_size_bytes(&AttributeNames::default(), request))?;
+        let mut contents = self.lock();
+        let records = &mut contents.records;
+        match records.get_mut(&request.key) {
+            Some(record) if record.is_held_by(&request.owner) => {
+                record.status = request.status;
+                record.data = Some(request.data.clone());
+                record.expiration_secs = request.expiration_secs;
+                record.lease_expiration_ms = None;
+                Ok(Fenced::Applied)
+            }
+            // Sent again after a lost answer: our own completion.
+            Some(record) if is_our_completion(record, request) => Ok(Fenced::Applied),
+            _ => Ok(Fenced::LeaseLost),
+        }
+    }
+
+    fn extend_now(&self, request: &ExtendRequest) -> Result<Fenced, StoreError> {
+        self.check_available()?;
+        let mut contents = self.lock();
+        let records = &mut contents.records;
+        match records.get_mut(&request.key) {
+            Some(record) if record.is_held_by(&request.owner) => {
+                record.lease_expiration_ms = Some(request.lease_expiration_ms);
+                record.expiration_secs = request.expiration_secs;
+                Ok(Fenced::Applied)
+            }
+            _ => Ok(Fenced::LeaseLost),
+        }
+    }
+
+    fn release_now(&self, key: &IdempotencyKey, owner: &OwnerToken) -> Result<Fenced, StoreError> {
+        self.check_available()?;
+        let mut contents = self.lock();
+        let records = &mut contents.records;
+        match records.get(key) {
+            Some(record) if record.is_held_by(owner) => {
+                records.remove(key);
+                Ok(Fenced::Applied)
+            }
+            _ => Ok(Fenced::LeaseLost),
+        }
+    }
+
+    fn get_now(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
+        self.check_available()?;
+        Ok(self.lock().records.get(key).cloned())
+    }
+}
+
+impl InMemoryStore {
+    fn commit_now(&self, request: &CommitRequest, fresh: bool) -> Result<Commit, StoreError> {
+        self.check_available()?;
+        check_commit_size(&AttributeNames::default(), request)?;
+        let mut contents = self.lock();
+        // As DynamoDB: an invalid request, or a write that cannot be applied (wrong type,
+        // too large, too deep), fails before any condition counts, the record's included.
+        let staged = contents.tables.stage(&request.writes).map_err(refused)?;
+        let existing = contents.records.get(&request.key);
+        let allowed = if fresh {
+            existing.is_none_or(|r| r.can_be_taken_over(request.now))
+        } else {
+            existing.is_some_and(|r| r.is_held_by(&request.owner))
+        };
+        if !allowed {
+            return Ok(Commit::RecordRefused(existing.cloned()));
+        }
+        match contents.tables.check_conditions(&request.writes, &staged) {
+            Ok(()) => {}
+            Err(TransactionRefusal::ConditionFailed { write_index }) => {
+                return Ok(Commit::ConditionFailed { write_index })
+            }
+            Err(invalid) => return Err(refused(invalid)),
+        }
+        contents.tables.store(staged);
+        let validation = if fresh {
+            request.validation.clone()
+        } else {
+            existing_validation(&contents.records, request)
+        };
+        contents
+            .records
+            .insert(request.key.clone(), request.record(validation));
+        Ok(Commit::Applied)
+    }
+}
+
+/// The payload hash a lease-mode commit keeps: the one stored when the lease was taken.
+fn existing_validation(
+    records: &HashMap<IdempotencyKey, Record>,
+    request: &CommitRequest,
+) -> Option<String> {
+    records.get(&request.key).and_then(|r| r.validation.clone())
+}
+
+/// A refused transaction as the store error DynamoDB's `ValidationException` becomes.
+fn refused(refusal: TransactionRefusal) -> StoreError {
+    let write_index = match &refusal {
+        TransactionRefusal::Invalid { write_index, .. } => *write_index,
+        TransactionRefusal::ConditionFailed { write_index } => Some(*write_index),
+    };
+    StoreError::InvalidRequest {
+        write_index,
+        reason: Box::new(refusal),
+    }
+}
+
+impl TransactionalStore for InMemoryStore {
+    fn commit(
+        &self,
+        request: &CommitRequest,
+    ) -> impl Future<Output = Result<Commit, StoreError>> + Send {
+        std::future::ready(self.commit_now(request, false))
+    }
+
+    fn commit_fresh(
+        &self,
+        request: &CommitRequest,
+    ) -> impl Future<Output = Result<Commit, StoreError>> + Send {
+        std::future::ready(self.commit_now(request, true))
+    }
+}
+
+impl Store for InMemoryStore {
+    fn acquire(
+        &self,
+        request: &AcquireRequest,
+    ) -> impl Future<Output = Result<Acquire, StoreError>> + Send {
+        std::future::ready(self.acquire_now(request))
+    }
+
+    fn complete(
+        &self,
+        request: &CompleteRequest,
+    ) -> impl Future<Output = Result<Fenced, StoreError>> + Send {
+        std::future::ready(self.complete_now(request))
+    }
+
+    fn extend(
+        &self,
+        request: &ExtendRequest,
+    ) -> impl Future<Output = Result<Fenced, StoreError>> + Send {
+        std::future::ready(self.extend_now(request))
+    }
+
+    fn release(
+        &self,
+        key: &IdempotencyKey,
+        owner: &OwnerToken,
+    ) -> impl Future<Output = Result<Fenced, StoreError>> + Send {
+        std::future::ready(self.release_now(key, owner))
+    }
+
+    fn get(
+        &self,
+        key: &IdempotencyKey,
+    ) -> impl Future<Output = Result<Option<Record>, StoreError>> + Send {
+        std::future::ready(self.get_now(key))
+    }
+}

@@ -1,0 +1,262 @@
+//! `TransactWriteItems` over the in-memory tables, in DynamoDB's order: a malformed
+//! request, or a write that cannot be applied, is refused before any condition counts
+//! ([`Tables::stage`]); then every condition is checked ([`Tables::check_conditions`]); then
+//! every write is stored, or none ([`Tables::store`]).
+
+use std::collections::BTreeSet;
+use std::fmt;
+
+use super::document::{canonical, check_value};
+use super::evaluate::{apply_update, condition_holds};
+use super::expression::{check_placeholders, parse_condition, parse_update};
+use super::tables::{ItemKey, Tables, INVALID};
+use crate::store::item_size::{item_size_bytes, MAX_ITEM_BYTES, MAX_NESTING};
+use crate::store::{Item, Write, WriteKind};
+
+/// Why a transaction was refused; nothing was changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum TransactionRefusal {
+    /// A malformed request (DynamoDB's ValidationException), with the write at fault.
+    Invalid {
+        /// The index of the write at fault, if one is.
+        write_index: Option<usize>,
+        /// What is wrong, in DynamoDB's words where it has them.
+        reason: String,
+    },
+    /// A condition does not hold (TransactionCanceledException, ConditionalCheckFailed).
+    ConditionFailed {
+        /// The lowest index of a write whose condition does not hold.
+        write_index: usize,
+    },
+}
+
+impl fmt::Display for TransactionRefusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Invalid { reason, .. } => write!(f, "invalid transaction: {reason}"),
+            Self::ConditionFailed { write_index } => {
+                write!(
+                    f,
+                    "transaction canceled: the condition of write {write_index} failed"
+                )
+            }
+        }
+    }
+}
+
+impl std::error::Error for TransactionRefusal {}
+
+/// A transaction's writes with the items they leave, computed by [`Tables::stage`].
+#[derive(Debug)]
+pub(crate) struct Staged(Vec<StagedWrite>);
+
+/// One staged write.
+#[derive(Debug)]
+struct StagedWrite {
+    /// The table written to.
+    table: String,
+    /// The item's key.
+    key: ItemKey,
+    /// What the write does.
+    kind: WriteKind,
+    /// The item after the write (`None`: deleted, or a condition check).
+    new_item: Option<Item>,
+}
+
+impl Tables {
+    /// Refuses a transaction DynamoDB would reject as malformed, whatever the items hold: an
+    /// undefined table, a key that does not match the schema, an invalid value, an expression
+    /// that does not parse, an undefined or unused placeholder, an update of a key attribute,
+    /// or two writes on one item.
+    #[cfg(test)]
+    pub(crate) fn validate(&self, writes: &[Write]) -> Result<(), TransactionRefusal> {
+        self.keys(writes).map(drop)
+    }
+
+    /// Runs a transaction: [`stage`](Tables::stage) it, check its conditions, and store it.
+    #[cfg(test)]
+    pub(crate) fn apply(&mut self, writes: &[Write]) -> Result<(), TransactionRefusal> {
+        let staged = self.stage(writes)?;
+        self.check_conditions(writes, &staged)?;
+        self.store(staged);
+        Ok(())
+    }
+
+    /// Validates the writes and computes the items they would leave (Put replaces, Update
+    /// creates the item from its key if missing, Delete removes, ConditionCheck only
+    /// checks), changing nothing. As on DynamoDB, a write that cannot be applied (an update
+    /// of the wrong type, an item over 400 KB or nested too deep) is refused here, before any
+    /// condition counts.
+    pub(crate) fn stage(&self, writes: &[Write]) -> Result<Staged, TransactionRefusal> {
+        let keys = self.keys(writes)?;
+        let mut items = Vec::with_capacity(writes.len());
+        for (index, (write, key)) in writes.iter().zip(&keys).enumerate() {
+            let item = self.tables.get(&write.table).and_then(|t| t.items.get(key));
+            let new_item = match write.kind {
+                WriteKind::Put => Some(canonical_item(&write.item)),
+                WriteKind::Update => {
+                    let mut updated = item.cloned().unwrap_or_else(|| canonical_item(&write.item));
+                    let expression = write.update_expression.as_deref().unwrap_or_default();
+                    apply_update(expression, &mut updated, &write.names, &write.values)
+                        .map_err(|e| invalid(index, e.to_string()))?;
+                    Some(updated)
+                }
+                WriteKind::Delete | WriteKind::ConditionCheck => None,
+            };
+            if let Some(new_item) = &new_item {
+                if new_item
+                    .values()
+                    .any(|v| v.deeper_than(MAX_NESTING))
+                {
+                    let reason = "Nesting Levels have exceeded supported limits";
+                    return Err(invalid(index, format!("{INVALID} {reason}")));
+                }
+                if item_size_bytes(new_item) > MAX_ITEM_BYTES {
+                    let reason = "Item size has exceeded the maximum allowed size";
+                    return Err(invalid(index, reason.to_owned()));
+                }
+            }
+            items.push(StagedWrite {
+                table: write.table.clone(),
+                key: key.clone(),
+                kind: write.kind,
+                new_item,
+            });
+        }
+        Ok(Staged(items))
+    }
+
+    /// Checks every write's condition against the current items: the lowest failing index.
+    pub(crate) fn check_conditions(
+        &self,
+        writes: &[Write],
+        staged: &Staged,
+    ) -> Result<(), TransactionRefusal> {
+        for (index, (write, staged)) in writes.iter().zip(&staged.0).enumerate() {
+            let item = self
+                .tables
+                .get(&write.table)
+                .and_then(|t| t.items.get(&staged.key));
+            if let Some(condition) = &write.condition_expression {
+                let holds = condition_holds(condition, item, &write.names, &write.values)
+                    .map_err(|e| invalid(index, format!("Invalid ConditionExpression: {e}")))?;
+                if !holds {
+                    return Err(TransactionRefusal::ConditionFailed { write_index: index });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Stores what [`stage`](Tables::stage) computed (for writes of these tables).
+    pub(crate) fn store(&mut self, staged: Staged) {
+        for write in staged.0 {
+            let Some(table) = self.tables.get_mut(&write.table) else {
+                continue;
+            };
+            match (write.kind, write.new_item) {
+                (WriteKind::ConditionCheck, _) => {}
+                (_, Some(new_item)) => {
+                    table.items.insert(write.key, new_item);
+                }
+                (_, None) => {
+                    table.items.remove(&write.key);
+                }
+            }
+        }
+    }
+
+    /// The key each write addresses, once every write is checked as [`Tables::validate`] says.
+    fn keys(&self, writes: &[Write]) -> Result<Vec<ItemKey>, TransactionRefusal> {
+        let mut addressed = BTreeSet::new();
+        let mut keys = Vec::with_capacity(writes.len());
+        for (index, write) in writes.iter().enumerate() {
+            let key = self.check(write).map_err(|reason| invalid(index, reason))?;
+            if !addressed.insert((write.table.as_str(), key.clone())) {
+                let reason = "Transaction request cannot include multiple operations on one item";
+                return Err(invalid(index, reason.to_owned()));
+            }
+            keys.push(key);
+        }
+        Ok(keys)
+    }
+
+    /// The key `write` addresses, or why DynamoDB would refuse it.
+    fn check(&self, write: &Write) -> Result<ItemKey, String> {
+        let not_found = || format!("Requested resource not found: table {}", write.table);
+        let table = self.tables.get(&write.table).ok_or_else(not_found)?;
+        let is_key_attribute = |name: &str| table.key_schema.iter().any(|k| k == name);
+        if write.kind != WriteKind::Put && !write.item.keys().all(|name| is_key_attribute(name)) {
+            return Err("The provided key element does not match the schema".into());
+        }
+        if write
+            .item
+            .keys()
+            .chain(write.names.values())
+            .any(String::is_empty)
+        {
+            return Err(format!("{INVALID} Empty attribute name"));
+        }
+        if write.too_deeply_nested() {
+            return Err(format!(
+                "{INVALID} Nesting Levels have exceeded supported limits"
+            ));
+        }
+        let key = table.key_of(&write.item)?;
+        for (name, value) in write.item.iter().chain(&write.values) {
+            check_value(value).map_err(|e| format!("{INVALID} {e} for key {name}"))?;
+        }
+        let (condition, update) = (
+            write.condition_expression.as_deref(),
+            write.update_expression.as_deref(),
+        );
+        match (write.kind, condition, update) {
+            (WriteKind::Update, _, None) => {
+                return Err("An Update needs an update expression".into());
+            }
+            (WriteKind::ConditionCheck, None, _) => {
+                return Err("A ConditionCheck needs a condition expression".into());
+            }
+            (WriteKind::Put | WriteKind::Delete | WriteKind::ConditionCheck, _, Some(_)) => {
+                return Err("Only an Update can have an update expression".into());
+            }
+            _ => {}
+        }
+        if let Some(condition) = condition {
+            parse_condition(condition, &write.names, &write.values)
+                .map_err(|e| format!("Invalid ConditionExpression: {e}"))?;
+        }
+        if let Some(update) = update {
+            let update = parse_update(update, &write.names, &write.values)
+                .map_err(|e| format!("Invalid UpdateExpression: {e}"))?;
+            let mut targets = update.targets().filter_map(|path| path.attribute());
+            if let Some(name) = targets.find(|name| is_key_attribute(name)) {
+                let reason = "This attribute is part of the key";
+                return Err(format!(
+                    "{INVALID} Cannot update attribute {name}. {reason}"
+                ));
+            }
+        }
+        let expressions: Vec<&str> = condition.into_iter().chain(update).collect();
+        check_placeholders(&expressions, &write.names, &write.values).map_err(|e| e.to_string())?;
+        Ok(key)
+    }
+}
+
+/// An [`TransactionRefusal::Invalid`] for the write at `index`.
+fn invalid(index: usize, reason: String) -> TransactionRefusal {
+    TransactionRefusal::Invalid {
+        write_index: Some(index),
+        reason,
+    }
+}
+
+/// `item` with its numbers in canonical text, as DynamoDB stores them.
+fn canonical_item(item: &Item) -> Item {
+    item.iter()
+        .map(|(name, value)| (name.clone(), canonical(value.clone())))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,193 @@
+//! Stores of idempotency records: the [`Store`] trait (and [`TransactionalStore`] for
+//! handlers whose writes commit with the record), the requests and answers they exchange,
+//! the limits every store enforces, and the stores themselves: [`InMemoryStore`] (embedded)
+//! and, with the `dynamodb` feature (on by default), [`DynamoDbStore`].
+
+mod attribute_names;
+#[cfg(feature = "dynamodb")]
+mod dynamodb;
+mod error;
+pub(crate) mod item_size;
+mod memory;
+mod request;
+mod write;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use crate::key::IdempotencyKey;
+use crate::record::{OwnerToken, Record};
+
+pub use attribute_names::AttributeNames;
+#[cfg(feature = "dynamodb")]
+pub use dynamodb::DynamoDbStore;
+pub use error::StoreError;
+pub use item_size::{MAX_ITEM_BYTES, MAX_NESTING, MAX_TRANSACTION_BYTES, MAX_TRANSACTION_ITEMS};
+pub use memory::InMemoryStore;
+pub(crate) use request::is_our_completion;
+pub use request::{AcquireRequest, CommitRequest, CompleteRequest, ExtendRequest};
+pub use write::{Attr, Item, Write, WriteKind};
+
+/// The answer to an acquire. A failed condition is an expected outcome, not an error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Acquire {
+    /// The lease is ours.
+    Acquired,
+    /// A record exists that cannot be taken over at the request's `now` (as the store saw it).
+    Existing(Record),
+    /// The condition failed, but the record was gone when it was read back: it changed in
+    /// between. The caller may try again.
+    Contended,
+}
+
+/// The answer to a transactional commit. Refusals are expected outcomes, not errors.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Commit {
+    /// The writes and the record were committed.
+    Applied,
+    /// The record's condition failed and nothing was applied. Carries the record as it is
+    /// now (`None` if there is none): lease mode, a lost lease, unless the record shows that
+    /// this very commit was applied before (its response was lost); optimistic mode, a live
+    /// record written by someone else (or by this commit before).
+    RecordRefused(Option<Record>),
+    /// A business condition of the handler's write at this index failed; nothing was
+    /// applied. Not worth retrying.
+    ConditionFailed {
+        /// Index into [`CommitRequest::writes`].
+        write_index: usize,
+    },
+    /// Another transaction touched the same items at the same time; nothing was applied.
+    /// Worth retrying.
+    Conflict,
+}
+
+/// The answer to an owner-fenced write (complete or release).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fenced {
+    /// The write was applied: the caller still held the lease.
+    Applied,
+    /// The write was refused: the record is no longer in progress under the caller's token
+    /// (its lease was taken over, or it is gone). Nothing was changed.
+    LeaseLost,
+}
+
+/// A lock and result store for idempotency records.
+///
+/// Implementations must give every call the semantics below, which the shared contract test
+/// suite checks for [`InMemoryStore`] and
+/// [`DynamoDbStore`] alike. Expiry is always checked against the
+/// times passed in, never left to the store's own garbage collection.
+pub trait Store: Send + Sync + 'static {
+    /// Writes an in-progress record for `request.key` held by `request.owner`, if no record
+    /// exists, or the existing one [can be taken over](Record::can_be_taken_over) at
+    /// `request.now`. Otherwise returns the existing record, except when that record is in
+    /// progress under `request.owner` itself: an earlier send of this acquire was applied
+    /// and its answer lost, so the lease is ours ([`Acquire::Acquired`]).
+    fn acquire(
+        &self,
+        request: &AcquireRequest,
+    ) -> impl Future<Output = Result<Acquire, StoreError>> + Send;
+
+    /// Marks the record completed with `request.data`, only if it is in progress and held by
+    /// `request.owner`. Idempotent: when the record already has `request.status` and
+    /// `request.data` under `request.owner` (an earlier send was applied and its answer
+    /// lost), the answer is [`Fenced::Applied`] too. Refuses data that would put the record over the item limit
+    /// with [`StoreError::ItemTooLarge`], changing nothing.
+    fn complete(
+        &self,
+        request: &CompleteRequest,
+    ) -> impl Future<Output = Result<Fenced, StoreError>> + Send;
+
+    /// Moves the lease end of a record that is in progress and held by `request.owner`.
+    fn extend(
+        &self,
+        request: &ExtendRequest,
+    ) -> impl Future<Output = Result<Fenced, StoreError>> + Send;
+
+    /// Deletes the record, only if it is in progress and held by `owner`.
+    fn release(
+        &self,
+        key: &IdempotencyKey,
+        owner: &OwnerToken,
+    ) -> impl Future<Output = Result<Fenced, StoreError>> + Send;
+
+    /// Reads the record with a strongly consistent read.
+    fn get(
+        &self,
+        key: &IdempotencyKey,
+    ) -> impl Future<Output = Result<Option<Record>, StoreError>> + Send;
+}
+
+impl<S: Store> Store for Arc<S> {
+    fn acquire(
+        &self,
+        request: &AcquireRequest,
+    ) -> impl Future<Output = Result<Acquire, StoreError>> + Send {
+        (**self).acquire(request)
+    }
+
+    fn complete(
+        &self,
+        request: &CompleteRequest,
+    ) -> impl Future<Output = Result<Fenced, StoreError>> + Send {
+        (**self).complete(request)
+    }
+
+    fn extend(
+        &self,
+        request: &ExtendRequest,
+    ) -> impl Future<Output = Result<Fenced, StoreError>> + Send {
+        (**self).extend(request)
+    }
+
+    fn release(
+        &self,
+        key: &IdempotencyKey,
+        owner: &OwnerToken,
+    ) -> impl Future<Output = Result<Fenced, StoreError>> + Send {
+        (**self).release(key, owner)
+    }
+
+    fn get(
+        &self,
+        key: &IdempotencyKey,
+    ) -> impl Future<Output = Result<Option<Record>, StoreError>> + Send {
+        (**self).get(key)
+    }
+}
+
+/// A store that can commit a handler's writes with the record in one transaction
+/// ([`DynamoDbStore`]).
+pub trait TransactionalStore: Store {
+    /// Lease mode: sets the record to `request.status` with `request.data`, only if it is in
+    /// progress and held by `request.owner`, together with `request.writes`.
+    fn commit(
+        &self,
+        request: &CommitRequest,
+    ) -> impl Future<Output = Result<Commit, StoreError>> + Send;
+
+    /// Optimistic mode: writes the final record, only if no record exists or the existing
+    /// one [can be taken over](Record::can_be_taken_over) at `request.now`, together with
+    /// `request.writes`.
+    fn commit_fresh(
+        &self,
+        request: &CommitRequest,
+    ) -> impl Future<Output = Result<Commit, StoreError>> + Send;
+}
+
+impl<S: TransactionalStore> TransactionalStore for Arc<S> {
+    fn commit(
+        &self,
+        request: &CommitRequest,
+    ) -> impl Future<Output = Result<Commit, StoreError>> + Send {
+        (**self).commit(request)
+    }
+
+    fn commit_fresh(
+        &self,
+        request: &CommitRequest,
+    ) -> impl Future<Output = Result<Commit, StoreError>> + Send {
+        (**self).commit_fresh(request)
+    }
+}
