@@ -1,20 +1,20 @@
 //! Batch behaviour on the embedded store, driven by the sample events in `events/`.
-mod common;
+use lambda_idempotency_test_support as support;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
-use common::{invocation, load_event, outcomes, reported, Order};
 use lambda_idempotency::{
     epoch_ms, epoch_secs, AcquireRequest, BatchError, BatchMode, BatchProcessor, BatchReport,
     Clock, Config, Error, IdempotencyKey, IdempotencyLayer, InMemoryStore, JsonPointer,
-    KeyExtractor, ManualClock, MessageAttribute, MissingKey, Outcome, OwnerToken,
-    PayloadValidation, Processed, Status, Store,
+    ManualClock, MissingKey, Outcome, OwnerToken, PayloadValidation, Processed, Status, Store,
 };
 use lambda_runtime::LambdaEvent;
+use order_consumer::{order_key, Order};
 use serde::{Deserialize, Serialize};
+use support::{invocation, load_event, outcomes, reported};
 use tower::{Service, ServiceExt};
 
 const EVENTS: [&str; 7] = [
@@ -56,10 +56,6 @@ impl Effects {
 
 /// What the handler does besides applying the order.
 type Hook = Arc<dyn Fn(&Order) + Send + Sync>;
-
-fn order_key() -> impl KeyExtractor + Clone {
-    MessageAttribute::new("Idempotency-Key").or(JsonPointer::new("/eventId"))
-}
 
 struct Setup {
     store: InMemoryStore,

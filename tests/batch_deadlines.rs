@@ -1,17 +1,17 @@
 //! The batch runner and its deadlines: a slow record does not hold back the others, a
 //! started record is bounded by the invocation deadline, followers of a same-key leader wait
 //! no longer than their own deadline.
-mod common;
+use lambda_idempotency_test_support as support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
-use common::invocation;
 use lambda_idempotency::{
     BatchMode, BatchProcessor, Config, IdempotencyLayer, InMemoryStore, Outcome,
 };
+use support::invocation;
 
 fn batch(count: usize) -> SqsEvent {
     let mut event = SqsEvent::default();

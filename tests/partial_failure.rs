@@ -1,21 +1,21 @@
 //! Per-delivery behaviour under partial failure, on the embedded store: how many times the
 //! handler ran, each record's outcome, the stored record, what `batchItemFailures` held.
 //! Each test pins one defect of the record protocol that an earlier version had.
-mod common;
+use lambda_idempotency_test_support as support;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage, SqsMessageAttribute};
-use common::faulty_store::{FaultyStore, Inject};
-use common::{invocation, outcomes, reported};
 use lambda_idempotency::{
     BatchProcessor, BatchReport, Clock, Config, Error, IdempotencyKey, IdempotencyLayer,
     InMemoryStore, JsonPointer, KeyExtractor, ManualClock, MessageAttribute, Outcome, OwnerToken,
     PayloadValidation, Permanent, Status, Store,
 };
 use lambda_runtime::{Context, LambdaEvent};
+use support::faulty_store::{FaultyStore, Inject};
+use support::{invocation, outcomes, reported};
 
 const REMAINING: Duration = Duration::from_secs(30);
 

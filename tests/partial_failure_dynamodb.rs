@@ -3,7 +3,7 @@
 //! answers a transaction conflict; handlers return invalid writes, results over the item
 //! limit, and fail on redelivered duplicates. Every test checks how many times the handler
 //! ran, each record's outcome, what was reported and the stored record.
-mod common;
+use lambda_idempotency_test_support as support;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -11,16 +11,16 @@ use std::time::{Duration, SystemTime};
 
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
 use aws_sdk_dynamodb::Client;
-use common::dynamodb::{
-    balance, client, client_for_attempts, counted_client, create_table, create_table_keyed,
-    CallCounter,
-};
-use common::fault_proxy::{FaultProxy, Scripted};
-use common::{invocation, outcomes, reported};
 use lambda_idempotency::{
     Attr, BatchProcessor, Completion, Config, DynamoDbStore, Error, IdempotencyKey,
     IdempotencyLayer, IdempotencyMode, Outcome, Permanent, Status, Store, StoreError, Write,
 };
+use support::dynamodb::{
+    balance, client, client_for_attempts, counted_client, create_table, create_table_keyed,
+    CallCounter,
+};
+use support::harness::fault_proxy::{FaultProxy, Scripted};
+use support::{invocation, outcomes, reported};
 
 const REMAINING: Duration = Duration::from_secs(30);
 const MODES: [IdempotencyMode; 2] = [IdempotencyMode::Lease, IdempotencyMode::Optimistic];

@@ -3,9 +3,9 @@
 //! DynamoDB does (an invalid or inapplicable write before any condition, the record's
 //! included). Known differences, documented on `InMemoryStore`, are listed in
 //! `NOT_MODELLED`.
-mod common;
+use lambda_idempotency_test_support as support;
 
-use common::transactional_contract::commit_request;
+use support::transactional_contract::commit_request;
 
 use std::time::Duration;
 
@@ -378,10 +378,10 @@ fn scenarios(t: &str) -> Vec<Scenario> {
 
 #[tokio::test]
 async fn the_embedded_store_answers_transactions_as_dynamodb_does() {
-    let Some(ddb) = common::dynamodb::fresh_store().await else {
+    let Some(ddb) = support::dynamodb::fresh_store().await else {
         return;
     };
-    let table = common::dynamodb::create_table_keyed(ddb.client(), "ledger", "account").await;
+    let table = support::dynamodb::create_table_keyed(ddb.client(), "ledger", "account").await;
     let memory = InMemoryStore::new();
     memory.define_table(&table, &["account"]);
     let mut diffs = Vec::new();

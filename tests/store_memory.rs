@@ -1,5 +1,5 @@
 //! The store contract on `InMemoryStore`.
-mod common;
+use lambda_idempotency_test_support::{store_contract_suite, transactional_contract_suite};
 
 use lambda_idempotency::InMemoryStore;
 

@@ -1,22 +1,23 @@
 //! Transactional completion against DynamoDB Local, in both modes: the ledger write and the
 //! idempotency record commit together, so the effect happens exactly once even when the
 //! process dies at any step, a commit's response is lost, or the lease is lost.
-mod common;
+use lambda_idempotency_test_support as support;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
 use aws_sdk_dynamodb::Client;
-use common::dynamodb::{balance, counted_client, create_table, create_table_keyed, CallCounter};
-use common::{invocation, load_event, outcomes, Order};
 use lambda_idempotency::{
     epoch_ms, epoch_secs, Acquire, AcquireRequest, Attr, BatchProcessor, BatchReport, Clock,
     Commit, CommitRequest, CompleteRequest, Completion, Config, DynamoDbStore, Error,
-    ExtendRequest, Fenced, IdempotencyKey, IdempotencyLayer, IdempotencyMode, JsonPointer,
-    KeyExtractor, ManualClock, MessageAttribute, Outcome, OwnerToken, PayloadValidation, Permanent,
-    Record, Store, StoreError, TransactionalStore, Write,
+    ExtendRequest, Fenced, IdempotencyKey, IdempotencyLayer, IdempotencyMode, KeyExtractor,
+    ManualClock, Outcome, OwnerToken, PayloadValidation, Permanent, Record, Store, StoreError,
+    TransactionalStore, Write,
 };
+use order_consumer::{ledger_credit, order_key, Order, KEY_PREFIX};
+use support::dynamodb::{balance, counted_client, create_table, create_table_keyed, CallCounter};
+use support::{invocation, load_event, outcomes};
 
 const MODES: [IdempotencyMode; 2] = [IdempotencyMode::Lease, IdempotencyMode::Optimistic];
 /// The lease cap of the test containers: shorter than an invocation, so a handler can
@@ -171,11 +172,11 @@ impl Ledger {
         let ledger_table = self.ledger_table.clone();
         let runs = self.handler_runs.clone();
         let layer = IdempotencyLayer::new(self.store.clone())
-            .with_key(MessageAttribute::new("Idempotency-Key").or(JsonPointer::new("/eventId")))
+            .with_key(order_key())
             .with_clock(self.clock.clone())
             .with_config(
                 Config::new()
-                    .with_key_prefix("order-consumer")
+                    .with_key_prefix(KEY_PREFIX)
                     .with_mode(mode)
                     .with_max_lease(LEASE_CAP)
                     .with_payload_validation(PayloadValidation::Body),
@@ -189,13 +190,7 @@ impl Ledger {
                 let order: Order = serde_json::from_str(message.body.as_deref().unwrap_or(""))
                     .map_err(lambda_idempotency::BoxError::from)?;
                 hook(&order)?;
-                let credit = Write::update(
-                    ledger_table,
-                    [("account", Attr::s(&order.account))],
-                    "ADD #balance :amount",
-                )
-                .name("#balance", "balance")
-                .value(":amount", Attr::n(order.amount));
+                let credit = ledger_credit(ledger_table, &order);
                 Ok::<_, lambda_idempotency::BoxError>(
                     Completion::new(Applied {
                         account: order.account,
@@ -361,7 +356,7 @@ async fn a_lease_lost_to_another_invocation_applies_nothing() {
         clock.advance(LEASE_CAP + Duration::from_secs(1));
         let now = clock.now();
         let request = AcquireRequest {
-            key: IdempotencyKey::derive("order-consumer", order.event_id.as_bytes()),
+            key: IdempotencyKey::derive(KEY_PREFIX, order.event_id.as_bytes()),
             owner: OwnerToken::generate(),
             now,
             lease_expiration_ms: epoch_ms(now + REMAINING),
@@ -560,7 +555,7 @@ async fn a_tampered_duplicate_is_rejected_and_never_applied() {
 
 #[tokio::test]
 async fn the_order_key_prefers_the_attribute_then_the_event_id() {
-    let key = MessageAttribute::new("Idempotency-Key").or(JsonPointer::new("/eventId"));
+    let key = order_key();
     let event = load_event("producer_retry.json");
     assert_eq!(key.key_material(&event.records[0]).unwrap(), b"evt-1002");
 }

@@ -34,19 +34,26 @@ pub enum Inject {
     ExtendLeaseLost,
 }
 
+/// The calls the wrapper saw, by kind.
 #[derive(Debug, Default)]
 pub struct Calls {
+    /// `acquire` calls.
     pub acquire: AtomicUsize,
+    /// `complete` calls.
     pub complete: AtomicUsize,
+    /// `extend` calls.
     pub extend: AtomicUsize,
+    /// `release` calls.
     pub release: AtomicUsize,
 }
 
 /// `inner` with faults injected.
 #[derive(Debug, Clone)]
 pub struct FaultyStore<S> {
+    /// The wrapped store.
     pub inner: S,
     plan: Arc<Mutex<VecDeque<Inject>>>,
+    /// Every call, counted.
     pub calls: Arc<Calls>,
 }
 
@@ -55,6 +62,7 @@ fn down() -> StoreError {
 }
 
 impl<S: Store> FaultyStore<S> {
+    /// `inner`, no fault queued.
     pub fn new(inner: S) -> Self {
         Self {
             inner,

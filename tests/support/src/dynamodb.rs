@@ -47,6 +47,7 @@ impl CallCounter {
         self.calls.lock().unwrap().clone()
     }
 
+    /// Forgets every count.
     pub fn reset(&self) {
         self.calls.lock().unwrap().clear();
         *self.capacity_units.lock().unwrap() = 0.0;
