@@ -22,9 +22,9 @@ if [ ! -x "$BENCH_VENV/bin/python3" ] || ! cmp -s scripts/bench-requirements.txt
 fi
 
 echo "== building (release)" >&2
-cargo build --release --quiet --bin order-consumer --example bench
+cargo build --release --quiet -p order-consumer -p bench
 ddb_start
 BENCH_PYTHON="$BENCH_VENV/bin/python3" \
 BENCH_ORDER_CONSUMER="$PWD/target/release/order-consumer" \
 BENCH_OUT="${BENCH_OUT:-BENCHMARKS.md}" \
-  target/release/examples/bench
+  target/release/bench

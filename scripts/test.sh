@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The project's test command (README Quickstart, and CI through .ci/run):
 # installs what is missing (DynamoDB Local, the Python-packaged tools), lints template.yaml,
-# starts DynamoDB Local, then runs the format check, clippy, the docs build and every test,
-# the DynamoDB Local ones included, and stops it.
+# starts DynamoDB Local, then runs the format check, clippy, the docs build and every test of
+# the workspace (the library, examples/order-consumer, bench, tests/support), the DynamoDB
+# Local ones included, and stops it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/dynamodb-local.sh
@@ -29,15 +30,15 @@ ddb_start
 # Tests that need DynamoDB Local fail, rather than skip, when it is unreachable.
 export LAMBDA_IDEMPOTENCY_REQUIRE_DYNAMODB=1
 
-echo "== rust-version covers every dependency"
+echo "== rust-version covers every dependency of the library"
 python3 scripts/check_msrv.py
 echo "== cargo fmt --check"
 cargo fmt --all --check
-echo "== cargo clippy --all-targets -- -D warnings"
-cargo clippy --all-targets --quiet -- -D warnings
-echo "== cargo doc --no-deps (warnings denied)"
-RUSTDOCFLAGS=-Dwarnings cargo doc --no-deps --quiet
-echo "== cargo package (the crate as it would be published builds on its own)"
-cargo package --locked --quiet
-echo "== cargo test (DynamoDB Local at $AWS_ENDPOINT_URL_DYNAMODB)"
-cargo test
+echo "== cargo clippy --workspace --all-targets -- -D warnings"
+cargo clippy --workspace --all-targets --quiet -- -D warnings
+echo "== cargo doc --workspace --no-deps (warnings denied)"
+RUSTDOCFLAGS=-Dwarnings cargo doc --workspace --no-deps --quiet
+echo "== cargo package -p lambda-idempotency (the library as it would be published builds on its own)"
+cargo package -p lambda-idempotency --locked --quiet
+echo "== cargo test --workspace (DynamoDB Local at $AWS_ENDPOINT_URL_DYNAMODB)"
+cargo test --workspace

@@ -1,20 +1,22 @@
 //! Batch behaviour on the embedded store, driven by the sample events in `events/`.
-mod common;
+use lambda_idempotency_test_support as support;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
-use common::{invocation, load_event, outcomes, reported, Order};
-use lambda_idempotency::{
-    epoch_ms, epoch_secs, AcquireRequest, BatchError, BatchMode, BatchProcessor, BatchReport,
-    Clock, Config, Error, IdempotencyKey, IdempotencyLayer, InMemoryStore, JsonPointer,
-    KeyExtractor, ManualClock, MessageAttribute, MissingKey, Outcome, OwnerToken,
-    PayloadValidation, Processed, Status, Store,
-};
+use lambda_idempotency::clock::{epoch_ms, epoch_secs, Clock, ManualClock};
+use lambda_idempotency::key::{IdempotencyKey, JsonPointer};
+use lambda_idempotency::record::{OwnerToken, Status};
+use lambda_idempotency::sqs::{BatchError, BatchMode, BatchProcessor, BatchReport};
+use lambda_idempotency::store::{AcquireRequest, InMemoryStore, Store};
+use lambda_idempotency::validation::PayloadValidation;
+use lambda_idempotency::{Config, Error, IdempotencyLayer, MissingKey, Outcome, Processed};
 use lambda_runtime::LambdaEvent;
+use order_consumer::{order_key, Order};
 use serde::{Deserialize, Serialize};
+use support::{invocation, load_event, outcomes, reported};
 use tower::{Service, ServiceExt};
 
 const EVENTS: [&str; 7] = [
@@ -56,10 +58,6 @@ impl Effects {
 
 /// What the handler does besides applying the order.
 type Hook = Arc<dyn Fn(&Order) + Send + Sync>;
-
-fn order_key() -> impl KeyExtractor + Clone {
-    MessageAttribute::new("Idempotency-Key").or(JsonPointer::new("/eventId"))
-}
 
 struct Setup {
     store: InMemoryStore,
@@ -354,7 +352,9 @@ async fn a_key_prefix_too_long_for_dynamodb_is_a_typed_rejection() {
     assert_eq!(outcomes(&report), [Outcome::Rejected]);
     assert!(matches!(
         report.records[0].error,
-        Some(Error::Key(lambda_idempotency::KeyError::KeyTooLong { .. }))
+        Some(Error::Key(
+            lambda_idempotency::key::KeyError::KeyTooLong { .. }
+        ))
     ));
     assert_eq!(setup.effects.total(), 0);
 }
@@ -555,7 +555,7 @@ async fn missing_key_fails_the_record_unless_unprotected_processing_is_chosen() 
                 assert!(matches!(
                     report.records[0].error,
                     Some(Error::Key(
-                        lambda_idempotency::KeyError::PointerNotFound { .. }
+                        lambda_idempotency::key::KeyError::PointerNotFound { .. }
                     ))
                 ));
                 assert_eq!(*calls.lock().unwrap(), 0);
@@ -615,7 +615,7 @@ async fn a_lost_lease_is_reported_and_does_not_overwrite_the_new_holder() {
         let taken = store.acquire(&request);
         assert_eq!(
             futures_now(taken).unwrap(),
-            lambda_idempotency::Acquire::Acquired
+            lambda_idempotency::store::Acquire::Acquired
         );
     });
     let mut event = load_event("batch.json");
@@ -715,39 +715,40 @@ impl Store for ChangingStore {
     async fn acquire(
         &self,
         request: &AcquireRequest,
-    ) -> Result<lambda_idempotency::Acquire, lambda_idempotency::StoreError> {
+    ) -> Result<lambda_idempotency::store::Acquire, lambda_idempotency::store::StoreError> {
         {
             let mut left = self.contended.lock().unwrap();
             if *left > 0 {
                 *left -= 1;
-                return Ok(lambda_idempotency::Acquire::Contended);
+                return Ok(lambda_idempotency::store::Acquire::Contended);
             }
         }
         self.inner.acquire(request).await
     }
     async fn complete(
         &self,
-        request: &lambda_idempotency::CompleteRequest,
-    ) -> Result<lambda_idempotency::Fenced, lambda_idempotency::StoreError> {
+        request: &lambda_idempotency::store::CompleteRequest,
+    ) -> Result<lambda_idempotency::store::Fenced, lambda_idempotency::store::StoreError> {
         self.inner.complete(request).await
     }
     async fn extend(
         &self,
-        request: &lambda_idempotency::ExtendRequest,
-    ) -> Result<lambda_idempotency::Fenced, lambda_idempotency::StoreError> {
+        request: &lambda_idempotency::store::ExtendRequest,
+    ) -> Result<lambda_idempotency::store::Fenced, lambda_idempotency::store::StoreError> {
         self.inner.extend(request).await
     }
     async fn release(
         &self,
         key: &IdempotencyKey,
         owner: &OwnerToken,
-    ) -> Result<lambda_idempotency::Fenced, lambda_idempotency::StoreError> {
+    ) -> Result<lambda_idempotency::store::Fenced, lambda_idempotency::store::StoreError> {
         self.inner.release(key, owner).await
     }
     async fn get(
         &self,
         key: &IdempotencyKey,
-    ) -> Result<Option<lambda_idempotency::Record>, lambda_idempotency::StoreError> {
+    ) -> Result<Option<lambda_idempotency::record::Record>, lambda_idempotency::store::StoreError>
+    {
         self.inner.get(key).await
     }
 }

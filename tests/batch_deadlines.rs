@@ -1,17 +1,17 @@
 //! The batch runner and its deadlines: a slow record does not hold back the others, a
 //! started record is bounded by the invocation deadline, followers of a same-key leader wait
 //! no longer than their own deadline.
-mod common;
+use lambda_idempotency_test_support as support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
-use common::invocation;
-use lambda_idempotency::{
-    BatchMode, BatchProcessor, Config, IdempotencyLayer, InMemoryStore, Outcome,
-};
+use lambda_idempotency::sqs::{BatchMode, BatchProcessor};
+use lambda_idempotency::store::InMemoryStore;
+use lambda_idempotency::{Config, IdempotencyLayer, Outcome};
+use support::invocation;
 
 fn batch(count: usize) -> SqsEvent {
     let mut event = SqsEvent::default();
@@ -152,14 +152,15 @@ async fn an_optimistic_permanent_failure_is_shared_with_same_key_records() {
             .with_mode(IdempotencyMode::Optimistic),
     );
     let counter = runs.clone();
-    let processor = BatchProcessor::new(layer.transactional_handler(move |_m: SqsMessage| {
-        let runs = counter.clone();
-        async move {
-            runs.fetch_add(1, Ordering::SeqCst);
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            Err::<Completion<()>, _>(Permanent::new("declined"))
-        }
-    }));
+    let processor =
+        BatchProcessor::new(layer.clone().with_writes().handler(move |_m: SqsMessage| {
+            let runs = counter.clone();
+            async move {
+                runs.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                Err::<Completion<()>, _>(Permanent::new("declined"))
+            }
+        }));
     let mut event = batch(1);
     event.records.push(event.records[0].clone());
     let report = processor

@@ -1,17 +1,17 @@
 //! Many containers process the same batch at once against DynamoDB Local: every record's
 //! handler runs exactly once, and every container ends with every record acknowledged.
-mod common;
+use lambda_idempotency_test_support as support;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
-use common::{invocation, load_event, Order};
-use lambda_idempotency::{
-    BatchProcessor, DynamoDbStore, IdempotencyLayer, JsonPointer, KeyExtractor, MessageAttribute,
-    Outcome,
-};
+use lambda_idempotency::sqs::BatchProcessor;
+use lambda_idempotency::store::DynamoDbStore;
+use lambda_idempotency::{IdempotencyLayer, Outcome};
+use order_consumer::{order_key, Order};
+use support::{invocation, load_event};
 
 const CONTAINERS: usize = 6;
 const RECORDS: usize = 24;
@@ -35,7 +35,7 @@ fn big_batch() -> SqsEvent {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_containers_run_each_handler_exactly_once() {
-    let Some(store) = common::dynamodb::fresh_store().await else {
+    let Some(store) = support::dynamodb::fresh_store().await else {
         return;
     };
     let effects: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
@@ -47,8 +47,7 @@ async fn concurrent_containers_run_each_handler_exactly_once() {
         let executed = executed.clone();
         containers.push(tokio::spawn(async move {
             // Each container has its own layer: no shared cache or single flight.
-            let key = MessageAttribute::new("Idempotency-Key").or(JsonPointer::new("/eventId"));
-            let layer = IdempotencyLayer::new(store).with_key(key);
+            let layer = IdempotencyLayer::new(store).with_key(order_key());
             let processor = BatchProcessor::new(layer.handler(move |message: SqsMessage| {
                 let effects = effects.clone();
                 async move {

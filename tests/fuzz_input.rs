@@ -2,18 +2,22 @@
 //! very large, unicode), message ids (absent, empty) and key sources. No panic escapes, every
 //! record ends in one outcome, a bad record fails alone with a typed error, and no empty
 //! `itemIdentifier` is ever emitted.
-mod common;
+use lambda_idempotency_test_support as support;
 
 use std::collections::HashSet;
 use std::time::{Duration, SystemTime};
 
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage, SqsMessageAttribute};
-use common::{invocation, Order};
-use lambda_idempotency::{
-    BatchProcessor, BodyHash, Config, Error, IdempotencyKey, IdempotencyLayer, InMemoryStore,
-    JsonPointer, KeyExtractor, MessageAttribute, Outcome, PayloadValidation,
+use lambda_idempotency::key::{
+    BodyHash, IdempotencyKey, JsonPointer, KeyExtractor, MessageAttribute,
 };
+use lambda_idempotency::sqs::BatchProcessor;
+use lambda_idempotency::store::InMemoryStore;
+use lambda_idempotency::validation::PayloadValidation;
+use lambda_idempotency::{Config, Error, IdempotencyLayer, Outcome};
+use order_consumer::{order_key, Order};
 use proptest::prelude::*;
+use support::invocation;
 
 /// Bodies: valid orders, near-misses, garbage, unicode and control characters, large.
 fn body() -> impl Strategy<Value = Option<String>> {
@@ -84,7 +88,7 @@ proptest! {
     fn any_batch_ends_in_one_outcome_per_record(records in proptest::collection::vec(message(), 1..12)) {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         let layer = IdempotencyLayer::new(InMemoryStore::new())
-            .with_key(MessageAttribute::new("Idempotency-Key").or(JsonPointer::new("/eventId")))
+            .with_key(order_key())
             .with_config(Config::new().with_payload_validation(PayloadValidation::Body));
         let processor = BatchProcessor::new(layer.handler(|m: SqsMessage| async move {
             serde_json::from_str::<Order>(m.body.as_deref().unwrap_or("")).map(|o| o.amount)
@@ -147,7 +151,7 @@ proptest! {
         record in message(),
         pointer in prop_oneof![Just("/eventId".to_string()), "\\PC{0,12}", "/[a-z~01/]{0,12}"],
     ) {
-        let extractors: Vec<Box<dyn KeyExtractor>> = vec![
+        let extractors: Vec<Box<dyn KeyExtractor<SqsMessage>>> = vec![
             Box::new(JsonPointer::new(pointer)),
             Box::new(BodyHash),
             Box::new(MessageAttribute::new("Idempotency-Key")),

@@ -2,18 +2,20 @@
 //! errors (a parse error, a handler error, a panic message, a permanent failure) never land
 //! in the table or in the logs: only `<prefix>#<sha256>`, outcomes and error types do. Its
 //! own test binary, so that its global log subscriber sees every line.
-mod common;
+use lambda_idempotency_test_support as support;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage, SqsMessageAttribute};
-use common::dynamodb::{create_table, create_table_keyed};
-use common::{invocation, load_event, Order};
-use lambda_idempotency::{
-    Attr, BatchProcessor, Completion, Config, DynamoDbStore, IdempotencyLayer, JsonPointer,
-    KeyExtractor, MessageAttribute, PayloadValidation, Write,
-};
+use lambda_idempotency::key::JsonPointer;
+use lambda_idempotency::sqs::BatchProcessor;
+use lambda_idempotency::store::DynamoDbStore;
+use lambda_idempotency::validation::PayloadValidation;
+use lambda_idempotency::{Completion, Config, IdempotencyLayer};
+use order_consumer::{ledger_credit, order_key, Order, KEY_PREFIX};
+use support::dynamodb::{create_table, create_table_keyed};
+use support::{invocation, load_event};
 
 /// Collects everything the subscriber writes.
 #[derive(Clone, Default)]
@@ -31,7 +33,7 @@ impl std::io::Write for Captured {
 
 #[tokio::test]
 async fn raw_key_material_never_reaches_the_table_or_the_logs() {
-    let Some(client) = common::dynamodb::client().await else {
+    let Some(client) = support::dynamodb::client().await else {
         return;
     };
     let captured = Captured::default();
@@ -65,27 +67,24 @@ async fn raw_key_material_never_reaches_the_table_or_the_logs() {
         event.records.push(record);
     }
     let layer = IdempotencyLayer::new(DynamoDbStore::new(client.clone(), &table))
-        .with_key(MessageAttribute::new("Idempotency-Key").or(JsonPointer::new("/eventId")))
+        .with_key(order_key())
         .with_config(
             Config::new()
-                .with_key_prefix("order-consumer")
+                .with_key_prefix(KEY_PREFIX)
                 .with_payload_validation(PayloadValidation::Body),
         );
     let ledger_table = ledger.clone();
-    let processor = BatchProcessor::new(layer.transactional_handler(move |m: SqsMessage| {
-        let ledger_table = ledger_table.clone();
-        async move {
-            let order: Order = serde_json::from_str(m.body.as_deref().unwrap_or(""))?;
-            let write = Write::update(
-                ledger_table,
-                [("account", Attr::s(&order.account))],
-                "ADD #b :a",
-            )
-            .name("#b", "balance")
-            .value(":a", Attr::n(order.amount));
-            Ok::<_, lambda_idempotency::BoxError>(Completion::new(order.amount).with_write(write))
-        }
-    }));
+    let processor =
+        BatchProcessor::new(layer.clone().with_writes().handler(move |m: SqsMessage| {
+            let ledger_table = ledger_table.clone();
+            async move {
+                let order: Order = serde_json::from_str(m.body.as_deref().unwrap_or(""))?;
+                let write = ledger_credit(ledger_table, &order);
+                Ok::<_, lambda_idempotency::BoxError>(
+                    Completion::new(order.amount).with_write(write),
+                )
+            }
+        }));
     for _ in 0..2 {
         processor
             .process(invocation(

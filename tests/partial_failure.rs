@@ -1,21 +1,23 @@
 //! Per-delivery behaviour under partial failure, on the embedded store: how many times the
 //! handler ran, each record's outcome, the stored record, what `batchItemFailures` held.
 //! Each test pins one defect of the record protocol that an earlier version had.
-mod common;
+use lambda_idempotency_test_support as support;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage, SqsMessageAttribute};
-use common::faulty_store::{FaultyStore, Inject};
-use common::{invocation, outcomes, reported};
-use lambda_idempotency::{
-    BatchProcessor, BatchReport, Clock, Config, Error, IdempotencyKey, IdempotencyLayer,
-    InMemoryStore, JsonPointer, KeyExtractor, ManualClock, MessageAttribute, Outcome, OwnerToken,
-    PayloadValidation, Permanent, Status, Store,
-};
+use lambda_idempotency::clock::{Clock, ManualClock};
+use lambda_idempotency::key::{IdempotencyKey, JsonPointer, KeyExtractor, MessageAttribute};
+use lambda_idempotency::record::{OwnerToken, Status};
+use lambda_idempotency::sqs::{BatchProcessor, BatchReport};
+use lambda_idempotency::store::{InMemoryStore, Store};
+use lambda_idempotency::validation::PayloadValidation;
+use lambda_idempotency::{Config, Error, IdempotencyLayer, Outcome, Permanent};
 use lambda_runtime::{Context, LambdaEvent};
+use support::faulty_store::{FaultyStore, Inject};
+use support::{invocation, outcomes, reported};
 
 const REMAINING: Duration = Duration::from_secs(30);
 
@@ -34,7 +36,10 @@ fn batch(messages: impl IntoIterator<Item = SqsMessage>) -> SqsEvent {
 }
 
 /// The stored record of a message keyed on its `messageId` under the prefix `t`.
-async fn stored<S: Store>(store: &S, message_id: &str) -> Option<lambda_idempotency::Record> {
+async fn stored<S: Store>(
+    store: &S,
+    message_id: &str,
+) -> Option<lambda_idempotency::record::Record> {
     store
         .get(&IdempotencyKey::derive("t", message_id.as_bytes()))
         .await
@@ -343,7 +348,9 @@ async fn a_permanent_failure_with_a_huge_message_is_stored_cut_to_fit() {
                 assert_eq!(*r, replayed);
                 // This delivery's own error has the whole message; the stored one is cut.
                 if replayed {
-                    assert!(message.len() <= lambda_idempotency::MAX_STORED_FAILURE_BYTES);
+                    assert!(
+                        message.len() <= lambda_idempotency::idempotent::MAX_STORED_FAILURE_BYTES
+                    );
                 } else {
                     assert_eq!(message.len(), 500 * 1024);
                 }
@@ -357,7 +364,7 @@ async fn a_permanent_failure_with_a_huge_message_is_stored_cut_to_fit() {
     assert_eq!(record.status, Status::Failed);
     let data = record.data.unwrap_or_default();
     assert!(
-        data.len() <= lambda_idempotency::MAX_STORED_FAILURE_BYTES + 2,
+        data.len() <= lambda_idempotency::idempotent::MAX_STORED_FAILURE_BYTES + 2,
         "{}",
         data.len()
     );
@@ -369,7 +376,7 @@ async fn a_key_that_failed_runs_again_in_the_next_batch_even_with_a_constant_req
     let with_fixed_id = |event: SqsEvent| {
         let mut context = Context::default();
         context.request_id = "always-the-same".into();
-        context.deadline = lambda_idempotency::epoch_ms(rig.clock.now() + REMAINING);
+        context.deadline = lambda_idempotency::clock::epoch_ms(rig.clock.now() + REMAINING);
         LambdaEvent::new(event, context)
     };
     let processor = counting(
@@ -531,7 +538,7 @@ async fn tampered_numbers_past_f64_precision_are_rejected() {
 
 #[tokio::test]
 async fn a_record_hashed_in_the_old_format_still_replays_its_own_payload() {
-    use lambda_idempotency::{AcquireRequest, CompleteRequest};
+    use lambda_idempotency::store::{AcquireRequest, CompleteRequest};
     let store = InMemoryStore::new();
     let clock = ManualClock::starting_now();
     let body = r#"{"id":"e-1","amount":25}"#;
@@ -545,8 +552,8 @@ async fn a_record_hashed_in_the_old_format_still_replays_its_own_payload() {
             key: key.clone(),
             owner: owner.clone(),
             now,
-            lease_expiration_ms: lambda_idempotency::epoch_ms(now + REMAINING),
-            expiration_secs: lambda_idempotency::epoch_secs(now + Duration::from_secs(3600)),
+            lease_expiration_ms: lambda_idempotency::clock::epoch_ms(now + REMAINING),
+            expiration_secs: lambda_idempotency::clock::epoch_secs(now + Duration::from_secs(3600)),
             validation: Some(legacy),
         })
         .await
@@ -557,7 +564,7 @@ async fn a_record_hashed_in_the_old_format_still_replays_its_own_payload() {
             owner,
             status: Status::Completed,
             data: "null".into(),
-            expiration_secs: lambda_idempotency::epoch_secs(now + Duration::from_secs(3600)),
+            expiration_secs: lambda_idempotency::clock::epoch_secs(now + Duration::from_secs(3600)),
         })
         .await
         .unwrap();
@@ -720,12 +727,12 @@ async fn fifo_batches_stop_at_a_record_that_is_locked_lost_or_unavailable() {
                 let now = rig.clock.now();
                 rig.store
                     .inner
-                    .acquire(&lambda_idempotency::AcquireRequest {
+                    .acquire(&lambda_idempotency::store::AcquireRequest {
                         key: IdempotencyKey::derive("t", b"f-2"),
                         owner: OwnerToken::generate(),
                         now,
-                        lease_expiration_ms: lambda_idempotency::epoch_ms(now + REMAINING),
-                        expiration_secs: lambda_idempotency::epoch_secs(now + REMAINING),
+                        lease_expiration_ms: lambda_idempotency::clock::epoch_ms(now + REMAINING),
+                        expiration_secs: lambda_idempotency::clock::epoch_secs(now + REMAINING),
                         validation: None,
                     })
                     .await
@@ -785,11 +792,12 @@ fn ledger_credit(
         > + Clone,
     ManualClock,
 > {
-    use lambda_idempotency::{Attr, Completion, Write};
+    use lambda_idempotency::store::{Attr, Write};
+    use lambda_idempotency::Completion;
     let layer = IdempotencyLayer::new(store.clone())
         .with_clock(clock.clone())
         .with_config(config().with_mode(mode));
-    BatchProcessor::new(layer.transactional_handler(move |_m: SqsMessage| {
+    BatchProcessor::new(layer.clone().with_writes().handler(move |_m: SqsMessage| {
         let (runs, broken) = (runs.clone(), broken.clone());
         async move {
             runs.fetch_add(1, Ordering::SeqCst);
@@ -806,7 +814,7 @@ fn ledger_credit(
 }
 
 fn balance(store: &InMemoryStore) -> String {
-    use lambda_idempotency::Attr;
+    use lambda_idempotency::store::Attr;
     let key = [("account".to_string(), Attr::s("acct-1"))].into();
     match store
         .item("ledger", &key)

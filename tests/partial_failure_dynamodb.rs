@@ -3,7 +3,7 @@
 //! answers a transaction conflict; handlers return invalid writes, results over the item
 //! limit, and fail on redelivered duplicates. Every test checks how many times the handler
 //! ran, each record's outcome, what was reported and the stored record.
-mod common;
+use lambda_idempotency_test_support as support;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -11,16 +11,19 @@ use std::time::{Duration, SystemTime};
 
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
 use aws_sdk_dynamodb::Client;
-use common::dynamodb::{
+use lambda_idempotency::key::IdempotencyKey;
+use lambda_idempotency::record::Status;
+use lambda_idempotency::sqs::BatchProcessor;
+use lambda_idempotency::store::{Attr, DynamoDbStore, Store, StoreError, Write};
+use lambda_idempotency::{
+    Completion, Config, Error, IdempotencyLayer, IdempotencyMode, Outcome, Permanent,
+};
+use support::dynamodb::{
     balance, client, client_for_attempts, counted_client, create_table, create_table_keyed,
     CallCounter,
 };
-use common::fault_proxy::{FaultProxy, Scripted};
-use common::{invocation, outcomes, reported};
-use lambda_idempotency::{
-    Attr, BatchProcessor, Completion, Config, DynamoDbStore, Error, IdempotencyKey,
-    IdempotencyLayer, IdempotencyMode, Outcome, Permanent, Status, Store, StoreError, Write,
-};
+use support::harness::fault_proxy::{FaultProxy, Scripted};
+use support::{invocation, outcomes, reported};
 
 const REMAINING: Duration = Duration::from_secs(30);
 const MODES: [IdempotencyMode; 2] = [IdempotencyMode::Lease, IdempotencyMode::Optimistic];
@@ -38,7 +41,7 @@ fn config(mode: IdempotencyMode) -> Config {
     Config::new().with_key_prefix("t").with_mode(mode)
 }
 
-async fn stored(store: &DynamoDbStore, id: &str) -> Option<lambda_idempotency::Record> {
+async fn stored(store: &DynamoDbStore, id: &str) -> Option<lambda_idempotency::record::Record> {
     store
         .get(&IdempotencyKey::derive("t", id.as_bytes()))
         .await
@@ -194,8 +197,12 @@ async fn a_transaction_conflict_at_the_top_level_is_retried_then_reported_as_a_c
         let ledger = create_table_keyed(&rig.client, "ledger", "account").await;
         let runs = Arc::new(AtomicUsize::new(0));
         let layer = IdempotencyLayer::new(rig.store.clone()).with_config(config(mode));
-        let processor =
-            BatchProcessor::new(layer.transactional_handler(credit(ledger.clone(), runs.clone())));
+        let processor = BatchProcessor::new(
+            layer
+                .clone()
+                .with_writes()
+                .handler(credit(ledger.clone(), runs.clone())),
+        );
         let conflict = || Scripted::Error("TransactionConflictException");
         // One conflict: sent again, applied once.
         rig.proxy.script("TransactWriteItems", conflict());
@@ -257,7 +264,7 @@ async fn invalid_handler_writes_are_rejected_once_and_free_the_key() {
             let writes = invalid_writes(kind, &ledger);
             let layer = IdempotencyLayer::new(store.clone()).with_config(config(mode));
             let processor =
-                BatchProcessor::new(layer.transactional_handler(move |_m: SqsMessage| {
+                BatchProcessor::new(layer.clone().with_writes().handler(move |_m: SqsMessage| {
                     let writes = writes.clone();
                     async move {
                         let completion = Completion::new(());
@@ -299,15 +306,19 @@ async fn optimistic_duplicates_whose_handler_now_fails_are_replayed() {
         let runs = Arc::new(AtomicUsize::new(0));
         let layer =
             IdempotencyLayer::new(store.clone()).with_config(config(IdempotencyMode::Optimistic));
-        let first =
-            BatchProcessor::new(layer.transactional_handler(credit(ledger.clone(), runs.clone())))
-                .process(invocation(one("m-1"), SystemTime::now(), REMAINING))
-                .await;
+        let first = BatchProcessor::new(
+            layer
+                .clone()
+                .with_writes()
+                .handler(credit(ledger.clone(), runs.clone())),
+        )
+        .process(invocation(one("m-1"), SystemTime::now(), REMAINING))
+        .await;
         assert_eq!(outcomes(&first), [Outcome::Executed]);
         let broken = Arc::new(AtomicBool::new(true));
         let report = match failure {
             "other result type" => {
-                BatchProcessor::new(layer.transactional_handler(|_m: SqsMessage| async {
+                BatchProcessor::new(layer.clone().with_writes().handler(|_m: SqsMessage| async {
                     Ok::<_, std::io::Error>(Completion::new(String::from("a string now")))
                 }))
                 .process(invocation(one("m-1"), SystemTime::now(), REMAINING))
@@ -320,8 +331,8 @@ async fn optimistic_duplicates_whose_handler_now_fails_are_replayed() {
             kind => {
                 let (broken, runs) = (broken.clone(), runs.clone());
                 let panics = kind == "panic";
-                let report =
-                    BatchProcessor::new(layer.transactional_handler(move |_m: SqsMessage| {
+                let report = BatchProcessor::new(layer.clone().with_writes().handler(
+                    move |_m: SqsMessage| {
                         let (broken, runs) = (broken.clone(), runs.clone());
                         async move {
                             runs.fetch_add(1, Ordering::SeqCst);
@@ -333,9 +344,10 @@ async fn optimistic_duplicates_whose_handler_now_fails_are_replayed() {
                             }
                             Ok(Completion::new(5u32))
                         }
-                    }))
-                    .process(invocation(one("m-1"), SystemTime::now(), REMAINING))
-                    .await;
+                    },
+                ))
+                .process(invocation(one("m-1"), SystemTime::now(), REMAINING))
+                .await;
                 assert!(reported(&report).is_empty(), "{failure}");
                 outcomes(&report)
             }

@@ -4,11 +4,13 @@
 use std::future::Future;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use lambda_idempotency::{
-    decide, epoch_ms, epoch_secs, Acquire, AcquireRequest, Clock, CompleteRequest, Decision,
-    Fenced, IdempotencyKey, InMemoryStore, ManualClock, OwnerToken, PayloadHash, Record, Status,
-    Store,
+use lambda_idempotency::clock::{epoch_ms, epoch_secs, Clock, ManualClock};
+use lambda_idempotency::key::IdempotencyKey;
+use lambda_idempotency::record::{decide, Decision, OwnerToken, Record, Status};
+use lambda_idempotency::store::{
+    Acquire, AcquireRequest, CompleteRequest, Fenced, InMemoryStore, Store,
 };
+use lambda_idempotency::validation::PayloadHash;
 use proptest::prelude::*;
 
 const BASE_MS: u64 = 1_700_000_000_000;

@@ -1,20 +1,21 @@
 //! Security: keys are hashed and namespaced per function, so two functions sharing a table
 //! cannot collide (raw key material stays out of the table and the logs: `tests/key_secrecy.rs`).
-mod common;
+use lambda_idempotency_test_support as support;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use aws_lambda_events::sqs::SqsMessage;
-use common::dynamodb::create_table;
-use common::{invocation, load_event};
-use lambda_idempotency::{
-    BatchProcessor, Config, DynamoDbStore, IdempotencyLayer, JsonPointer, Outcome,
-};
+use lambda_idempotency::key::JsonPointer;
+use lambda_idempotency::sqs::BatchProcessor;
+use lambda_idempotency::store::DynamoDbStore;
+use lambda_idempotency::{Config, IdempotencyLayer, Outcome};
+use support::dynamodb::create_table;
+use support::{invocation, load_event};
 
 #[tokio::test]
 async fn two_functions_sharing_a_table_do_not_collide() {
-    let Some(client) = common::dynamodb::client().await else {
+    let Some(client) = support::dynamodb::client().await else {
         return;
     };
     let table = create_table(&client).await;

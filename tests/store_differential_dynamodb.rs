@@ -3,15 +3,18 @@
 //! DynamoDB does (an invalid or inapplicable write before any condition, the record's
 //! included). Known differences, documented on `InMemoryStore`, are listed in
 //! `NOT_MODELLED`.
-mod common;
+use lambda_idempotency_test_support as support;
 
-use common::transactional_contract::commit_request;
+use support::transactional_contract::commit_request;
 
 use std::time::Duration;
 
-use lambda_idempotency::{
-    epoch_ms, epoch_secs, Acquire, AcquireRequest, Attr, Clock, Commit, DynamoDbStore,
-    IdempotencyKey, InMemoryStore, ManualClock, OwnerToken, StoreError, TransactionalStore, Write,
+use lambda_idempotency::clock::{epoch_ms, epoch_secs, Clock, ManualClock};
+use lambda_idempotency::key::IdempotencyKey;
+use lambda_idempotency::record::OwnerToken;
+use lambda_idempotency::store::{
+    Acquire, AcquireRequest, Attr, Commit, DynamoDbStore, InMemoryStore, StoreError,
+    TransactionalStore, Write,
 };
 
 /// Differences the embedded store documents: it does not know key attribute types.
@@ -378,10 +381,10 @@ fn scenarios(t: &str) -> Vec<Scenario> {
 
 #[tokio::test]
 async fn the_embedded_store_answers_transactions_as_dynamodb_does() {
-    let Some(ddb) = common::dynamodb::fresh_store().await else {
+    let Some(ddb) = support::dynamodb::fresh_store().await else {
         return;
     };
-    let table = common::dynamodb::create_table_keyed(ddb.client(), "ledger", "account").await;
+    let table = support::dynamodb::create_table_keyed(ddb.client(), "ledger", "account").await;
     let memory = InMemoryStore::new();
     memory.define_table(&table, &["account"]);
     let mut diffs = Vec::new();

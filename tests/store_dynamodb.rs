@@ -1,15 +1,16 @@
 //! The store contract on `DynamoDbStore`, against DynamoDB Local.
-mod common;
+use lambda_idempotency_test_support as support;
+use support::{store_contract_suite, transactional_contract_suite};
 
-store_contract_suite!(common::dynamodb::fresh_store().await);
-transactional_contract_suite!(crate::common::dynamodb::fresh_store().await);
+store_contract_suite!(support::dynamodb::fresh_store().await);
+transactional_contract_suite!(crate::support::dynamodb::fresh_store().await);
 
-use common::dynamodb::{counted_client, create_table, CallCounter};
-use lambda_idempotency::{
-    epoch_ms, epoch_secs, Acquire, AcquireRequest, Clock, DynamoDbStore, IdempotencyKey,
-    ManualClock, OwnerToken, Status, Store,
-};
+use lambda_idempotency::clock::{epoch_ms, epoch_secs, Clock, ManualClock};
+use lambda_idempotency::key::IdempotencyKey;
+use lambda_idempotency::record::{OwnerToken, Status};
+use lambda_idempotency::store::{Acquire, AcquireRequest, DynamoDbStore, Store};
 use std::time::Duration;
+use support::dynamodb::{counted_client, create_table, CallCounter};
 
 /// The failed conditional put returns the old item (ALL_OLD): no second read.
 #[tokio::test]

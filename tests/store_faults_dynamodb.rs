@@ -3,7 +3,7 @@
 //! after forwarding, and DynamoDB Local itself is stopped and restarted. The toolkit must fail
 //! closed (no handler runs without its lease), apply nothing twice, lose nothing, and recover
 //! once the store answers again.
-mod common;
+use lambda_idempotency_test_support as support;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -13,15 +13,14 @@ use std::time::{Duration, Instant, SystemTime};
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodb::Client;
-use common::dynamodb::{balance, client_for, create_table, create_table_keyed};
-use common::fault_proxy::{FaultProxy, FaultRates};
-use common::order_consumer::{spawn_with_endpoint, Tables};
-use common::runtime_api::{Reply, RuntimeApi};
-use common::{invocation, load_event, Order};
-use lambda_idempotency::{
-    Attr, BatchProcessor, BatchReport, Completion, Config, DynamoDbStore, IdempotencyKey,
-    IdempotencyLayer, IdempotencyMode, JsonPointer, KeyExtractor, MessageAttribute, Outcome, Write,
-};
+use lambda_idempotency::key::IdempotencyKey;
+use lambda_idempotency::sqs::{BatchProcessor, BatchReport};
+use lambda_idempotency::store::DynamoDbStore;
+use lambda_idempotency::{Completion, Config, IdempotencyLayer, IdempotencyMode, Outcome};
+use order_consumer::{ledger_credit, order_key, Order, Tables, KEY_PREFIX};
+use support::dynamodb::{balance, client_for, create_table, create_table_keyed};
+use support::harness::fault_proxy::{FaultProxy, FaultRates};
+use support::{invocation, load_event};
 
 const MODES: [IdempotencyMode; 2] = [IdempotencyMode::Lease, IdempotencyMode::Optimistic];
 
@@ -72,49 +71,46 @@ fn container(
 > {
     let (ledger, idempotency) = (tables.ledger.clone(), tables.idempotency.clone());
     let layer = IdempotencyLayer::new(DynamoDbStore::new(store_client, &tables.idempotency))
-        .with_key(MessageAttribute::new("Idempotency-Key").or(JsonPointer::new("/eventId")))
-        .with_config(
-            Config::new()
-                .with_key_prefix("order-consumer")
-                .with_mode(mode),
-        );
-    BatchProcessor::new(layer.transactional_handler(move |message: SqsMessage| {
-        let (ledger, idempotency, direct, witness) = (
-            ledger.clone(),
-            idempotency.clone(),
-            direct.clone(),
-            witness.clone(),
-        );
-        async move {
-            let order: Order = serde_json::from_str(message.body.as_deref().unwrap_or(""))?;
-            witness.runs.fetch_add(1, Ordering::SeqCst);
-            if mode == IdempotencyMode::Lease {
-                let key = IdempotencyKey::derive("order-consumer", order.event_id.as_bytes());
-                let item = direct
-                    .get_item()
-                    .table_name(idempotency)
-                    .key("id", AttributeValue::S(key.as_str().into()))
-                    .consistent_read(true)
-                    .send()
-                    .await?
-                    .item;
-                let leased = item
-                    .and_then(|i| i.get("status").and_then(|s| s.as_s().ok().cloned()))
-                    .is_some_and(|s| s == "INPROGRESS");
-                if !leased {
-                    witness.unleased.fetch_add(1, Ordering::SeqCst);
+        .with_key(order_key())
+        .with_config(Config::new().with_key_prefix(KEY_PREFIX).with_mode(mode));
+    BatchProcessor::new(
+        layer
+            .clone()
+            .with_writes()
+            .handler(move |message: SqsMessage| {
+                let (ledger, idempotency, direct, witness) = (
+                    ledger.clone(),
+                    idempotency.clone(),
+                    direct.clone(),
+                    witness.clone(),
+                );
+                async move {
+                    let order: Order = serde_json::from_str(message.body.as_deref().unwrap_or(""))?;
+                    witness.runs.fetch_add(1, Ordering::SeqCst);
+                    if mode == IdempotencyMode::Lease {
+                        let key = IdempotencyKey::derive(KEY_PREFIX, order.event_id.as_bytes());
+                        let item = direct
+                            .get_item()
+                            .table_name(idempotency)
+                            .key("id", AttributeValue::S(key.as_str().into()))
+                            .consistent_read(true)
+                            .send()
+                            .await?
+                            .item;
+                        let leased = item
+                            .and_then(|i| i.get("status").and_then(|s| s.as_s().ok().cloned()))
+                            .is_some_and(|s| s == "INPROGRESS");
+                        if !leased {
+                            witness.unleased.fetch_add(1, Ordering::SeqCst);
+                        }
+                    }
+                    let credit = ledger_credit(ledger, &order);
+                    Ok::<_, lambda_idempotency::BoxError>(
+                        Completion::new(order.amount).with_write(credit),
+                    )
                 }
-            }
-            let credit = Write::update(
-                ledger,
-                [("account", Attr::s(&order.account))],
-                "ADD #balance :amount",
-            )
-            .name("#balance", "balance")
-            .value(":amount", Attr::n(order.amount));
-            Ok::<_, lambda_idempotency::BoxError>(Completion::new(order.amount).with_write(credit))
-        }
-    }))
+            }),
+    )
 }
 
 /// Delivers `event` until every record is acknowledged (at least once, as SQS does),
@@ -168,7 +164,7 @@ where
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn under_store_faults_nothing_is_lost_applied_twice_or_run_unleased() {
-    let Some(direct) = common::dynamodb::client().await else {
+    let Some(direct) = support::dynamodb::client().await else {
         return;
     };
     let endpoint = std::env::var("AWS_ENDPOINT_URL_DYNAMODB").unwrap();
@@ -318,7 +314,7 @@ impl OwnDynamoDbLocal {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dynamodb_local_stopped_and_restarted_mid_run() {
-    if common::dynamodb::client().await.is_none() {
+    if support::dynamodb::client().await.is_none() {
         return;
     }
     let dir = std::env::temp_dir().join(format!("ddb-restart-{}", uuid::Uuid::new_v4().simple()));
@@ -432,52 +428,4 @@ async fn dynamodb_local_stopped_and_restarted_mid_run() {
     }
     second.stop().await;
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_hung_store_cannot_eat_the_invocation() {
-    let Some(direct) = common::dynamodb::client().await else {
-        return;
-    };
-    let endpoint = std::env::var("AWS_ENDPOINT_URL_DYNAMODB").unwrap();
-    let tables = Tables {
-        idempotency: create_table(&direct).await,
-        ledger: create_table_keyed(&direct, "ledger", "account").await,
-    };
-    // Every request hangs for a minute.
-    let proxy = FaultProxy::start(&endpoint, 5).await;
-    proxy.set_slow_by(Duration::from_secs(60));
-    proxy.set_rates(FaultRates {
-        slow: 1.0,
-        ..FaultRates::default()
-    });
-    let api = RuntimeApi::start().await;
-    let _container = spawn_with_endpoint(&api.address(), &tables, "lease", &proxy.endpoint());
-    let event: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(format!("{}/events/batch.json", env!("CARGO_MANIFEST_DIR")))
-            .unwrap(),
-    )
-    .unwrap();
-    let started = Instant::now();
-    let reply = api
-        .invoke(&event, Duration::from_secs(30), Duration::from_secs(30))
-        .await;
-    let took = started.elapsed();
-    // order-consumer's SDK timeouts (2 s per attempt, 5 s per operation) bound the wait.
-    assert!(
-        took < Duration::from_secs(12),
-        "the invocation took {took:?}"
-    );
-    match reply {
-        Some(Reply::Response(body)) => {
-            assert_eq!(
-                body["batchItemFailures"].as_array().unwrap().len(),
-                3,
-                "{body}"
-            );
-        }
-        other => panic!("expected a batch response, got {other:?}"),
-    }
-    assert_eq!(balance(&direct, &tables.ledger, "acct-alice").await, 0);
-    eprintln!("a hung store: order-consumer answered in {took:?}, every record reported");
 }

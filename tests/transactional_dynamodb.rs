@@ -1,22 +1,28 @@
 //! Transactional completion against DynamoDB Local, in both modes: the ledger write and the
 //! idempotency record commit together, so the effect happens exactly once even when the
 //! process dies at any step, a commit's response is lost, or the lease is lost.
-mod common;
+use lambda_idempotency_test_support as support;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
 use aws_sdk_dynamodb::Client;
-use common::dynamodb::{balance, counted_client, create_table, create_table_keyed, CallCounter};
-use common::{invocation, load_event, outcomes, Order};
-use lambda_idempotency::{
-    epoch_ms, epoch_secs, Acquire, AcquireRequest, Attr, BatchProcessor, BatchReport, Clock,
-    Commit, CommitRequest, CompleteRequest, Completion, Config, DynamoDbStore, Error,
-    ExtendRequest, Fenced, IdempotencyKey, IdempotencyLayer, IdempotencyMode, JsonPointer,
-    KeyExtractor, ManualClock, MessageAttribute, Outcome, OwnerToken, PayloadValidation, Permanent,
-    Record, Store, StoreError, TransactionalStore, Write,
+use lambda_idempotency::clock::{epoch_ms, epoch_secs, Clock, ManualClock};
+use lambda_idempotency::key::{IdempotencyKey, KeyExtractor};
+use lambda_idempotency::record::{OwnerToken, Record};
+use lambda_idempotency::sqs::{BatchProcessor, BatchReport};
+use lambda_idempotency::store::{
+    Acquire, AcquireRequest, Attr, Commit, CommitRequest, CompleteRequest, DynamoDbStore,
+    ExtendRequest, Fenced, Store, StoreError, TransactionalStore, Write,
 };
+use lambda_idempotency::validation::PayloadValidation;
+use lambda_idempotency::{
+    Completion, Config, Error, IdempotencyLayer, IdempotencyMode, Outcome, Permanent,
+};
+use order_consumer::{ledger_credit, order_key, Order, KEY_PREFIX};
+use support::dynamodb::{balance, counted_client, create_table, create_table_keyed, CallCounter};
+use support::{invocation, load_event, outcomes};
 
 const MODES: [IdempotencyMode; 2] = [IdempotencyMode::Lease, IdempotencyMode::Optimistic];
 /// The lease cap of the test containers: shorter than an invocation, so a handler can
@@ -171,40 +177,37 @@ impl Ledger {
         let ledger_table = self.ledger_table.clone();
         let runs = self.handler_runs.clone();
         let layer = IdempotencyLayer::new(self.store.clone())
-            .with_key(MessageAttribute::new("Idempotency-Key").or(JsonPointer::new("/eventId")))
+            .with_key(order_key())
             .with_clock(self.clock.clone())
             .with_config(
                 Config::new()
-                    .with_key_prefix("order-consumer")
+                    .with_key_prefix(KEY_PREFIX)
                     .with_mode(mode)
                     .with_max_lease(LEASE_CAP)
                     .with_payload_validation(PayloadValidation::Body),
             );
-        let handler = layer.transactional_handler(move |message: SqsMessage| {
-            let ledger_table = ledger_table.clone();
-            let runs = runs.clone();
-            let hook = hook.clone();
-            async move {
-                *runs.lock().unwrap() += 1;
-                let order: Order = serde_json::from_str(message.body.as_deref().unwrap_or(""))
-                    .map_err(lambda_idempotency::BoxError::from)?;
-                hook(&order)?;
-                let credit = Write::update(
-                    ledger_table,
-                    [("account", Attr::s(&order.account))],
-                    "ADD #balance :amount",
-                )
-                .name("#balance", "balance")
-                .value(":amount", Attr::n(order.amount));
-                Ok::<_, lambda_idempotency::BoxError>(
-                    Completion::new(Applied {
-                        account: order.account,
-                        amount: order.amount,
-                    })
-                    .with_write(credit),
-                )
-            }
-        });
+        let handler = layer
+            .clone()
+            .with_writes()
+            .handler(move |message: SqsMessage| {
+                let ledger_table = ledger_table.clone();
+                let runs = runs.clone();
+                let hook = hook.clone();
+                async move {
+                    *runs.lock().unwrap() += 1;
+                    let order: Order = serde_json::from_str(message.body.as_deref().unwrap_or(""))
+                        .map_err(lambda_idempotency::BoxError::from)?;
+                    hook(&order)?;
+                    let credit = ledger_credit(ledger_table, &order);
+                    Ok::<_, lambda_idempotency::BoxError>(
+                        Completion::new(Applied {
+                            account: order.account,
+                            amount: order.amount,
+                        })
+                        .with_write(credit),
+                    )
+                }
+            });
         BatchProcessor::new(handler).with_clock(self.clock.clone())
     }
 
@@ -361,7 +364,7 @@ async fn a_lease_lost_to_another_invocation_applies_nothing() {
         clock.advance(LEASE_CAP + Duration::from_secs(1));
         let now = clock.now();
         let request = AcquireRequest {
-            key: IdempotencyKey::derive("order-consumer", order.event_id.as_bytes()),
+            key: IdempotencyKey::derive(KEY_PREFIX, order.event_id.as_bytes()),
             owner: OwnerToken::generate(),
             now,
             lease_expiration_ms: epoch_ms(now + REMAINING),
@@ -402,18 +405,20 @@ async fn a_failed_business_condition_applies_nothing_and_is_not_retried_blindly(
             .with_clock(ledger.clock.clone())
             .with_config(Config::new().with_mode(mode));
         let table = ledger.ledger_table.clone();
-        let processor = BatchProcessor::new(layer.transactional_handler(move |_m: SqsMessage| {
-            let table = table.clone();
-            async move {
-                // Debit an account only if it exists: here it does not.
-                let debit = Write::update(table, [("account", Attr::s("acct-ghost"))], "ADD #b :a")
-                    .condition("attribute_exists(account)")
-                    .name("#b", "balance")
-                    .value(":a", Attr::n(-10));
-                Ok::<_, std::io::Error>(Completion::new(()).with_write(debit))
-            }
-        }))
-        .with_clock(ledger.clock.clone());
+        let processor =
+            BatchProcessor::new(layer.clone().with_writes().handler(move |_m: SqsMessage| {
+                let table = table.clone();
+                async move {
+                    // Debit an account only if it exists: here it does not.
+                    let debit =
+                        Write::update(table, [("account", Attr::s("acct-ghost"))], "ADD #b :a")
+                            .condition("attribute_exists(account)")
+                            .name("#b", "balance")
+                            .value(":a", Attr::n(-10));
+                    Ok::<_, std::io::Error>(Completion::new(()).with_write(debit))
+                }
+            }))
+            .with_clock(ledger.clock.clone());
         let report = processor
             .process(invocation(
                 one_record("batch.json", 0),
@@ -433,7 +438,7 @@ async fn a_failed_business_condition_applies_nothing_and_is_not_retried_blindly(
         assert_eq!(ledger.balance("acct-ghost").await, 0);
         // No record was left behind: the lease (lease mode) was released.
         let key = IdempotencyKey::derive(
-            lambda_idempotency::FALLBACK_KEY_PREFIX,
+            lambda_idempotency::idempotent::FALLBACK_KEY_PREFIX,
             b"0b1f5a52-7d3e-4c1a-9f60-2a51c1d0e001",
         );
         assert_eq!(
@@ -451,16 +456,17 @@ async fn transactions_over_dynamodb_limits_fail_with_a_clear_error() {
     };
     let layer = IdempotencyLayer::new(ledger.store.clone()).with_clock(ledger.clock.clone());
     let table = ledger.ledger_table.clone();
-    let processor = BatchProcessor::new(layer.transactional_handler(move |_m: SqsMessage| {
-        let table = table.clone();
-        async move {
-            // 100 writes plus the record: one over the limit.
-            let writes = (0..100)
-                .map(|i| Write::put(table.clone(), [("account", Attr::s(format!("a{i}")))]));
-            Ok::<_, std::io::Error>(writes.fold(Completion::new(()), Completion::with_write))
-        }
-    }))
-    .with_clock(ledger.clock.clone());
+    let processor =
+        BatchProcessor::new(layer.clone().with_writes().handler(move |_m: SqsMessage| {
+            let table = table.clone();
+            async move {
+                // 100 writes plus the record: one over the limit.
+                let writes = (0..100)
+                    .map(|i| Write::put(table.clone(), [("account", Attr::s(format!("a{i}")))]));
+                Ok::<_, std::io::Error>(writes.fold(Completion::new(()), Completion::with_write))
+            }
+        }))
+        .with_clock(ledger.clock.clone());
     let report = processor
         .process(invocation(
             one_record("batch.json", 0),
@@ -528,7 +534,10 @@ async fn a_permanent_failure_is_stored_acknowledged_and_replayed() {
         match &again.records[2].error {
             Some(Error::Permanent { message, replayed }) => {
                 // The stored text, not the message (which may quote the input).
-                assert_eq!(message, lambda_idempotency::UNSTORED_FAILURE_MESSAGE);
+                assert_eq!(
+                    message,
+                    lambda_idempotency::idempotent::UNSTORED_FAILURE_MESSAGE
+                );
                 assert!(*replayed);
             }
             other => panic!("{mode:?}: {other:?}"),
@@ -560,7 +569,7 @@ async fn a_tampered_duplicate_is_rejected_and_never_applied() {
 
 #[tokio::test]
 async fn the_order_key_prefers_the_attribute_then_the_event_id() {
-    let key = MessageAttribute::new("Idempotency-Key").or(JsonPointer::new("/eventId"));
+    let key = order_key();
     let event = load_event("producer_retry.json");
     assert_eq!(key.key_material(&event.records[0]).unwrap(), b"evt-1002");
 }

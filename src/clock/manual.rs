@@ -13,7 +13,7 @@ use super::{epoch_ms, Clock};
 /// A clock that only moves when told to. Clones share the same time.
 ///
 /// ```
-/// use lambda_idempotency::{Clock, ManualClock};
+/// use lambda_idempotency::clock::{Clock, ManualClock};
 /// use std::time::{Duration, UNIX_EPOCH};
 ///
 /// let clock = ManualClock::at_epoch_ms(1_700_000_000_000);

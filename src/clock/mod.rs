@@ -137,8 +137,16 @@ mod tests {
         assert_eq!(Deadline::of(600_000, now).epoch_ms(), 1_795_000_600_000);
         let absolute = Deadline::of(1_795_000_030_000, now);
         assert_eq!(absolute.epoch_ms(), 1_795_000_030_000);
-        assert_eq!(Deadline::of(absolute.epoch_ms(), now), absolute, "normalised once");
-        assert_eq!(Deadline::of(0, now).epoch_ms(), 0, "a zero deadline stays passed");
+        assert_eq!(
+            Deadline::of(absolute.epoch_ms(), now),
+            absolute,
+            "normalised once"
+        );
+        assert_eq!(
+            Deadline::of(0, now).epoch_ms(),
+            0,
+            "a zero deadline stays passed"
+        );
         assert!(Deadline::of(0, now).is_within(Duration::ZERO, now));
         assert!(absolute.is_within(Duration::from_secs(30), now));
         assert!(!absolute.is_within(Duration::from_millis(29_999), now));

@@ -143,13 +143,25 @@ mod tests {
         let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000_100);
         let config = Config::new();
         let at = |ms| Deadline::of(ms, now);
-        assert_eq!(lease_end_ms(&config, at(1_000_000_130_000), now), 1_000_000_130_000);
+        assert_eq!(
+            lease_end_ms(&config, at(1_000_000_130_000), now),
+            1_000_000_130_000
+        );
         let capped = Config::new().with_max_lease(Duration::from_secs(5));
-        assert_eq!(lease_end_ms(&capped, at(1_000_000_130_000), now), 1_000_000_105_000);
-        assert_eq!(lease_end_ms(&capped, at(1_000_000_101_000), now), 1_000_000_101_000);
+        assert_eq!(
+            lease_end_ms(&capped, at(1_000_000_130_000), now),
+            1_000_000_105_000
+        );
+        assert_eq!(
+            lease_end_ms(&capped, at(1_000_000_101_000), now),
+            1_000_000_101_000
+        );
         // A lease past the record window keeps the record alive until the lease ends.
         let short = Config::new().with_expires_after(Duration::from_secs(1));
-        assert_eq!(expiration_for(&short, now, 1_000_000_130_500), 1_000_000_131);
+        assert_eq!(
+            expiration_for(&short, now, 1_000_000_130_500),
+            1_000_000_131
+        );
     }
 
     #[test]

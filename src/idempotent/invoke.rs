@@ -31,7 +31,10 @@ pub(crate) fn catch_panic<R>(f: impl FnOnce() -> R) -> Result<R, Error> {
 }
 
 /// Runs the inner handler, turning its error or panic into [`Error`].
-pub(crate) async fn call_handler<S, I>(inner: S, event: LambdaEvent<I>) -> Result<S::Response, Error>
+pub(crate) async fn call_handler<S, I>(
+    inner: S,
+    event: LambdaEvent<I>,
+) -> Result<S::Response, Error>
 where
     S: Service<LambdaEvent<I>>,
     S::Error: Into<BoxError>,

@@ -96,8 +96,16 @@ where
         claim.handler_failed();
         return Err(err);
     }
-    let answer =
-        finish::store_failure(store, clock, config, &claim.key, owner, claim.deadline, &err).await;
+    let answer = finish::store_failure(
+        store,
+        clock,
+        config,
+        &claim.key,
+        owner,
+        claim.deadline,
+        &err,
+    )
+    .await;
     if let Error::Permanent { .. } = &answer {
         let stored = finish::stored_failure_message(config, &err);
         claim.finish(FlightResult::FailedPermanently {

@@ -99,11 +99,13 @@ fn not_committed<St, K, C, T: DeserializeOwned>(
 ) -> Result<Processed<T>, Error> {
     let err = match fresh {
         Ok(Fresh::Existing(record, now)) => {
-            return claim.answer_existing(protocol, record, now).unwrap_or_else(|| {
-                Err(Error::Contended {
-                    key: claim.key.clone(),
+            return claim
+                .answer_existing(protocol, record, now)
+                .unwrap_or_else(|| {
+                    Err(Error::Contended {
+                        key: claim.key.clone(),
+                    })
                 })
-            })
         }
         Ok(Fresh::Contended) => Error::Contended {
             key: claim.key.clone(),
@@ -192,10 +194,17 @@ where
         }
         Err(err) if is_permanent(&err) => {
             let message = failure_text(&err);
-            let data =
-                serde_json::Value::String(stored_failure_message(&protocol.config, &err)).to_string();
-            let fresh =
-                commit_fresh(&protocol, &target, &owner, Status::Failed, data.clone(), &[]).await;
+            let data = serde_json::Value::String(stored_failure_message(&protocol.config, &err))
+                .to_string();
+            let fresh = commit_fresh(
+                &protocol,
+                &target,
+                &owner,
+                Status::Failed,
+                data.clone(),
+                &[],
+            )
+            .await;
             match fresh {
                 Ok(Fresh::Committed { .. }) => {
                     claim.finish(FlightResult::FailedPermanently {

@@ -142,7 +142,9 @@ where
     fn call(&mut self, event: LambdaEvent<I>) -> Self::Future {
         let ready = self.take_ready();
         let protocol = Arc::clone(&self.protocol);
-        Box::pin(lease::run::<ResultOnly, _, _, _, _, _>(protocol, ready, event))
+        Box::pin(lease::run::<ResultOnly, _, _, _, _, _>(
+            protocol, ready, event,
+        ))
     }
 }
 

@@ -206,7 +206,10 @@ mod tests {
                 panic!("no")
             }
         }
-        assert_eq!(replay::<Panics>(Some("1")), Processed::ReplayedWithoutResult);
+        assert_eq!(
+            replay::<Panics>(Some("1")),
+            Processed::ReplayedWithoutResult
+        );
     }
 
     #[test]

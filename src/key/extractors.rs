@@ -105,9 +105,8 @@ impl<I: Input + ?Sized> KeyExtractor<I> for JsonPointer {
 
 /// The body as JSON text: a body that is not UTF-8 is not JSON either.
 pub(crate) fn json_text(body: &[u8]) -> Result<&str, KeyError> {
-    std::str::from_utf8(body).map_err(|err| {
-        KeyError::BodyNotJson(<serde_json::Error as serde::de::Error>::custom(err))
-    })
+    std::str::from_utf8(body)
+        .map_err(|err| KeyError::BodyNotJson(<serde_json::Error as serde::de::Error>::custom(err)))
 }
 
 /// Keys on the whole body, byte for byte: identical bodies are one message.
@@ -120,7 +119,6 @@ impl<I: Input + ?Sized> KeyExtractor<I> for BodyHash {
         non_empty(body.into_owned())
     }
 }
-
 
 #[cfg(test)]
 mod tests {

@@ -202,4 +202,3 @@ impl<I: ?Sized, A: KeyExtractor<I>, B: KeyExtractor<I>> KeyExtractor<I> for Or<A
         }
     }
 }
-

@@ -34,4 +34,3 @@ impl From<BatchError> for lambda_runtime::Diagnostic {
         }
     }
 }
-

@@ -13,7 +13,9 @@ impl Input for SqsMessage {
     }
 
     fn body(&self) -> Option<Cow<'_, [u8]>> {
-        self.body.as_deref().map(|body| Cow::Borrowed(body.as_bytes()))
+        self.body
+            .as_deref()
+            .map(|body| Cow::Borrowed(body.as_bytes()))
     }
 
     /// A message attribute: its string value when it has one (even empty), else its binary

@@ -10,5 +10,7 @@ mod processor;
 mod report;
 
 pub use error::BatchError;
-pub use processor::{BatchFuture, BatchMode, BatchProcessor, ANSWER_MARGIN, DEFAULT_DEADLINE_MARGIN};
+pub use processor::{
+    BatchFuture, BatchMode, BatchProcessor, ANSWER_MARGIN, DEFAULT_DEADLINE_MARGIN,
+};
 pub use report::{BatchReport, RecordReport};

@@ -52,7 +52,6 @@ impl<T> BatchReport<T> {
     }
 }
 
-
 pub(crate) fn skipped<T>(record: SqsMessage) -> RecordReport<T> {
     let message_id = record.message_id.filter(|id| !id.is_empty());
     tracing::info!(
@@ -99,4 +98,3 @@ pub(crate) fn summarize<T>(records: Vec<RecordReport<T>>) -> BatchReport<T> {
         unreportable,
     }
 }
-

@@ -32,10 +32,7 @@ pub(crate) fn record_size_bytes(names: &AttributeNames, record: &Record) -> usiz
 
 /// The size of a record completed (or failed) in place with `data`: the record's payload
 /// hash is counted at its largest, since the update does not read it.
-pub(crate) fn completed_size_bytes(
-    names: &AttributeNames,
-    request: &CompleteRequest,
-) -> usize {
+pub(crate) fn completed_size_bytes(names: &AttributeNames, request: &CompleteRequest) -> usize {
     let record = Record {
         key: request.key.clone(),
         status: request.status,
@@ -84,12 +81,7 @@ pub(crate) fn check_commit_size(
     let record_bytes = record_size_bytes(names, &request.record(request.validation.clone()));
     check_item_size(record_bytes)?;
     let items = request.writes.len() + 1;
-    let bytes = record_bytes
-        + request
-            .writes
-            .iter()
-            .map(write_size_bytes)
-            .sum::<usize>();
+    let bytes = record_bytes + request.writes.iter().map(write_size_bytes).sum::<usize>();
     if items > MAX_TRANSACTION_ITEMS || bytes > MAX_TRANSACTION_BYTES {
         return Err(StoreError::TransactionTooLarge {
             items,

@@ -77,7 +77,7 @@ pub enum WriteKind {
 /// [`condition`](Write::condition), [`name`](Write::name) and [`value`](Write::value).
 ///
 /// ```
-/// use lambda_idempotency::{Attr, Write};
+/// use lambda_idempotency::store::{Attr, Write};
 /// let credit = Write::update("ledger", [("account", Attr::s("acct-1"))], "ADD #balance :amount")
 ///     .name("#balance", "balance")
 ///     .value(":amount", Attr::n(25));

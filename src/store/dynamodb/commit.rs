@@ -292,7 +292,10 @@ mod tests {
             data: "1".into(),
             expiration_secs: 100,
             validation: None,
-            writes: vec![Write::delete("ledger", [("id", crate::store::Attr::s("x"))])],
+            writes: vec![Write::delete(
+                "ledger",
+                [("id", crate::store::Attr::s("x"))],
+            )],
         }
     }
 

@@ -259,4 +259,3 @@ impl UpdateExpression {
         set.chain(&self.remove).chain(add_delete)
     }
 }
-

@@ -6,8 +6,8 @@ use std::cmp::Ordering;
 use std::collections::BTreeSet;
 use std::fmt;
 
-use super::decimal::{Decimal, NumberError};
 use super::ast::{ExpressionError, Operand, Path, PathElement, SetValue};
+use super::decimal::{Decimal, NumberError};
 use crate::store::{Attr, Item};
 
 /// DynamoDB's name for the type of a value.

@@ -6,11 +6,11 @@ use std::borrow::Cow;
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, HashSet};
 
+use super::ast::{Comparator, Condition, ExpressionError, Operand, Path, SetValue};
 use super::decimal::Decimal;
 use super::document::{
     canonical, equal, has_parent, lookup, remove_at, scalar_order, set_at, type_name,
 };
-use super::ast::{Comparator, Condition, ExpressionError, Operand, Path, SetValue};
 use super::expression::{parse_condition, parse_update};
 use crate::store::{Attr, Item};
 

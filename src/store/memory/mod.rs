@@ -50,7 +50,7 @@ use transaction::TransactionRefusal;
 /// here and on DynamoDB (`ResourceNotFoundException`).
 ///
 /// ```
-/// use lambda_idempotency::{Attr, InMemoryStore};
+/// use lambda_idempotency::store::{Attr, InMemoryStore};
 /// let store = InMemoryStore::new();
 /// store.define_table("ledger", &["account"]);
 /// let key = [("account".to_string(), Attr::s("acct-1"))].into();

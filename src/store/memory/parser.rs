@@ -4,10 +4,10 @@
 
 use std::collections::BTreeSet;
 
+use super::ast::{Comparator, Condition, ExpressionError, Operand, SetValue, UpdateExpression};
 use super::document::{
     check_distinct, check_type, operand_type, scalar_order, set_value_type, type_name,
 };
-use super::ast::{Comparator, Condition, ExpressionError, Operand, SetValue, UpdateExpression};
 use super::lexer::{Token, TokenStream};
 use crate::store::Attr;
 

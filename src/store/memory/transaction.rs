@@ -104,10 +104,7 @@ impl Tables {
                 WriteKind::Delete | WriteKind::ConditionCheck => None,
             };
             if let Some(new_item) = &new_item {
-                if new_item
-                    .values()
-                    .any(|v| v.deeper_than(MAX_NESTING))
-                {
+                if new_item.values().any(|v| v.deeper_than(MAX_NESTING)) {
                     let reason = "Nesting Levels have exceeded supported limits";
                     return Err(invalid(index, format!("{INVALID} {reason}")));
                 }

@@ -1,19 +1,23 @@
 //! The store contract: one suite, run against every `Store` implementation
-//! (`tests/store_memory.rs`, `tests/store_dynamodb.rs`).
+//! (the library's `tests/store_memory.rs` and `tests/store_dynamodb.rs`).
 
 use std::collections::HashMap;
 use std::future::Future;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use lambda_idempotency::{
-    decide, epoch_ms, epoch_secs, Acquire, AcquireRequest, Clock, CompleteRequest, Decision,
-    DynamoDbStore, ExtendRequest, Fenced, IdempotencyKey, InMemoryStore, ManualClock, OwnerToken,
-    PayloadHash, Record, Status, Store, StoreError, DYNAMODB_ITEM_LIMIT_BYTES,
+use lambda_idempotency::clock::{epoch_ms, epoch_secs, Clock, ManualClock};
+use lambda_idempotency::key::IdempotencyKey;
+use lambda_idempotency::record::{decide, Decision, OwnerToken, Record, Status};
+use lambda_idempotency::store::{
+    Acquire, AcquireRequest, CompleteRequest, DynamoDbStore, ExtendRequest, Fenced, InMemoryStore,
+    Store, StoreError, MAX_ITEM_BYTES,
 };
+use lambda_idempotency::validation::PayloadHash;
 
 /// Writes a record as it is, bypassing the protocol (as another tool might have).
 pub trait Seed: Store {
+    /// Writes `record` as it is.
     fn seed(&self, record: &Record) -> impl Future<Output = ()> + Send;
 }
 
@@ -101,6 +105,7 @@ fn complete_request(
 const LEASE: Duration = Duration::from_secs(30);
 const HOUR: Duration = Duration::from_secs(3600);
 
+/// Contract case: first acquire wins and second sees in progress.
 pub async fn first_acquire_wins_and_second_sees_in_progress<S: Store>(store: &S) {
     let clock = ManualClock::starting_now();
     let k = key("first-wins");
@@ -127,6 +132,7 @@ pub async fn first_acquire_wins_and_second_sees_in_progress<S: Store>(store: &S)
     assert_eq!(decide(&record, clock.now(), None), Decision::InProgress);
 }
 
+/// Contract case: elapsed lease is taken over.
 pub async fn elapsed_lease_is_taken_over<S: Store>(store: &S) {
     let clock = ManualClock::starting_now();
     let k = key("elapsed-lease");
@@ -164,6 +170,7 @@ pub async fn elapsed_lease_is_taken_over<S: Store>(store: &S) {
     assert_eq!(record.status, Status::InProgress);
 }
 
+/// Contract case: expired record is taken over before ttl deletes it.
 pub async fn expired_record_is_taken_over_before_ttl_deletes_it<S: Store>(store: &S) {
     let clock = ManualClock::starting_now();
     let k = key("expired");
@@ -205,6 +212,7 @@ pub async fn expired_record_is_taken_over_before_ttl_deletes_it<S: Store>(store:
     assert_eq!(record.data, None);
 }
 
+/// Contract case: complete then replay.
 pub async fn complete_then_replay<S: Store>(store: &S) {
     let clock = ManualClock::starting_now();
     let k = key("replay");
@@ -260,6 +268,7 @@ pub async fn complete_then_replay<S: Store>(store: &S) {
     assert_eq!(after.owner.as_ref(), Some(&a));
 }
 
+/// Contract case: complete and release refuse a foreign owner.
 pub async fn complete_and_release_refuse_a_foreign_owner<S: Store>(store: &S) {
     let clock = ManualClock::starting_now();
     let k = key("foreign");
@@ -295,6 +304,7 @@ pub async fn complete_and_release_refuse_a_foreign_owner<S: Store>(store: &S) {
     assert_eq!(store.get(&never).await.unwrap(), None);
 }
 
+/// Contract case: release lets the next acquire win.
 pub async fn release_lets_the_next_acquire_win<S: Store>(store: &S) {
     let clock = ManualClock::starting_now();
     let k = key("release");
@@ -321,6 +331,7 @@ pub async fn release_lets_the_next_acquire_win<S: Store>(store: &S) {
     assert!(store.get(&k).await.unwrap().is_some());
 }
 
+/// Contract case: payload mismatch is detected.
 pub async fn payload_mismatch_is_detected<S: Store>(store: &S) {
     let clock = ManualClock::starting_now();
     let k = key("mismatch");
@@ -363,6 +374,7 @@ pub async fn payload_mismatch_is_detected<S: Store>(store: &S) {
     );
 }
 
+/// Contract case: extend moves the lease only for its holder.
 pub async fn extend_moves_the_lease_only_for_its_holder<S: Store>(store: &S) {
     let clock = ManualClock::starting_now();
     let k = key("extend");
@@ -409,6 +421,7 @@ pub async fn extend_moves_the_lease_only_for_its_holder<S: Store>(store: &S) {
     );
 }
 
+/// Contract case: a permanent failure is stored and replayed.
 pub async fn a_permanent_failure_is_stored_and_replayed<S: Store>(store: &S) {
     let clock = ManualClock::starting_now();
     let k = key("failed");
@@ -436,6 +449,7 @@ pub async fn a_permanent_failure_is_stored_and_replayed<S: Store>(store: &S) {
     );
 }
 
+/// Contract case: a result over the item limit is refused and changes nothing.
 pub async fn a_result_over_the_item_limit_is_refused_and_changes_nothing<S: Store>(store: &S) {
     let clock = ManualClock::starting_now();
     let k = key("too-large");
@@ -449,7 +463,7 @@ pub async fn a_result_over_the_item_limit_is_refused_and_changes_nothing<S: Stor
         .complete(&complete_request(&clock, &k, &a, &huge, HOUR))
         .await
     {
-        Err(lambda_idempotency::StoreError::ItemTooLarge { limit_bytes, .. }) => {
+        Err(lambda_idempotency::store::StoreError::ItemTooLarge { limit_bytes, .. }) => {
             assert_eq!(limit_bytes, 400 * 1024)
         }
         other => panic!("expected ItemTooLarge, got {other:?}"),
@@ -459,6 +473,7 @@ pub async fn a_result_over_the_item_limit_is_refused_and_changes_nothing<S: Stor
     assert_eq!(store.release(&k, &a).await.unwrap(), Fenced::Applied);
 }
 
+/// Contract case: the same owner acquiring twice holds one lease.
 pub async fn the_same_owner_acquiring_twice_holds_one_lease<S: Seed>(store: &S) {
     let clock = ManualClock::starting_now();
     let k = key("same-owner");
@@ -481,6 +496,7 @@ pub async fn the_same_owner_acquiring_twice_holds_one_lease<S: Seed>(store: &S) 
     ));
 }
 
+/// Contract case: extend and release leave finished records alone.
 pub async fn extend_and_release_leave_finished_records_alone<S: Seed>(store: &S) {
     for status in [Status::Completed, Status::Failed] {
         let clock = ManualClock::starting_now();
@@ -514,6 +530,7 @@ pub async fn extend_and_release_leave_finished_records_alone<S: Seed>(store: &S)
     }
 }
 
+/// Contract case: an in progress record without a lease time holds until it expires.
 pub async fn an_in_progress_record_without_a_lease_time_holds_until_it_expires<S: Seed>(store: &S) {
     let clock = ManualClock::starting_now();
     let k = key("no-lease-time");
@@ -566,6 +583,7 @@ fn completed_size(request: &CompleteRequest) -> usize {
         + 67
 }
 
+/// Contract case: the item size limit is the same on every store.
 pub async fn the_item_size_limit_is_the_same_on_every_store<S: Seed>(store: &S) {
     for (name, extra, fits) in [("at-limit", 0, true), ("over-limit", 1, false)] {
         let clock = ManualClock::starting_now();
@@ -577,15 +595,12 @@ pub async fn the_item_size_limit_is_the_same_on_every_store<S: Seed>(store: &S) 
             .unwrap();
         let mut request = complete_request(&clock, &k, &a, "", HOUR);
         let overhead = completed_size(&request);
-        request.data = format!(
-            "\"{}\"",
-            "x".repeat(DYNAMODB_ITEM_LIMIT_BYTES - overhead - 2 + extra)
-        );
-        assert_eq!(completed_size(&request), DYNAMODB_ITEM_LIMIT_BYTES + extra);
+        request.data = format!("\"{}\"", "x".repeat(MAX_ITEM_BYTES - overhead - 2 + extra));
+        assert_eq!(completed_size(&request), MAX_ITEM_BYTES + extra);
         match store.complete(&request).await {
             Ok(Fenced::Applied) if fits => {}
             Err(StoreError::ItemTooLarge { size_bytes, .. }) if !fits => {
-                assert_eq!(size_bytes, DYNAMODB_ITEM_LIMIT_BYTES + 1)
+                assert_eq!(size_bytes, MAX_ITEM_BYTES + 1)
             }
             other => panic!("{name}: {other:?}"),
         }
@@ -619,7 +634,7 @@ macro_rules! store_contract_suite {
             #[tokio::test]
             async fn $case() {
                 if let Some(store) = $store {
-                    $crate::common::contract::$case(&store).await;
+                    $crate::contract::$case(&store).await;
                 }
             }
         )*

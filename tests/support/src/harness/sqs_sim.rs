@@ -13,10 +13,12 @@ use serde_json::{json, Value};
 pub struct Rng(u64);
 
 impl Rng {
+    /// A generator from `seed`.
     pub fn new(seed: u64) -> Self {
         Self(seed)
     }
 
+    /// The next number.
     pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
@@ -65,14 +67,21 @@ pub struct Queue {
 /// Counts, for the run's report.
 #[derive(Debug, Clone, Copy)]
 pub struct QueueStats {
+    /// Messages sent.
     pub sent: u64,
+    /// Receives that returned messages.
     pub deliveries: u64,
+    /// Messages delivered again while in flight.
     pub in_flight_duplicates: u64,
+    /// Messages acknowledged.
     pub acked: usize,
+    /// Messages dead-lettered.
     pub dead: usize,
 }
 
 impl Queue {
+    /// A queue with a `visibility` timeout that dead-letters a message received more than
+    /// `max_receives` times.
     pub fn new(visibility: Duration, max_receives: u32) -> Self {
         Self {
             state: Mutex::default(),
@@ -182,6 +191,7 @@ impl Queue {
             .collect()
     }
 
+    /// The counts so far.
     pub fn stats(&self) -> QueueStats {
         let state = self.state.lock().unwrap();
         QueueStats {

@@ -3,14 +3,8 @@
 
 use std::process::Stdio;
 
+use order_consumer::Tables;
 use tokio::process::{Child, Command};
-
-/// The tables one deployment of order-consumer uses.
-#[derive(Debug, Clone)]
-pub struct Tables {
-    pub idempotency: String,
-    pub ledger: String,
-}
 
 /// Starts one order-consumer process polling `runtime_api`, in `mode`
 /// (`optimistic` or `lease`). The process is killed when the handle is dropped.

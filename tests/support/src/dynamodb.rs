@@ -16,7 +16,7 @@ use aws_sdk_dynamodb::types::{
     AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
 };
 use aws_sdk_dynamodb::Client;
-use lambda_idempotency::DynamoDbStore;
+use lambda_idempotency::store::DynamoDbStore;
 
 fn required() -> bool {
     std::env::var("LAMBDA_IDEMPOTENCY_REQUIRE_DYNAMODB").is_ok_and(|v| v == "1")
@@ -47,6 +47,7 @@ impl CallCounter {
         self.calls.lock().unwrap().clone()
     }
 
+    /// Forgets every count.
     pub fn reset(&self) {
         self.calls.lock().unwrap().clear();
         *self.capacity_units.lock().unwrap() = 0.0;

@@ -1,13 +1,15 @@
 //! The transactional store contract: `commit` (lease mode) and `commit_fresh` (optimistic
 //! mode), one suite run against every `TransactionalStore` (`tests/store_memory.rs`,
-//! `tests/store_dynamodb.rs`).
+//! the library's `tests/store_dynamodb.rs`).
 
 use std::future::Future;
 use std::time::Duration;
 
-use lambda_idempotency::{
-    epoch_ms, epoch_secs, Acquire, AcquireRequest, Attr, Clock, Commit, CommitRequest,
-    DynamoDbStore, IdempotencyKey, InMemoryStore, ManualClock, OwnerToken, Status, StoreError,
+use lambda_idempotency::clock::{epoch_ms, epoch_secs, Clock, ManualClock};
+use lambda_idempotency::key::IdempotencyKey;
+use lambda_idempotency::record::{OwnerToken, Status};
+use lambda_idempotency::store::{
+    Acquire, AcquireRequest, Attr, Commit, CommitRequest, DynamoDbStore, InMemoryStore, StoreError,
     TransactionalStore, Write,
 };
 
@@ -40,11 +42,11 @@ impl Ledger for InMemoryStore {
 
 impl Ledger for DynamoDbStore {
     async fn ledger(&self) -> String {
-        super::dynamodb::create_table_keyed(self.client(), "ledger", "account").await
+        crate::dynamodb::create_table_keyed(self.client(), "ledger", "account").await
     }
 
     async fn balance(&self, table: &str, account: &str) -> i64 {
-        super::dynamodb::balance(self.client(), table, account).await
+        crate::dynamodb::balance(self.client(), table, account).await
     }
 }
 
@@ -106,6 +108,7 @@ async fn lease<S: TransactionalStore>(
     owner
 }
 
+/// Contract case: a lease commit applies the writes with the record.
 pub async fn a_lease_commit_applies_the_writes_with_the_record<S: Ledger>(store: &S) {
     let clock = ManualClock::starting_now();
     let ledger = store.ledger().await;
@@ -132,6 +135,7 @@ pub async fn a_lease_commit_applies_the_writes_with_the_record<S: Ledger>(store:
     assert_eq!(store.balance(&ledger, "acct-1").await, 5);
 }
 
+/// Contract case: a lease commit by another owner applies nothing.
 pub async fn a_lease_commit_by_another_owner_applies_nothing<S: Ledger>(store: &S) {
     let clock = ManualClock::starting_now();
     let ledger = store.ledger().await;
@@ -147,6 +151,7 @@ pub async fn a_lease_commit_by_another_owner_applies_nothing<S: Ledger>(store: &
     assert_eq!(store.balance(&ledger, "acct-1").await, 0);
 }
 
+/// Contract case: a fresh commit resent with a later now finds its own record.
 pub async fn a_fresh_commit_resent_with_a_later_now_finds_its_own_record<S: Ledger>(store: &S) {
     let clock = ManualClock::starting_now();
     let ledger = store.ledger().await;
@@ -168,6 +173,7 @@ pub async fn a_fresh_commit_resent_with_a_later_now_finds_its_own_record<S: Ledg
     assert_eq!(store.balance(&ledger, "acct-1").await, 5);
 }
 
+/// Contract case: a fresh commit is refused by a live record and takes over an expired one.
 pub async fn a_fresh_commit_is_refused_by_a_live_record_and_takes_over_an_expired_one<S: Ledger>(
     store: &S,
 ) {
@@ -192,6 +198,7 @@ pub async fn a_fresh_commit_is_refused_by_a_live_record_and_takes_over_an_expire
     assert_eq!(store.balance(&ledger, "acct-1").await, 5);
 }
 
+/// Contract case: a failed business condition applies nothing.
 pub async fn a_failed_business_condition_applies_nothing<S: Ledger>(store: &S) {
     let clock = ManualClock::starting_now();
     let ledger = store.ledger().await;
@@ -227,6 +234,7 @@ pub async fn a_failed_business_condition_applies_nothing<S: Ledger>(store: &S) {
     }
 }
 
+/// Contract case: invalid writes are refused as invalid.
 pub async fn invalid_writes_are_refused_as_invalid<S: Ledger>(store: &S) {
     let clock = ManualClock::starting_now();
     let ledger = store.ledger().await;
@@ -250,6 +258,7 @@ pub async fn invalid_writes_are_refused_as_invalid<S: Ledger>(store: &S) {
     assert_eq!(record.status, Status::InProgress);
 }
 
+/// Contract case: writes nested too deep are refused before they are walked.
 pub async fn writes_nested_too_deep_are_refused_before_they_are_walked<S: Ledger>(store: &S) {
     let clock = ManualClock::starting_now();
     let ledger = store.ledger().await;
@@ -291,7 +300,7 @@ macro_rules! transactional_contract_suite {
                 #[tokio::test]
                 async fn $case() {
                     if let Some(store) = $store {
-                        $crate::common::transactional_contract::$case(&store).await;
+                        $crate::transactional_contract::$case(&store).await;
                     }
                 }
             )*

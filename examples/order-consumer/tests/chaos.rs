@@ -11,18 +11,20 @@
 //! `CHAOS_SEED=7 CHAOS_EVENTS=400 CHAOS_CONTAINERS=4 scripts/soak.sh`
 //! (settings: `CHAOS_SEED`, `CHAOS_EVENTS`, `CHAOS_CONTAINERS`, `CHAOS_KILL_RATE`,
 //! `CHAOS_FREEZE_RATE`, `CHAOS_DUPLICATE_RATE`, `CHAOS_MODES`, `CHAOS_TIME_LIMIT_SECS`).
-mod common;
+mod container;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::dynamodb::{balance, create_table, create_table_keyed};
-use common::order_consumer::{spawn, Tables};
-use common::runtime_api::{Reply, RuntimeApi};
-use common::sqs_sim::{Queue, Rng};
+use container::spawn;
+use lambda_idempotency_test_support as support;
+use order_consumer::Tables;
 use serde_json::json;
+use support::dynamodb::{balance, create_table, create_table_keyed};
+use support::harness::runtime_api::{Reply, RuntimeApi};
+use support::harness::sqs_sim::{Queue, Rng};
 
 /// Time a container gets per invocation (the function timeout).
 const DEADLINE: Duration = Duration::from_millis(2200);
@@ -255,7 +257,7 @@ async fn run_container(
 }
 
 async fn chaos_run(mode: &'static str, settings: &Settings) {
-    let Some(client) = common::dynamodb::client().await else {
+    let Some(client) = support::dynamodb::client().await else {
         return;
     };
     let tables = Tables {

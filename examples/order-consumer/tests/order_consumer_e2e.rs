@@ -1,17 +1,20 @@
 //! End to end: the compiled order-consumer binary, driven through a Lambda Runtime API
-//! emulator, against DynamoDB Local, in both modes. Checks each response and the ledger.
-mod common;
+//! emulator, against DynamoDB Local, in both modes. Checks each response and the ledger,
+//! and that a hung store cannot eat an invocation.
+mod container;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use common::dynamodb::{balance, create_table, create_table_keyed};
-use common::order_consumer::{spawn, Tables};
-use common::runtime_api::{Reply, RuntimeApi};
+use container::{spawn, spawn_with_endpoint};
+use lambda_idempotency_test_support as support;
+use order_consumer::Tables;
 use serde_json::{json, Value};
+use support::dynamodb::{balance, create_table, create_table_keyed};
+use support::harness::fault_proxy::{FaultProxy, FaultRates};
+use support::harness::runtime_api::{Reply, RuntimeApi};
 
 fn event(name: &str) -> Value {
-    let path = format!("{}/events/{name}", env!("CARGO_MANIFEST_DIR"));
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    support::load_event_json(name)
 }
 
 fn failures(reply: Option<Reply>) -> Vec<String> {
@@ -40,7 +43,7 @@ fn ids(event: &Value, indexes: &[usize]) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn order_consumer_holds_its_contract_in_both_modes() {
-    let Some(client) = common::dynamodb::client().await else {
+    let Some(client) = support::dynamodb::client().await else {
         return;
     };
     for mode in ["optimistic", "lease"] {
@@ -121,7 +124,7 @@ async fn order_consumer_holds_its_contract_in_both_modes() {
 
 #[tokio::test]
 async fn order_consumer_refuses_to_start_without_its_tables() {
-    if common::dynamodb::client().await.is_none() {
+    if support::dynamodb::client().await.is_none() {
         return;
     }
     let api = RuntimeApi::start().await;
@@ -140,7 +143,7 @@ async fn order_consumer_refuses_to_start_without_its_tables() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_malformed_event_fails_its_invocation_and_the_container_goes_on() {
-    let Some(client) = common::dynamodb::client().await else {
+    let Some(client) = support::dynamodb::client().await else {
         return;
     };
     let tables = Tables {
@@ -175,4 +178,48 @@ async fn invoke_file(api: &RuntimeApi, name: &str) -> Option<Reply> {
         Duration::from_secs(60),
     )
     .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_store_cannot_eat_the_invocation() {
+    let Some(direct) = support::dynamodb::client().await else {
+        return;
+    };
+    let endpoint = std::env::var("AWS_ENDPOINT_URL_DYNAMODB").unwrap();
+    let tables = Tables {
+        idempotency: create_table(&direct).await,
+        ledger: create_table_keyed(&direct, "ledger", "account").await,
+    };
+    // Every request hangs for a minute.
+    let proxy = FaultProxy::start(&endpoint, 5).await;
+    proxy.set_slow_by(Duration::from_secs(60));
+    proxy.set_rates(FaultRates {
+        slow: 1.0,
+        ..FaultRates::default()
+    });
+    let api = RuntimeApi::start().await;
+    let _container = spawn_with_endpoint(&api.address(), &tables, "lease", &proxy.endpoint());
+    let event = support::load_event_json("batch.json");
+    let started = Instant::now();
+    let reply = api
+        .invoke(&event, Duration::from_secs(30), Duration::from_secs(30))
+        .await;
+    let took = started.elapsed();
+    // order-consumer's SDK timeouts (2 s per attempt, 5 s per operation) bound the wait.
+    assert!(
+        took < Duration::from_secs(12),
+        "the invocation took {took:?}"
+    );
+    match reply {
+        Some(Reply::Response(body)) => {
+            assert_eq!(
+                body["batchItemFailures"].as_array().unwrap().len(),
+                3,
+                "{body}"
+            );
+        }
+        other => panic!("expected a batch response, got {other:?}"),
+    }
+    assert_eq!(balance(&direct, &tables.ledger, "acct-alice").await, 0);
+    eprintln!("a hung store: order-consumer answered in {took:?}, every record reported");
 }

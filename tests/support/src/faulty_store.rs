@@ -7,9 +7,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lambda_idempotency::{
-    Acquire, AcquireRequest, CompleteRequest, ExtendRequest, Fenced, IdempotencyKey, OwnerToken,
-    Record, Store, StoreError,
+use lambda_idempotency::key::IdempotencyKey;
+use lambda_idempotency::record::{OwnerToken, Record};
+use lambda_idempotency::store::{
+    Acquire, AcquireRequest, CompleteRequest, ExtendRequest, Fenced, Store, StoreError,
 };
 
 /// A fault for the next call of its kind.
@@ -34,19 +35,26 @@ pub enum Inject {
     ExtendLeaseLost,
 }
 
+/// The calls the wrapper saw, by kind.
 #[derive(Debug, Default)]
 pub struct Calls {
+    /// `acquire` calls.
     pub acquire: AtomicUsize,
+    /// `complete` calls.
     pub complete: AtomicUsize,
+    /// `extend` calls.
     pub extend: AtomicUsize,
+    /// `release` calls.
     pub release: AtomicUsize,
 }
 
 /// `inner` with faults injected.
 #[derive(Debug, Clone)]
 pub struct FaultyStore<S> {
+    /// The wrapped store.
     pub inner: S,
     plan: Arc<Mutex<VecDeque<Inject>>>,
+    /// Every call, counted.
     pub calls: Arc<Calls>,
 }
 
@@ -55,6 +63,7 @@ fn down() -> StoreError {
 }
 
 impl<S: Store> FaultyStore<S> {
+    /// `inner`, no fault queued.
     pub fn new(inner: S) -> Self {
         Self {
             inner,

@@ -1,0 +1,89 @@
+//! The benchmark: the toolkit against the raw DynamoDB limit and Powertools for AWS Lambda
+//! (Python), side by side in one run against DynamoDB Local. Prints one JSON line per
+//! scenario and writes BENCHMARKS.md. Run it with `scripts/bench.sh` (which installs the
+//! Python baseline, starts DynamoDB Local and builds in release mode).
+//!
+//! Environment: `AWS_ENDPOINT_URL_DYNAMODB` (required), `BENCH_BATCHES` (default 40),
+//! `BENCH_PYTHON` (a python with aws-lambda-powertools; the Powertools baseline is skipped
+//! without it), `BENCH_ORDER_CONSUMER` (the order-consumer binary, for cold start and
+//! memory), `BENCH_OUT` (default BENCHMARKS.md).
+//!
+//! The toolkit runs as order-consumer runs it: its processor, from `order_consumer`.
+
+mod python;
+mod raw;
+mod report;
+mod run;
+mod scenario;
+
+use std::collections::HashMap;
+
+use lambda_idempotency::IdempotencyMode;
+use lambda_idempotency_test_support::dynamodb::{counted_client, CallCounter};
+use serde_json::json;
+
+use report::report;
+use run::{cold_start, median, round, run_scenario, tables};
+use scenario::SCENARIOS;
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let batches: usize = std::env::var("BENCH_BATCHES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(40);
+    let python = std::env::var("BENCH_PYTHON").ok();
+    let out = std::env::var("BENCH_OUT").unwrap_or_else(|_| "BENCHMARKS.md".into());
+    let mut lines = Vec::new();
+    for scenario in &SCENARIOS {
+        for mode in [IdempotencyMode::Optimistic, IdempotencyMode::Lease] {
+            let n = if scenario.batch_size >= 100 {
+                batches / 4
+            } else {
+                batches
+            }
+            .max(5);
+            for line in run_scenario(scenario, mode, n, python.as_deref()).await {
+                println!("{line}");
+                lines.push(line);
+            }
+        }
+    }
+    // Cold start and memory: order-consumer against the Python equivalent, alternating.
+    let mut cold = HashMap::<&str, (Vec<f64>, Vec<u64>)>::new();
+    if let (Ok(binary), Some(python)) = (std::env::var("BENCH_ORDER_CONSUMER"), python.as_deref()) {
+        let setup = CallCounter::default();
+        let client = counted_client(&setup).await.unwrap();
+        let rust_cmd = vec![binary];
+        let py_cmd = vec![
+            python.to_string(),
+            python::SCRIPT.to_string(),
+            "runtime".to_string(),
+        ];
+        for _ in 0..5 {
+            for (name, command) in [
+                ("order-consumer", &rust_cmd),
+                ("powertools-python", &py_cmd),
+            ] {
+                let t = tables(&client).await;
+                let (ms, kb) = cold_start(command, &t).await;
+                let entry = cold.entry(name).or_default();
+                entry.0.push(ms);
+                entry.1.push(kb);
+            }
+        }
+        for (name, (ms, kb)) in &cold {
+            let line = json!({
+                "scenario": "cold-start",
+                "implementation": name,
+                "runs": ms.len(),
+                "cold_start_median_ms": round(median(ms.clone())),
+                "peak_rss_mib": round(*kb.iter().max().unwrap() as f64 / 1024.0),
+            });
+            println!("{line}");
+            lines.push(line);
+        }
+    }
+    std::fs::write(&out, report(&lines, batches)).expect("write BENCHMARKS.md");
+    eprintln!("wrote {out}");
+}

@@ -1,0 +1,158 @@
+//! The raw limit: the DynamoDB requests each mode must make, issued directly.
+
+use std::collections::HashMap;
+
+use aws_lambda_events::sqs::SqsEvent;
+use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem, Update};
+use aws_sdk_dynamodb::Client;
+use futures_util::StreamExt;
+use lambda_idempotency::IdempotencyMode;
+use order_consumer::Tables;
+use serde_json::Value;
+
+/// The protocol's takeover condition (no record, expired, or lease elapsed), as the raw
+/// requests send it, at a fixed "now": their stored times are fixed too.
+const RAW_TAKEOVER: &str =
+    "attribute_not_exists(id) OR #exp < :now_secs OR (#status = :inprogress AND #ipe < :now_ms)";
+
+fn raw_takeover_names() -> HashMap<String, String> {
+    [
+        ("#exp", "expiration"),
+        ("#status", "status"),
+        ("#ipe", "in_progress_expiration"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect()
+}
+
+fn raw_takeover_values() -> HashMap<String, AttributeValue> {
+    HashMap::from([
+        (
+            ":now_secs".to_string(),
+            AttributeValue::N("1795302000".into()),
+        ),
+        (
+            ":now_ms".to_string(),
+            AttributeValue::N("1795302000000".into()),
+        ),
+        (
+            ":inprogress".to_string(),
+            AttributeValue::S("INPROGRESS".into()),
+        ),
+    ])
+}
+
+/// The raw limit: the requests each mode must make, issued directly, no toolkit logic.
+pub async fn raw_batch(client: &Client, t: &Tables, mode: IdempotencyMode, event: &SqsEvent) {
+    let s = |v: &str| AttributeValue::S(v.to_string());
+    futures_util::stream::iter(event.records.iter().map(|m| async move {
+        let order: Value = serde_json::from_str(m.body.as_deref().unwrap()).unwrap();
+        let id = format!("raw#{}", order["eventId"].as_str().unwrap());
+        let ledger = Update::builder()
+            .table_name(&t.ledger)
+            .key("account", s(order["account"].as_str().unwrap()))
+            .update_expression("ADD #b :a")
+            .expression_attribute_names("#b", "balance")
+            .expression_attribute_values(":a", AttributeValue::N(order["amount"].to_string()))
+            .build()
+            .unwrap();
+        let marker = match mode {
+            IdempotencyMode::Lease => {
+                // The same attributes as the toolkit's record, and the old item back on a
+                // refusal (what a duplicate needs to be answered without a second read).
+                let taken = client
+                    .put_item()
+                    .table_name(&t.idempotency)
+                    .item("id", s(&id))
+                    .item("status", s("INPROGRESS"))
+                    .item("expiration", AttributeValue::N("1795306000".into()))
+                    .item(
+                        "in_progress_expiration",
+                        AttributeValue::N("1795302060000".into()),
+                    )
+                    .item("lease_owner", s("00000000-0000-4000-8000-000000000000"))
+                    .item("validation", s(&format!("v2:{}", "0".repeat(64))))
+                    .condition_expression(RAW_TAKEOVER)
+                    .set_expression_attribute_names(Some(raw_takeover_names()))
+                    .set_expression_attribute_values(Some(raw_takeover_values()))
+                    .return_values_on_condition_check_failure(
+                        aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure::AllOld,
+                    )
+                    .send()
+                    .await;
+                if taken.is_err() {
+                    return; // a duplicate: one refused call
+                }
+                TransactWriteItem::builder()
+                    .update(
+                        Update::builder()
+                            .table_name(&t.idempotency)
+                            .key("id", s(&id))
+                            // The toolkit's final state: status, data, expiry, lease removed.
+                            .update_expression("SET #s = :c, #d = :d, #e = :e REMOVE #i")
+                            .expression_attribute_names("#d", "data")
+                            .expression_attribute_names("#e", "expiration")
+                            .expression_attribute_names("#i", "in_progress_expiration")
+                            .expression_attribute_values(
+                                ":e",
+                                AttributeValue::N("1795306000".into()),
+                            )
+                            .expression_attribute_values(
+                                ":d",
+                                s(r#"{"account":"acct-0","amount":-3}"#),
+                            )
+                            .condition_expression("#s = :p AND #o = :o")
+                            .expression_attribute_names("#o", "lease_owner")
+                            .expression_attribute_values(
+                                ":o",
+                                s("00000000-0000-4000-8000-000000000000"),
+                            )
+                            .expression_attribute_names("#s", "status")
+                            .expression_attribute_values(":c", s("COMPLETED"))
+                            .expression_attribute_values(":p", s("INPROGRESS"))
+                            .return_values_on_condition_check_failure(
+                                aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure::AllOld,
+                            )
+                            .build()
+                            .unwrap(),
+                    )
+                    .build()
+            }
+            _ => TransactWriteItem::builder()
+                .put(
+                    Put::builder()
+                        .table_name(&t.idempotency)
+                        .item("id", s(&id))
+                        .item("status", s("COMPLETED"))
+                        .item("expiration", AttributeValue::N("1795306000".into()))
+                        .item("lease_owner", s("00000000-0000-4000-8000-000000000000"))
+                        .item("validation", s(&format!("v2:{}", "0".repeat(64))))
+                        .item("data", s(r#"{"account":"acct-0","amount":-3}"#))
+                        .condition_expression(RAW_TAKEOVER)
+                        .set_expression_attribute_names(Some(raw_takeover_names()))
+                        .set_expression_attribute_values(Some(raw_takeover_values()))
+                        .return_values_on_condition_check_failure(
+                            aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure::AllOld,
+                        )
+                        .build()
+                        .unwrap(),
+                )
+                .build(),
+        };
+        // A token per attempt, as the toolkit sends (its owner token is new for each
+        // delivery), so a retried commit is recognised; reusing the priming run's token
+        // would turn a duplicate into DynamoDB's cheap replay of that earlier request.
+        let token = uuid::Uuid::new_v4().simple().to_string();
+        let _ = client
+            .transact_write_items()
+            .client_request_token(token)
+            .transact_items(marker)
+            .transact_items(TransactWriteItem::builder().update(ledger).build())
+            .send()
+            .await;
+    }))
+    .buffered(10)
+    .collect::<Vec<_>>()
+    .await;
+}

@@ -1,0 +1,212 @@
+//! One scenario run, implementations alternating batch by batch, and the cold start.
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use aws_lambda_events::sqs::SqsEvent;
+use lambda_idempotency::IdempotencyMode;
+use lambda_idempotency_test_support::dynamodb::{
+    counted_client, create_table, create_table_keyed, CallCounter,
+};
+use lambda_idempotency_test_support::harness::runtime_api::{Reply, RuntimeApi};
+use lambda_runtime::LambdaEvent;
+use order_consumer::{processor, Settings, Tables};
+use serde_json::{json, Value};
+
+use crate::python::Python;
+use crate::raw::raw_batch;
+use crate::scenario::{batch, context, order_message, Sample, Scenario};
+
+/// Fresh tables for one implementation.
+pub async fn tables(client: &aws_sdk_dynamodb::Client) -> Tables {
+    Tables {
+        idempotency: create_table(client).await,
+        ledger: create_table_keyed(client, "ledger", "account").await,
+    }
+}
+
+fn json_line(scenario: &Scenario, implementation: &str, mode: &str, sample: &Sample) -> Value {
+    json!({
+        "scenario": scenario.name,
+        "implementation": implementation,
+        "mode": mode,
+        "batches": sample.latencies_ms.len(),
+        "batch_size": scenario.batch_size,
+        "median_ms": round(sample.percentile(50.0)),
+        "p99_ms": round(sample.percentile(99.0)),
+        "records_per_sec": round(sample.records_per_sec()),
+        "calls_per_record": round(sample.per_record(sample.calls as f64)),
+        "wcu_per_record": round(sample.per_record(sample.wcu)),
+    })
+}
+
+/// `x` to two decimals.
+pub fn round(x: f64) -> f64 {
+    (x * 100.0).round() / 100.0
+}
+
+/// Runs `scenario` in `mode` over `batches` batches: one JSON line per implementation.
+pub async fn run_scenario(
+    scenario: &Scenario,
+    mode: IdempotencyMode,
+    batches: usize,
+    python: Option<&str>,
+) -> Vec<Value> {
+    let mode_name = match mode {
+        IdempotencyMode::Lease => "lease",
+        _ => "optimistic",
+    };
+    let (ours_counter, raw_counter, setup) = (
+        CallCounter::default(),
+        CallCounter::default(),
+        CallCounter::default(),
+    );
+    let ours_client = counted_client(&ours_counter).await.expect("DynamoDB Local");
+    let raw_client = counted_client(&raw_counter).await.unwrap();
+    let setup_client = counted_client(&setup).await.unwrap();
+    let (ours_t, raw_t, py_t) = (
+        tables(&setup_client).await,
+        tables(&setup_client).await,
+        tables(&setup_client).await,
+    );
+    // The toolkit as order-consumer runs it, with a larger cache when the scenario has one,
+    // and the batch processor's default start margin (the context gives a minute).
+    let mut settings = Settings::new(ours_t.clone(), mode);
+    settings.local_cache = if scenario.cache { 4096 } else { 0 };
+    settings.deadline_margin = Duration::from_secs(1);
+    let ours = processor(ours_client, &settings);
+    // Powertools has one mode and no cache: measured once, next to the optimistic runs.
+    let with_python = python.filter(|_| mode == IdempotencyMode::Optimistic && !scenario.cache);
+    let mut py = with_python.map(|p| Python::start(p, &py_t));
+    let raw_too = !scenario.cache;
+
+    // Prime the duplicates (untimed), then alternate the implementations batch by batch.
+    let plan: Vec<(SqsEvent, SqsEvent)> = (0..batches)
+        .map(|b| batch(scenario, mode_name, b))
+        .collect();
+    for (prime, _) in plan.iter().filter(|(p, _)| !p.records.is_empty()) {
+        ours.process(LambdaEvent::new(prime.clone(), context()))
+            .await;
+        if raw_too {
+            raw_batch(&raw_client, &raw_t, mode, prime).await;
+        }
+        if let Some(py) = py.as_mut() {
+            py.run(prime).await;
+        }
+    }
+    ours_counter.reset();
+    raw_counter.reset();
+    let (mut s_ours, mut s_raw, mut s_py) =
+        (Sample::default(), Sample::default(), Sample::default());
+    for (_, timed) in &plan {
+        let started = Instant::now();
+        let report = ours
+            .process(LambdaEvent::new(timed.clone(), context()))
+            .await;
+        let took = started.elapsed();
+        assert!(report.response.batch_item_failures.is_empty(), "{report:?}");
+        s_ours.latencies_ms.push(took.as_secs_f64() * 1000.0);
+        s_ours.busy += took;
+        s_ours.records += timed.records.len();
+
+        if raw_too {
+            let started = Instant::now();
+            raw_batch(&raw_client, &raw_t, mode, timed).await;
+            let took = started.elapsed();
+            s_raw.latencies_ms.push(took.as_secs_f64() * 1000.0);
+            s_raw.busy += took;
+            s_raw.records += timed.records.len();
+        }
+        if let Some(py) = py.as_mut() {
+            let answer = py.run(timed).await;
+            assert_eq!(answer["failures"], 0, "{answer}");
+            let ms = answer["ms"].as_f64().unwrap();
+            s_py.latencies_ms.push(ms);
+            s_py.busy += Duration::from_secs_f64(ms / 1000.0);
+            s_py.records += timed.records.len();
+            s_py.calls += answer["calls"].as_u64().unwrap() as usize;
+            s_py.wcu += answer["wcu"].as_f64().unwrap();
+        }
+    }
+    s_ours.calls = ours_counter.total();
+    s_ours.wcu = ours_counter.capacity_units();
+    s_raw.calls = raw_counter.total();
+    s_raw.wcu = raw_counter.capacity_units();
+    let mut lines = vec![json_line(
+        scenario,
+        "lambda-idempotency",
+        mode_name,
+        &s_ours,
+    )];
+    if raw_too {
+        lines.push(json_line(scenario, "raw-dynamodb", mode_name, &s_raw));
+    }
+    if let Some(mut py) = py {
+        lines.push(json_line(scenario, "powertools-python", "lease", &s_py));
+        let _ = py.child.kill().await;
+    }
+    lines
+}
+
+/// Cold start (process start to the first poll for an event) and peak resident memory
+/// (after three batches of 10) of a function process under the Runtime API emulator.
+pub async fn cold_start(command: &[String], t: &Tables) -> (f64, u64) {
+    let api = RuntimeApi::start().await;
+    let started = Instant::now();
+    let mut child = tokio::process::Command::new(&command[0])
+        .args(&command[1..])
+        .env("AWS_LAMBDA_RUNTIME_API", api.address())
+        .env("AWS_LAMBDA_FUNCTION_NAME", "order-consumer")
+        .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "128")
+        .env("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
+        .env("AWS_LAMBDA_LOG_STREAM_NAME", "bench")
+        .env("AWS_LAMBDA_LOG_GROUP_NAME", "bench")
+        .env("IDEMPOTENCY_TABLE", &t.idempotency)
+        .env("LEDGER_TABLE", &t.ledger)
+        .env("RUST_LOG", "error")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start the function");
+    let ready = loop {
+        if let Some(at) = api.first_poll_at().await {
+            break at;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the function never polled"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    };
+    let cold_ms = ready.duration_since(started).as_secs_f64() * 1000.0;
+    for b in 0..3 {
+        let mut event = SqsEvent::default();
+        event.records = (0..10)
+            .map(|i| order_message("cold", &format!("{}", child.id().unwrap()), b, i))
+            .collect();
+        let reply = api
+            .invoke(
+                &serde_json::to_value(&event).unwrap(),
+                Duration::from_secs(30),
+                Duration::from_secs(60),
+            )
+            .await;
+        assert!(matches!(reply, Some(Reply::Response(_))), "{reply:?}");
+    }
+    let status = std::fs::read_to_string(format!("/proc/{}/status", child.id().unwrap())).unwrap();
+    let peak_kb = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let _ = child.kill().await;
+    (cold_ms, peak_kb)
+}
+
+/// The median of `v`.
+pub fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}

@@ -1,0 +1,308 @@
+//! The order-consumer's wiring, shared by its binary (`src/main.rs`), its tests, the
+//! library's tests and the benchmark harness: the message body ([`Order`]), the stored
+//! result ([`Applied`]), the idempotency key ([`order_key`]), the ledger credit
+//! ([`ledger_credit`]) and the processor built from its [`Settings`].
+//!
+//! Contract (tests outside the repository rely on it):
+//! - Environment: `IDEMPOTENCY_TABLE`, `LEDGER_TABLE`, `IDEMPOTENCY_MODE` = `optimistic`
+//!   (the default) or `lease`, and `IDEMPOTENCY_EXPIRES_AFTER_SECS`, how long records count
+//!   (default 23 days: it must outlive the queue's retention, the dead-letter queue's and the
+//!   queue's again after a redrive; see the README), and `DEADLINE_MARGIN_MS`, the time that
+//!   must remain before the invocation deadline to start a record (default: the store calls
+//!   at their worst, at the SDK's 5 s operation timeout, plus 1 s: 16 s in optimistic mode, a
+//!   commit sent 3 times; 26 s in lease mode, where an acquire and a release come before). The DynamoDB endpoint comes
+//!   from the standard AWS settings (`AWS_ENDPOINT_URL_DYNAMODB` locally).
+//! - Message body: `{"eventId": string, "account": string, "amount": integer}`. The
+//!   idempotency key is the message attribute `Idempotency-Key` when present, else
+//!   `eventId`. Payload validation covers the body: the same key with another account or
+//!   amount is rejected, never applied, and reported as a batch item failure.
+//! - Effect: `balance` of the ledger item with partition key `account` grows by `amount`,
+//!   committed in the same DynamoDB transaction as the idempotency record.
+//! - A body that is not valid JSON, or lacks or mistypes a field, fails that record only and
+//!   is reported, so the queue's redrive policy moves it to the dead-letter queue.
+
+#![warn(missing_docs)]
+
+use std::time::Duration;
+
+use aws_config::retry::RetryConfig;
+use aws_config::timeout::TimeoutConfig;
+use aws_config::{BehaviorVersion, SdkConfig};
+use aws_lambda_events::sqs::SqsMessage;
+use lambda_idempotency::key::{JsonPointer, KeyExtractor, MessageAttribute};
+use lambda_idempotency::sqs::BatchProcessor;
+use lambda_idempotency::store::{Attr, DynamoDbStore, Write};
+use lambda_idempotency::validation::PayloadValidation;
+use lambda_idempotency::{Completion, Config, Error, IdempotencyLayer, IdempotencyMode, Processed};
+use lambda_runtime::LambdaEvent;
+use serde::{Deserialize, Serialize};
+
+/// The message body.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Order {
+    /// The producer's id for the event; the idempotency key without an `Idempotency-Key`
+    /// attribute.
+    pub event_id: String,
+    /// The ledger account credited.
+    pub account: String,
+    /// The amount credited (negative: debited).
+    pub amount: i64,
+}
+
+/// The stored (and replayed) result of one order. It holds no key material (the event id
+/// stays out of the table).
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Applied {
+    /// The account credited.
+    pub account: String,
+    /// The amount credited.
+    pub amount: i64,
+}
+
+/// Why a body is not an order.
+#[derive(Debug, thiserror::Error)]
+pub enum OrderError {
+    /// The message has no body.
+    #[error("the record has no body")]
+    NoBody,
+    /// The body is not JSON, or lacks or mistypes a field.
+    #[error("the body is not an order: {0}")]
+    NotAnOrder(#[from] serde_json::Error),
+    /// A string field is empty.
+    #[error("the order has an empty {0}")]
+    Empty(&'static str),
+}
+
+/// The order in `message`'s body.
+pub fn parse_order(message: &SqsMessage) -> Result<Order, OrderError> {
+    let body = message.body.as_deref().ok_or(OrderError::NoBody)?;
+    let order: Order = serde_json::from_str(body)?;
+    if order.event_id.is_empty() {
+        return Err(OrderError::Empty("eventId"));
+    }
+    if order.account.is_empty() {
+        return Err(OrderError::Empty("account"));
+    }
+    Ok(order)
+}
+
+/// The key prefix of order-consumer's records: stable across deployments.
+pub const KEY_PREFIX: &str = "order-consumer";
+
+/// The idempotency key: the `Idempotency-Key` message attribute when present, else the
+/// body's `eventId`.
+pub fn order_key() -> impl KeyExtractor<SqsMessage> + Clone {
+    MessageAttribute::new("Idempotency-Key").or(JsonPointer::new("/eventId"))
+}
+
+/// The ledger write of `order`: `balance` of its `account` in `ledger_table` grows by its
+/// `amount`.
+pub fn ledger_credit(ledger_table: impl Into<String>, order: &Order) -> Write {
+    Write::update(
+        ledger_table,
+        [("account", Attr::s(&order.account))],
+        "ADD #balance :amount",
+    )
+    .name("#balance", "balance")
+    .value(":amount", Attr::n(order.amount))
+}
+
+/// Credits the order's amount to its account, in the same transaction as the record.
+pub async fn apply_order(
+    ledger_table: String,
+    message: SqsMessage,
+) -> Result<Completion<Applied>, OrderError> {
+    let order = parse_order(&message)?;
+    let credit = ledger_credit(ledger_table, &order);
+    Ok(Completion::new(Applied {
+        account: order.account,
+        amount: order.amount,
+    })
+    .with_write(credit))
+}
+
+/// How long a message can live with template.yaml's queues: 4 days in the queue, 14 in the
+/// dead-letter queue, 4 again in the queue after a redrive.
+pub const TEMPLATE_QUEUES_SECS: u64 = (4 + 14 + 4) * 24 * 3600;
+
+/// The default record window: the template's queues, plus a day.
+pub const DEFAULT_EXPIRES_AFTER: Duration = Duration::from_secs(TEMPLATE_QUEUES_SECS + 24 * 3600);
+
+/// The record window from `IDEMPOTENCY_EXPIRES_AFTER_SECS`, with a warning when it may be
+/// shorter than a message can live.
+pub fn expires_after(value: Option<&str>) -> Result<Duration, lambda_runtime::Error> {
+    let Some(text) = value.filter(|v| !v.is_empty()) else {
+        return Ok(DEFAULT_EXPIRES_AFTER);
+    };
+    let secs: u64 = text.trim().parse().map_err(|_| {
+        format!("IDEMPOTENCY_EXPIRES_AFTER_SECS must be a whole number of seconds, not {text:?}")
+    })?;
+    if secs <= TEMPLATE_QUEUES_SECS {
+        tracing::warn!(
+            expires_after_secs = secs,
+            template_queues_secs = TEMPLATE_QUEUES_SECS,
+            "the idempotency window is shorter than a message can live in template.yaml's \
+             queues (queue, dead-letter queue, queue again after a redrive): a message \
+             redriven after it runs again; make it longer than the retention periods added up"
+        );
+    }
+    Ok(Duration::from_secs(secs))
+}
+
+/// The SDK's bound on one DynamoDB operation (all its attempts), set by [`sdk_config`].
+pub const OPERATION_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Sends of a commit (`Config`'s default commit attempts).
+const COMMIT_SENDS: u64 = 3;
+
+/// Time to start a record: its store calls at their worst, plus a second to answer. A
+/// commit is sent up to 3 times; in lease mode an acquire (and, after a store error, one
+/// release) comes first.
+pub fn default_deadline_margin(mode: IdempotencyMode) -> Duration {
+    let calls = match mode {
+        IdempotencyMode::Lease => COMMIT_SENDS + 2,
+        _ => COMMIT_SENDS,
+    };
+    Duration::from_secs(OPERATION_TIMEOUT.as_secs() * calls + 1)
+}
+
+/// The start margin from `DEADLINE_MARGIN_MS`, or the mode's default.
+pub fn deadline_margin(
+    value: Option<&str>,
+    mode: IdempotencyMode,
+) -> Result<Duration, lambda_runtime::Error> {
+    match value.filter(|v| !v.is_empty()) {
+        None => Ok(default_deadline_margin(mode)),
+        Some(text) => text.trim().parse().map(Duration::from_millis).map_err(|_| {
+            format!("DEADLINE_MARGIN_MS must be a whole number of milliseconds, not {text:?}")
+                .into()
+        }),
+    }
+}
+
+fn required_env(name: &str) -> Result<String, lambda_runtime::Error> {
+    std::env::var(name)
+        .ok()
+        .filter(|v| !v.is_empty())
+        .ok_or_else(|| format!("environment variable {name} is required").into())
+}
+
+/// The tables one deployment of order-consumer uses.
+#[derive(Debug, Clone)]
+pub struct Tables {
+    /// The idempotency records (`IDEMPOTENCY_TABLE`).
+    pub idempotency: String,
+    /// The ledger credited (`LEDGER_TABLE`).
+    pub ledger: String,
+}
+
+/// How one deployment runs.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Its tables.
+    pub tables: Tables,
+    /// How the ledger write is committed with the record.
+    pub mode: IdempotencyMode,
+    /// How long records count.
+    pub expires_after: Duration,
+    /// The time that must remain before the deadline to start a record.
+    pub deadline_margin: Duration,
+    /// Completed keys remembered in the container (0: no local cache).
+    pub local_cache: usize,
+}
+
+impl Settings {
+    /// The defaults for `tables` in `mode`: the default window and start margin, and a
+    /// local cache of 1024 keys.
+    pub fn new(tables: Tables, mode: IdempotencyMode) -> Self {
+        Self {
+            tables,
+            mode,
+            expires_after: DEFAULT_EXPIRES_AFTER,
+            deadline_margin: default_deadline_margin(mode),
+            local_cache: 1024,
+        }
+    }
+
+    /// The settings from the environment (see the crate documentation).
+    pub fn from_env() -> Result<Self, lambda_runtime::Error> {
+        let idempotency = required_env("IDEMPOTENCY_TABLE")?;
+        let ledger = required_env("LEDGER_TABLE")?;
+        let mode_text = std::env::var("IDEMPOTENCY_MODE").unwrap_or_else(|_| "optimistic".into());
+        let mode = IdempotencyMode::parse(&mode_text).ok_or_else(|| {
+            format!("IDEMPOTENCY_MODE must be optimistic or lease, not {mode_text:?}")
+        })?;
+        let mut settings = Self::new(
+            Tables {
+                idempotency,
+                ledger,
+            },
+            mode,
+        );
+        settings.expires_after = expires_after(
+            std::env::var("IDEMPOTENCY_EXPIRES_AFTER_SECS")
+                .ok()
+                .as_deref(),
+        )?;
+        settings.deadline_margin =
+            deadline_margin(std::env::var("DEADLINE_MARGIN_MS").ok().as_deref(), mode)?;
+        Ok(settings)
+    }
+}
+
+/// The AWS settings from the environment, with short attempts and few retries: a hung
+/// store must not eat the invocation.
+pub async fn sdk_config() -> SdkConfig {
+    aws_config::defaults(BehaviorVersion::latest())
+        .timeout_config(
+            TimeoutConfig::builder()
+                .connect_timeout(Duration::from_secs(1))
+                .operation_attempt_timeout(Duration::from_secs(2))
+                .operation_timeout(OPERATION_TIMEOUT)
+                .build(),
+        )
+        .retry_config(RetryConfig::standard().with_max_attempts(3))
+        .load()
+        .await
+}
+
+/// The batch processor of one deployment: its records in `settings.tables.idempotency`
+/// through `client`, each order credited to `settings.tables.ledger` in the same
+/// transaction.
+pub fn processor(
+    client: aws_sdk_dynamodb::Client,
+    settings: &Settings,
+) -> BatchProcessor<
+    impl tower::Service<
+            LambdaEvent<SqsMessage>,
+            Response = Processed<Applied>,
+            Error = Error,
+            Future = impl Send,
+        > + Clone
+        + Send
+        + Sync
+        + 'static,
+> {
+    let store = DynamoDbStore::new(client, settings.tables.idempotency.clone());
+    let layer = IdempotencyLayer::new(store)
+        .with_key(order_key())
+        .with_config(
+            Config::new()
+                .with_key_prefix(KEY_PREFIX)
+                .with_mode(settings.mode)
+                .with_expires_after(settings.expires_after)
+                .with_payload_validation(PayloadValidation::Body)
+                .with_local_cache(settings.local_cache),
+        );
+    let ledger_table = settings.tables.ledger.clone();
+    let handler = layer
+        .clone()
+        .with_writes()
+        .handler(move |message| apply_order(ledger_table.clone(), message));
+    BatchProcessor::new(handler).with_deadline_margin(settings.deadline_margin)
+}
+
+#[cfg(test)]
+mod tests;

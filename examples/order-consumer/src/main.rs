@@ -1,0 +1,31 @@
+//! `order-consumer`: the SQS-triggered Lambda function users deploy. Its contract (the
+//! environment, the message body, the effect) is documented in the crate's library part,
+//! `src/lib.rs`, with the wiring that the tests and the benchmarks reuse.
+
+use order_consumer::{processor, sdk_config, Settings};
+
+// One invocation at a time, its records concurrent on one thread: Lambda gives a function
+// one event at a time, and a single-threaded runtime starts faster and uses less memory.
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> Result<(), lambda_runtime::Error> {
+    lambda_runtime::tracing::init_default_subscriber();
+    // The default panic hook prints the panic message, which may quote the input, to stderr
+    // (and so to CloudWatch). The batch processor catches the panic and reports the record;
+    // log only where it happened.
+    std::panic::set_hook(Box::new(|info| {
+        let location = info
+            .location()
+            .map(|l| format!("{}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        tracing::error!(location, "a handler panicked (its message is not logged)");
+    }));
+    let settings = Settings::from_env()?;
+    let client = aws_sdk_dynamodb::Client::new(&sdk_config().await);
+    let processor = processor(client, &settings);
+    tracing::info!(
+        mode = ?settings.mode,
+        expires_after_secs = settings.expires_after.as_secs(),
+        "order-consumer ready"
+    );
+    lambda_runtime::run(processor).await
+}
