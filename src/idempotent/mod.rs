@@ -38,4 +38,4 @@ pub use finish::{ResultAndWrites, ResultOnly, MAX_STORED_FAILURE_BYTES, UNSTORED
 pub(crate) use in_flight::within_batch;
 pub use layer::IdempotencyLayer;
 pub use record_fn::{record_fn, RecordFn};
-pub use service::{Idempotent, ResponseFuture, Transactional};
+pub use service::{Idempotent, Mode, ResponseFuture, Transactional};

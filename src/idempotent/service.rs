@@ -97,30 +97,41 @@ impl<S, St, K, C, M> Idempotent<S, St, K, C, M> {
         self.inner
     }
 
-    /// The ready inner service, for one call; a clone takes its place.
-    fn take_ready(&mut self) -> S
+    /// The ready inner service, for one call (a clone takes its place), and the protocol.
+    fn take_ready(&mut self) -> (S, Arc<Protocol<St, K, C>>)
     where
         S: Clone,
     {
         let clone = self.inner.clone();
-        std::mem::replace(&mut self.inner, clone)
-    }
-
-    fn poll_inner<I>(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>>
-    where
-        S: Service<LambdaEvent<I>>,
-        S::Error: Into<BoxError>,
-    {
-        self.inner
-            .poll_ready(cx)
-            .map_err(|e| Error::Handler(e.into()))
+        let ready = std::mem::replace(&mut self.inner, clone);
+        (ready, Arc::clone(&self.protocol))
     }
 }
 
 /// The future an [`Idempotent`] service returns.
 pub type ResponseFuture<T> = Pin<Box<dyn Future<Output = Result<Processed<T>, Error>> + Send>>;
 
-impl<S, St, K, C, I, T> Service<LambdaEvent<I>> for Idempotent<S, St, K, C, ResultOnly>
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for super::ResultOnly {}
+    impl Sealed for super::ResultAndWrites {}
+}
+
+/// A completion mode of [`Idempotent`] for handler `S`, store `St`, key extractor `K`, clock
+/// `C` and event `I`: [`ResultOnly`] or [`ResultAndWrites`]. Sealed.
+pub trait Mode<S, St, K, C, I>: sealed::Sealed + Sized {
+    /// The result that is stored and replayed.
+    type Value;
+
+    /// Runs the protocol for one event with the service's ready handler.
+    #[doc(hidden)]
+    fn call(
+        service: &mut Idempotent<S, St, K, C, Self>,
+        event: LambdaEvent<I>,
+    ) -> ResponseFuture<Self::Value>;
+}
+
+impl<S, St, K, C, I, T> Mode<S, St, K, C, I> for ResultOnly
 where
     S: Service<LambdaEvent<I>, Response = T> + Clone + Send + 'static,
     S::Future: Send + 'static,
@@ -131,24 +142,18 @@ where
     C: Clock,
     I: Input + Send + Sync + 'static,
 {
-    type Response = Processed<T>;
-    type Error = Error;
-    type Future = ResponseFuture<T>;
+    type Value = T;
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
-        self.poll_inner(cx)
-    }
-
-    fn call(&mut self, event: LambdaEvent<I>) -> Self::Future {
-        let ready = self.take_ready();
-        let protocol = Arc::clone(&self.protocol);
-        Box::pin(lease::run::<ResultOnly, _, _, _, _, _>(
-            protocol, ready, event,
-        ))
+    fn call(
+        service: &mut Idempotent<S, St, K, C, Self>,
+        event: LambdaEvent<I>,
+    ) -> ResponseFuture<T> {
+        let (ready, protocol) = service.take_ready();
+        Box::pin(lease::run::<Self, _, _, _, _, _>(protocol, ready, event))
     }
 }
 
-impl<S, St, K, C, I, T> Service<LambdaEvent<I>> for Idempotent<S, St, K, C, ResultAndWrites>
+impl<S, St, K, C, I, T> Mode<S, St, K, C, I> for ResultAndWrites
 where
     S: Service<LambdaEvent<I>, Response = Completion<T>> + Clone + Send + 'static,
     S::Future: Send + 'static,
@@ -159,22 +164,39 @@ where
     C: Clock,
     I: Input + Send + Sync + 'static,
 {
-    type Response = Processed<T>;
+    type Value = T;
+
+    fn call(
+        service: &mut Idempotent<S, St, K, C, Self>,
+        event: LambdaEvent<I>,
+    ) -> ResponseFuture<T> {
+        let (ready, protocol) = service.take_ready();
+        match protocol.config.mode {
+            IdempotencyMode::Lease => {
+                Box::pin(lease::run::<Self, _, _, _, _, _>(protocol, ready, event))
+            }
+            IdempotencyMode::Optimistic => Box::pin(optimistic::run(protocol, ready, event)),
+        }
+    }
+}
+
+impl<S, St, K, C, M, I> Service<LambdaEvent<I>> for Idempotent<S, St, K, C, M>
+where
+    S: Service<LambdaEvent<I>>,
+    S::Error: Into<BoxError>,
+    M: Mode<S, St, K, C, I>,
+{
+    type Response = Processed<M::Value>;
     type Error = Error;
-    type Future = ResponseFuture<T>;
+    type Future = ResponseFuture<M::Value>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
-        self.poll_inner(cx)
+        self.inner
+            .poll_ready(cx)
+            .map_err(|e| Error::Handler(e.into()))
     }
 
     fn call(&mut self, event: LambdaEvent<I>) -> Self::Future {
-        let ready = self.take_ready();
-        let protocol = Arc::clone(&self.protocol);
-        match protocol.config.mode {
-            IdempotencyMode::Lease => Box::pin(lease::run::<ResultAndWrites, _, _, _, _, _>(
-                protocol, ready, event,
-            )),
-            IdempotencyMode::Optimistic => Box::pin(optimistic::run(protocol, ready, event)),
-        }
+        M::call(self, event)
     }
 }
