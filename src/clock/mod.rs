@@ -76,8 +76,10 @@ where
 /// local emulators such as `cargo lambda watch` send the remaining time instead.
 pub const RELATIVE_DEADLINE_BELOW_MS: u64 = 1_000_000_000_000;
 
-/// The invocation deadline: normalised once, from the `Lambda-Runtime-Deadline-Ms` value, by
-/// [`Deadline::of`], and carried as this value afterwards.
+/// The invocation deadline: normalised from the `Lambda-Runtime-Deadline-Ms` value by
+/// [`Deadline::of`], and carried as this value afterwards. Normalising an absolute deadline
+/// again leaves it as it is, so a batch can hand the normalised value on in the `Context`
+/// (for clocks after September 2001, see [`RELATIVE_DEADLINE_BELOW_MS`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Deadline {
     epoch_ms: u64,
@@ -115,7 +117,7 @@ impl Deadline {
         UNIX_EPOCH + Duration::from_millis(self.epoch_ms.saturating_sub(margin_ms))
     }
 
-    /// Whether `now` is less than `margin` before the deadline (or past it).
+    /// Whether `now` is at most `margin` before the deadline (or past it).
     pub fn is_within(self, margin: Duration, now: SystemTime) -> bool {
         later_ms(now, margin) >= self.epoch_ms
     }

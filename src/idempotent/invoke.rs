@@ -1,9 +1,16 @@
-//! Calling user code: the one place where panics are caught. The handler runs through
-//! [`call_handler`]; other user code on a record's path (a closure key extractor, a
-//! result's `Serialize` or `Deserialize`) runs through [`catch_panic`]. Either way a panic
-//! fails its record alone and, under a lease, the lease is released as for any failure.
+//! Calling user code, and catching its panics: the one implementation, used at two depths.
+//! - The handler runs through [`call_handler`]: its panic is the record's failure
+//!   ([`Error::Panic`]), so the lease is released as for any failure. Closure key extractors
+//!   run through [`catch_panic`] (the record fails with the panic); a result's `Serialize`
+//!   that panics counts as a result that cannot be serialized (the record completes without
+//!   it), and a `Deserialize` that panics as a stored result that no longer decodes.
+//! - Anything else that panics on a record's path (a user's store or clock, the handler
+//!   service's `poll_ready` or `Clone`) is caught per record by the batch processor through
+//!   [`catch_panic_async`]: the record fails alone, and its lease, if it took one, ends at the
+//!   deadline.
 
 use std::any::Any;
+use std::future::Future;
 use std::panic::AssertUnwindSafe;
 
 use futures_util::FutureExt;
@@ -30,6 +37,18 @@ pub(crate) fn catch_panic<R>(f: impl FnOnce() -> R) -> Result<R, Error> {
     })
 }
 
+/// Runs `future`, turning a panic into [`Error::Panic`].
+pub(crate) async fn catch_panic_async<T>(
+    future: impl Future<Output = Result<T, Error>>,
+) -> Result<T, Error> {
+    match AssertUnwindSafe(future).catch_unwind().await {
+        Ok(result) => result,
+        Err(panic) => Err(Error::Panic {
+            message: panic_message(panic.as_ref()),
+        }),
+    }
+}
+
 /// Runs the inner handler, turning its error or panic into [`Error`].
 pub(crate) async fn call_handler<S, I>(
     inner: S,
@@ -40,16 +59,13 @@ where
     S::Error: Into<BoxError>,
 {
     let mut inner = inner;
-    match AssertUnwindSafe(async move { inner.call(event).await })
-        .catch_unwind()
-        .await
-    {
-        Ok(Ok(value)) => Ok(value),
-        Ok(Err(err)) => Err(Error::Handler(err.into())),
-        Err(panic) => Err(Error::Panic {
-            message: panic_message(panic.as_ref()),
-        }),
-    }
+    catch_panic_async(async move {
+        inner
+            .call(event)
+            .await
+            .map_err(|e| Error::Handler(e.into()))
+    })
+    .await
 }
 
 /// The handler's error was marked [`Permanent`].

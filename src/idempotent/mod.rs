@@ -7,7 +7,7 @@
 //!    flight, `in_flight`) may answer it at once; otherwise the record is claimed.
 //! 2. `lease` (the lease driver): one conditional write takes the lease, or the stored
 //!    record answers (replay, locked, payload mismatch); `heartbeat` keeps the lease while
-//!    the handler runs (`invoke`, the one place that catches panics).
+//!    the handler runs (`invoke`, which calls user code and catches its panics).
 //! 3. `finish`: the mode's final write (an owner-fenced completion of the result, or a
 //!    commit of the handler's writes with the record), in the stored form of
 //!    `stored_result`, retried (`retry`) within the deadline; a permanent failure is stored,
@@ -36,6 +36,7 @@ pub use admission::FALLBACK_KEY_PREFIX;
 pub use completion::Completion;
 pub use finish::{ResultAndWrites, ResultOnly, MAX_STORED_FAILURE_BYTES, UNSTORED_FAILURE_MESSAGE};
 pub(crate) use in_flight::within_batch;
+pub(crate) use invoke::catch_panic_async;
 pub use layer::IdempotencyLayer;
 pub use record_fn::{record_fn, RecordFn};
 pub use service::{Idempotent, Mode, ResponseFuture, Transactional};

@@ -26,9 +26,9 @@ use crate::store::{Store, TransactionalStore};
 /// A handler made idempotent: it runs at most once per key while the key's record counts,
 /// under a lease that ends at the invocation deadline, and duplicates get its stored result.
 ///
-/// Request: `LambdaEvent<E>` for any event `E` the key extractor reads (an
-/// [`Input`](crate::Input) such as an SQS message, for the built-in extractors); the
-/// `Context` carries the deadline. Response: [`Processed<T>`]. Error: [`Error`], each mapping
+/// Request: `LambdaEvent<E>` for any event `E` that is an [`Input`](crate::Input) (an SQS
+/// message, for one), which the key extractor and payload validation read; the `Context`
+/// carries the deadline. Response: [`Processed<T>`]. Error: [`Error`], each mapping
 /// to an [`Outcome`](crate::Outcome).
 ///
 /// The completion mode `M`:

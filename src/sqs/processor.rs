@@ -89,9 +89,10 @@ pub const ANSWER_MARGIN: Duration = Duration::from_millis(500);
 /// be handed to `lambda_runtime::run` as it is.
 ///
 /// - Each record ends in one [`Outcome`](crate::Outcome); all but the successful ones are reported.
-/// - Panics are caught once per record, by the [`Idempotent`](crate::Idempotent) service
-///   (which then releases the record's lease); a panic that escapes another service fails
-///   the invocation, so the whole batch is retried. A record is not started when less than the deadline
+/// - A panic fails its record alone: the handler's is caught by the
+///   [`Idempotent`](crate::Idempotent) service, which releases the record's lease; any other
+///   (a user's store or clock, a service that is not idempotent) is caught here, per record,
+///   and a lease the record took then ends at the deadline. A record is not started when less than the deadline
 ///   margin (default 1 s) remains before the invocation deadline, and a record still running
 ///   [`ANSWER_MARGIN`] before the deadline is stopped (its future dropped) and reported
 ///   [`Outcome::DeadlineNear`](crate::Outcome::DeadlineNear), so the batch always answers in time: Lambda discards a late
@@ -249,10 +250,12 @@ where
                 return Err(Error::DeadlineNear);
             }
             let event = LambdaEvent::new(record, context.clone());
-            // Panics of the handler (and of other user code on the record's path) are caught
-            // by the service, once, so that it can release the lease.
+            // The service catches its handler's panic (and releases the lease); a panic
+            // anywhere else on the record's path (a store, a clock, another service) fails
+            // this record alone.
+            let call = crate::idempotent::catch_panic_async(self.service.clone().oneshot(event));
             tokio::select! {
-                result = self.service.clone().oneshot(event) => result,
+                result = call => result,
                 () = self.clock.sleep_until(deadline.before(ANSWER_MARGIN)) => {
                     Err(Error::DeadlineReached)
                 }

@@ -10,8 +10,8 @@ use order_consumer::{processor, sdk_config, Settings};
 async fn main() -> Result<(), lambda_runtime::Error> {
     lambda_runtime::tracing::init_default_subscriber();
     // The default panic hook prints the panic message, which may quote the input, to stderr
-    // (and so to CloudWatch). The batch processor catches the panic and reports the record;
-    // log only where it happened.
+    // (and so to CloudWatch). The panic is caught and its record reported (the handler's by the
+    // idempotent service, any other by the batch processor); log only where it happened.
     std::panic::set_hook(Box::new(|info| {
         let location = info
             .location()

@@ -1,6 +1,7 @@
 //! A store wrapper that injects one fault at a chosen call: an answer lost after the call
 //! was applied (as when the SDK resends a request whose response never came), a transient
-//! failure, a slow or lost-lease heartbeat. It counts every call.
+//! failure, a refusal as invalid, a panic, a slow or lost-lease heartbeat. It counts every
+//! call.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -29,6 +30,11 @@ pub enum Inject {
     CompleteResent,
     /// The completion answers that the lease was lost (taken over meanwhile).
     CompleteLeaseLost,
+    /// The completion is refused as invalid (DynamoDB's `ValidationException`): nothing is
+    /// applied.
+    CompleteInvalid,
+    /// The completion panics (a user's store with a bug).
+    CompletePanics,
     /// Every extension takes this long (then is applied).
     ExtendSlow(Duration),
     /// The extension answers that the lease is lost.
@@ -117,10 +123,19 @@ impl<S: Store> Store for FaultyStore<S> {
         match self.take(|f| {
             matches!(
                 f,
-                Inject::CompleteFails | Inject::CompleteResent | Inject::CompleteLeaseLost
+                Inject::CompleteFails
+                    | Inject::CompleteResent
+                    | Inject::CompleteLeaseLost
+                    | Inject::CompleteInvalid
+                    | Inject::CompletePanics
             )
         }) {
             Some(Inject::CompleteFails) => Err(down()),
+            Some(Inject::CompleteInvalid) => Err(StoreError::InvalidRequest {
+                write_index: None,
+                reason: "injected: ValidationException".into(),
+            }),
+            Some(Inject::CompletePanics) => panic!("injected: the store panicked"),
             Some(Inject::CompleteLeaseLost) => Ok(Fenced::LeaseLost),
             Some(_) => {
                 self.inner.complete(request).await?;
