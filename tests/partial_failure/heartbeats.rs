@@ -1,0 +1,116 @@
+//! Heartbeats: a lease lost or left unconfirmed cancels the handler; slow ones do not stall it.
+
+use lambda_idempotency_test_support as support;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use aws_lambda_events::sqs::SqsMessage;
+use lambda_idempotency::clock::Clock;
+use lambda_idempotency::sqs::BatchProcessor;
+use lambda_idempotency::store::InMemoryStore;
+use lambda_idempotency::{IdempotencyLayer, Outcome};
+use support::faulty_store::{FaultyStore, Inject};
+use support::{invocation, outcomes, reported};
+
+use crate::{batch, config, message, Rig, REMAINING};
+
+#[tokio::test]
+async fn a_heartbeat_that_finds_the_lease_lost_cancels_the_handler() {
+    let rig = Rig::new();
+    rig.store.inject(Inject::ExtendLeaseLost);
+    let finished = Arc::new(AtomicBool::new(false));
+    let layer = IdempotencyLayer::new(rig.store.clone())
+        .with_clock(rig.clock.clone())
+        .with_config(config().with_heartbeat(Duration::from_secs(3), Duration::from_millis(20)));
+    let done = finished.clone();
+    let processor = BatchProcessor::new(layer.handler(move |_m: SqsMessage| {
+        let done = done.clone();
+        async move {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            done.store(true, Ordering::SeqCst);
+            Ok::<_, std::io::Error>(())
+        }
+    }))
+    .with_clock(rig.clock.clone());
+    let report = processor
+        .process(invocation(
+            batch([message("m-1", "{}")]),
+            rig.clock.now(),
+            REMAINING,
+        ))
+        .await;
+    assert_eq!(outcomes(&report), [Outcome::LeaseLost]);
+    assert_eq!(reported(&report), ["m-1"]);
+    assert!(
+        !finished.load(Ordering::SeqCst),
+        "the handler ran on without its lease"
+    );
+    assert_eq!(rig.store.calls.complete.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn a_slow_heartbeat_does_not_hold_the_handler_back() {
+    let rig = Rig::new();
+    rig.store.inject(Inject::ExtendSlow(Duration::from_secs(2)));
+    let layer = IdempotencyLayer::new(rig.store.clone())
+        .with_clock(rig.clock.clone())
+        .with_config(config().with_heartbeat(Duration::from_secs(3), Duration::from_millis(50)));
+    let processor = BatchProcessor::new(layer.handler(|_m: SqsMessage| async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        Ok::<_, std::io::Error>(())
+    }))
+    .with_clock(rig.clock.clone());
+    let started = Instant::now();
+    let report = processor
+        .process(invocation(
+            batch([message("m-1", "{}")]),
+            rig.clock.now(),
+            REMAINING,
+        ))
+        .await;
+    let took = started.elapsed();
+    assert_eq!(outcomes(&report), [Outcome::Executed]);
+    assert!(took < Duration::from_secs(1), "took {took:?}");
+    assert!(rig.store.calls.extend.load(Ordering::SeqCst) >= 1);
+}
+
+#[tokio::test]
+async fn a_heartbeat_that_cannot_confirm_the_lease_before_it_ends_cancels_the_handler() {
+    // Real time here: the lease lapses by the wall clock while the extension hangs.
+    let store = FaultyStore::new(InMemoryStore::new());
+    store.inject(Inject::ExtendSlow(Duration::from_secs(5)));
+    let finished = Arc::new(AtomicBool::new(false));
+    let layer = IdempotencyLayer::new(store.clone()).with_config(
+        config().with_heartbeat(Duration::from_millis(300), Duration::from_millis(50)),
+    );
+    let done = finished.clone();
+    let processor = BatchProcessor::new(layer.handler(move |_m: SqsMessage| {
+        let done = done.clone();
+        async move {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            done.store(true, Ordering::SeqCst);
+            Ok::<_, std::io::Error>(())
+        }
+    }));
+    let started = Instant::now();
+    let report = processor
+        .process(invocation(
+            batch([message("m-1", "{}")]),
+            std::time::SystemTime::now(),
+            REMAINING,
+        ))
+        .await;
+    assert_eq!(outcomes(&report), [Outcome::LeaseLost]);
+    assert!(
+        !finished.load(Ordering::SeqCst),
+        "the handler ran on unleased"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(store.calls.complete.load(Ordering::SeqCst), 0);
+}

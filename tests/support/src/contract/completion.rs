@@ -1,0 +1,249 @@
+//! Contract cases on finished records: completion, replay, mismatches, failures, expiry.
+
+use std::time::Duration;
+
+use lambda_idempotency::clock::{epoch_ms, epoch_secs, Clock, ManualClock};
+use lambda_idempotency::record::{decide, Decision, OwnerToken, Status};
+use lambda_idempotency::store::{Acquire, CompleteRequest, ExtendRequest, Fenced, Store};
+use lambda_idempotency::validation::PayloadHash;
+
+use super::{acquire_request, complete_request, key, Seed, HOUR, LEASE};
+
+/// Contract case: expired record is taken over before ttl deletes it.
+pub async fn expired_record_is_taken_over_before_ttl_deletes_it<S: Store>(store: &S) {
+    let clock = ManualClock::starting_now();
+    let k = key("expired");
+    let (a, b) = (OwnerToken::generate(), OwnerToken::generate());
+    store
+        .acquire(&acquire_request(&clock, &k, &a, LEASE, None))
+        .await
+        .unwrap();
+    let window = Duration::from_secs(60);
+    assert_eq!(
+        store
+            .complete(&complete_request(&clock, &k, &a, "\"old\"", window))
+            .await
+            .unwrap(),
+        Fenced::Applied
+    );
+    // Within the window: a duplicate sees the completed record.
+    clock.advance(window);
+    let Acquire::Existing(record) = store
+        .acquire(&acquire_request(&clock, &k, &b, LEASE, None))
+        .await
+        .unwrap()
+    else {
+        panic!("record still counts at its expiration second")
+    };
+    assert_eq!(record.status, Status::Completed);
+    // Past it, the record is still stored (no TTL sweep), but it no longer counts.
+    clock.advance(Duration::from_secs(1));
+    assert!(store.get(&k).await.unwrap().is_some());
+    assert_eq!(
+        store
+            .acquire(&acquire_request(&clock, &k, &b, LEASE, None))
+            .await
+            .unwrap(),
+        Acquire::Acquired
+    );
+    let record = store.get(&k).await.unwrap().expect("record");
+    assert_eq!(record.status, Status::InProgress);
+    assert_eq!(record.data, None);
+}
+
+/// Contract case: complete then replay.
+pub async fn complete_then_replay<S: Store>(store: &S) {
+    let clock = ManualClock::starting_now();
+    let k = key("replay");
+    let (a, b) = (OwnerToken::generate(), OwnerToken::generate());
+    store
+        .acquire(&acquire_request(&clock, &k, &a, LEASE, Some("v2:hash-1")))
+        .await
+        .unwrap();
+    let data = r#"{"balance":42,"note":"é ✓"}"#;
+    assert_eq!(
+        store
+            .complete(&complete_request(&clock, &k, &a, data, HOUR))
+            .await
+            .unwrap(),
+        Fenced::Applied
+    );
+    // Long after the lease, but within the window: still a replay.
+    clock.advance(Duration::from_secs(600));
+    let Acquire::Existing(record) = store
+        .acquire(&acquire_request(&clock, &k, &b, LEASE, Some("v2:hash-1")))
+        .await
+        .unwrap()
+    else {
+        panic!("completed record must be returned")
+    };
+    assert_eq!(record.status, Status::Completed);
+    assert_eq!(record.lease_expiration_ms, None);
+    assert_eq!(
+        decide(&record, clock.now(), Some(&PayloadHash::new("v2:hash-1"))),
+        Decision::Replay {
+            data: Some(data.to_string())
+        }
+    );
+    // Completing again with other data is refused: the record is no longer in progress.
+    assert_eq!(
+        store
+            .complete(&complete_request(&clock, &k, &a, "2", HOUR))
+            .await
+            .unwrap(),
+        Fenced::LeaseLost
+    );
+    // The same completion sent again (its first answer lost) is recognised as applied,
+    // and changes nothing; another owner's is not.
+    let resent = CompleteRequest {
+        expiration_secs: epoch_secs(clock.now() + HOUR),
+        ..complete_request(&clock, &k, &a, data, HOUR)
+    };
+    assert_eq!(store.complete(&resent).await.unwrap(), Fenced::Applied);
+    let foreign = complete_request(&clock, &k, &b, data, HOUR);
+    assert_eq!(store.complete(&foreign).await.unwrap(), Fenced::LeaseLost);
+    let after = store.get(&k).await.unwrap().expect("record");
+    assert_eq!(after.data.as_deref(), Some(data));
+    assert_eq!(after.owner.as_ref(), Some(&a));
+}
+
+/// Contract case: complete and release refuse a foreign owner.
+pub async fn complete_and_release_refuse_a_foreign_owner<S: Store>(store: &S) {
+    let clock = ManualClock::starting_now();
+    let k = key("foreign");
+    let (a, intruder) = (OwnerToken::generate(), OwnerToken::generate());
+    store
+        .acquire(&acquire_request(&clock, &k, &a, LEASE, None))
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .complete(&complete_request(&clock, &k, &intruder, "1", HOUR))
+            .await
+            .unwrap(),
+        Fenced::LeaseLost
+    );
+    assert_eq!(
+        store.release(&k, &intruder).await.unwrap(),
+        Fenced::LeaseLost
+    );
+    let record = store.get(&k).await.unwrap().expect("record untouched");
+    assert_eq!(record.status, Status::InProgress);
+    assert_eq!(record.owner.as_ref(), Some(&a));
+    // Nothing to complete or release on a key that was never acquired.
+    let never = key("never");
+    assert_eq!(
+        store
+            .complete(&complete_request(&clock, &never, &a, "1", HOUR))
+            .await
+            .unwrap(),
+        Fenced::LeaseLost
+    );
+    assert_eq!(store.release(&never, &a).await.unwrap(), Fenced::LeaseLost);
+    assert_eq!(store.get(&never).await.unwrap(), None);
+}
+
+/// Contract case: payload mismatch is detected.
+pub async fn payload_mismatch_is_detected<S: Store>(store: &S) {
+    let clock = ManualClock::starting_now();
+    let k = key("mismatch");
+    let (a, b) = (OwnerToken::generate(), OwnerToken::generate());
+    store
+        .acquire(&acquire_request(&clock, &k, &a, LEASE, Some("v2:hash-a")))
+        .await
+        .unwrap();
+    let Acquire::Existing(in_progress) = store
+        .acquire(&acquire_request(&clock, &k, &b, LEASE, Some("v2:hash-b")))
+        .await
+        .unwrap()
+    else {
+        panic!("existing record expected")
+    };
+    assert_eq!(in_progress.validation.as_deref(), Some("v2:hash-a"));
+    assert_eq!(
+        decide(
+            &in_progress,
+            clock.now(),
+            Some(&PayloadHash::new("v2:hash-b"))
+        ),
+        Decision::PayloadMismatch
+    );
+    store
+        .complete(&complete_request(&clock, &k, &a, "1", HOUR))
+        .await
+        .unwrap();
+    let Acquire::Existing(done) = store
+        .acquire(&acquire_request(&clock, &k, &b, LEASE, Some("v2:hash-b")))
+        .await
+        .unwrap()
+    else {
+        panic!("existing record expected")
+    };
+    assert_eq!(done.validation.as_deref(), Some("v2:hash-a"));
+    assert_eq!(
+        decide(&done, clock.now(), Some(&PayloadHash::new("v2:hash-b"))),
+        Decision::PayloadMismatch
+    );
+}
+
+/// Contract case: a permanent failure is stored and replayed.
+pub async fn a_permanent_failure_is_stored_and_replayed<S: Store>(store: &S) {
+    let clock = ManualClock::starting_now();
+    let k = key("failed");
+    let (a, b) = (OwnerToken::generate(), OwnerToken::generate());
+    store
+        .acquire(&acquire_request(&clock, &k, &a, LEASE, None))
+        .await
+        .unwrap();
+    let mut request = complete_request(&clock, &k, &a, "\"card declined\"", HOUR);
+    request.status = Status::Failed;
+    assert_eq!(store.complete(&request).await.unwrap(), Fenced::Applied);
+    let Acquire::Existing(record) = store
+        .acquire(&acquire_request(&clock, &k, &b, LEASE, None))
+        .await
+        .unwrap()
+    else {
+        panic!("failed record must be returned")
+    };
+    assert_eq!(record.status, Status::Failed);
+    assert_eq!(
+        decide(&record, clock.now(), None),
+        Decision::ReplayFailure {
+            data: Some("\"card declined\"".into())
+        }
+    );
+}
+
+/// Contract case: extend and release leave finished records alone.
+pub async fn extend_and_release_leave_finished_records_alone<S: Seed>(store: &S) {
+    for status in [Status::Completed, Status::Failed] {
+        let clock = ManualClock::starting_now();
+        let k = key(status.as_str());
+        let a = OwnerToken::generate();
+        store
+            .acquire(&acquire_request(&clock, &k, &a, LEASE, None))
+            .await
+            .unwrap();
+        let mut done = complete_request(&clock, &k, &a, "\"done\"", HOUR);
+        done.status = status;
+        assert_eq!(store.complete(&done).await.unwrap(), Fenced::Applied);
+        let before = store.get(&k).await.unwrap().expect("record");
+        let extend = ExtendRequest {
+            key: k.clone(),
+            owner: a.clone(),
+            lease_expiration_ms: epoch_ms(clock.now() + LEASE),
+            expiration_secs: epoch_secs(clock.now() + HOUR * 2),
+        };
+        assert_eq!(
+            store.extend(&extend).await.unwrap(),
+            Fenced::LeaseLost,
+            "{status}"
+        );
+        assert_eq!(
+            store.release(&k, &a).await.unwrap(),
+            Fenced::LeaseLost,
+            "{status}"
+        );
+        assert_eq!(store.get(&k).await.unwrap(), Some(before), "{status}");
+    }
+}

@@ -1,0 +1,246 @@
+//! Transactional completion against DynamoDB Local, in both modes: the ledger write and the
+//! idempotency record commit together, so the effect happens exactly once even when the
+//! process dies at any step, a commit's response is lost, or the lease is lost.
+
+mod commit_faults;
+mod handler_failures;
+mod redelivery;
+
+use lambda_idempotency_test_support as support;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
+use aws_sdk_dynamodb::Client;
+use lambda_idempotency::clock::{Clock, ManualClock};
+use lambda_idempotency::key::IdempotencyKey;
+use lambda_idempotency::record::{OwnerToken, Record};
+use lambda_idempotency::sqs::{BatchProcessor, BatchReport};
+use lambda_idempotency::store::{
+    Acquire, AcquireRequest, Commit, CommitRequest, CompleteRequest, DynamoDbStore, ExtendRequest,
+    Fenced, Store, StoreError, TransactionalStore,
+};
+use lambda_idempotency::validation::PayloadValidation;
+use lambda_idempotency::{Completion, Config, Error, IdempotencyLayer, IdempotencyMode, Permanent};
+use order_consumer::{ledger_credit, order_key, Order, KEY_PREFIX};
+use support::dynamodb::{balance, counted_client, create_table, create_table_keyed, CallCounter};
+use support::{invocation, load_event};
+
+const MODES: [IdempotencyMode; 2] = [IdempotencyMode::Lease, IdempotencyMode::Optimistic];
+/// The lease cap of the test containers: shorter than an invocation, so a handler can
+/// outlive its lease without outliving its invocation.
+const LEASE_CAP: Duration = Duration::from_secs(10);
+const REMAINING: Duration = Duration::from_secs(30);
+
+/// Where a fault strikes a commit.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Fault {
+    /// The process dies before the commit is sent.
+    DieBeforeCommit,
+    /// The commit is applied, then the process dies before it sees the response.
+    DieAfterCommit,
+    /// The commit is applied, but its response is lost (connection reset): the toolkit
+    /// sends it again.
+    LoseResponse,
+    /// The next commits meet a concurrent transaction (DynamoDB's `TransactionConflict`)
+    /// and apply nothing.
+    Conflicts(usize),
+}
+
+/// A `DynamoDbStore` with a fault injected into the next commit.
+#[derive(Clone)]
+struct FaultyStore {
+    inner: DynamoDbStore,
+    fault: Arc<Mutex<Option<Fault>>>,
+}
+
+impl FaultyStore {
+    fn take_fault(&self) -> Option<Fault> {
+        let mut fault = self.fault.lock().unwrap();
+        match *fault {
+            Some(Fault::Conflicts(n)) if n > 1 => {
+                *fault = Some(Fault::Conflicts(n - 1));
+                Some(Fault::Conflicts(n))
+            }
+            _ => fault.take(),
+        }
+    }
+
+    async fn faulty(
+        &self,
+        commit: impl std::future::Future<Output = Result<Commit, StoreError>>,
+    ) -> Result<Commit, StoreError> {
+        match self.take_fault() {
+            None => commit.await,
+            Some(Fault::DieBeforeCommit) => std::future::pending().await,
+            Some(Fault::DieAfterCommit) => {
+                let applied = commit.await;
+                assert_eq!(applied.unwrap(), Commit::Applied);
+                std::future::pending().await
+            }
+            Some(Fault::Conflicts(_)) => Ok(Commit::Conflict),
+            Some(Fault::LoseResponse) => {
+                let applied = commit.await;
+                assert_eq!(applied.unwrap(), Commit::Applied);
+                Err(StoreError::Unavailable("connection reset by peer".into()))
+            }
+        }
+    }
+}
+
+impl Store for FaultyStore {
+    async fn acquire(&self, request: &AcquireRequest) -> Result<Acquire, StoreError> {
+        self.inner.acquire(request).await
+    }
+    async fn complete(&self, request: &CompleteRequest) -> Result<Fenced, StoreError> {
+        self.inner.complete(request).await
+    }
+    async fn extend(&self, request: &ExtendRequest) -> Result<Fenced, StoreError> {
+        self.inner.extend(request).await
+    }
+    async fn release(
+        &self,
+        key: &IdempotencyKey,
+        owner: &OwnerToken,
+    ) -> Result<Fenced, StoreError> {
+        self.inner.release(key, owner).await
+    }
+    async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
+        self.inner.get(key).await
+    }
+}
+
+impl TransactionalStore for FaultyStore {
+    async fn commit(&self, request: &CommitRequest) -> Result<Commit, StoreError> {
+        self.faulty(self.inner.commit(request)).await
+    }
+    async fn commit_fresh(&self, request: &CommitRequest) -> Result<Commit, StoreError> {
+        self.faulty(self.inner.commit_fresh(request)).await
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+struct Applied {
+    account: String,
+    amount: i64,
+}
+
+/// What the handler does besides building its ledger write.
+type Hook = Arc<dyn Fn(&Order) -> Result<(), Permanent> + Send + Sync>;
+
+struct Ledger {
+    client: Client,
+    counter: CallCounter,
+    store: FaultyStore,
+    ledger_table: String,
+    clock: ManualClock,
+    handler_runs: Arc<Mutex<usize>>,
+}
+
+impl Ledger {
+    async fn new() -> Option<Self> {
+        let counter = CallCounter::default();
+        let client = counted_client(&counter).await?;
+        let idempotency_table = create_table(&client).await;
+        let ledger_table = create_table_keyed(&client, "ledger", "account").await;
+        Some(Self {
+            store: FaultyStore {
+                inner: DynamoDbStore::new(client.clone(), idempotency_table),
+                fault: Arc::default(),
+            },
+            client,
+            counter,
+            ledger_table,
+            clock: ManualClock::starting_now(),
+            handler_runs: Arc::default(),
+        })
+    }
+
+    fn inject(&self, fault: Fault) {
+        *self.store.fault.lock().unwrap() = Some(fault);
+    }
+
+    /// A fresh container: its own layer, no cache.
+    fn container(
+        &self,
+        mode: IdempotencyMode,
+        hook: Hook,
+    ) -> BatchProcessor<
+        impl tower::Service<
+                lambda_runtime::LambdaEvent<SqsMessage>,
+                Response = lambda_idempotency::Processed<Applied>,
+                Error = Error,
+            > + Clone
+            + Send
+            + Sync
+            + 'static,
+        ManualClock,
+    > {
+        let ledger_table = self.ledger_table.clone();
+        let runs = self.handler_runs.clone();
+        let layer = IdempotencyLayer::new(self.store.clone())
+            .with_key(order_key())
+            .with_clock(self.clock.clone())
+            .with_config(
+                Config::new()
+                    .with_key_prefix(KEY_PREFIX)
+                    .with_mode(mode)
+                    .with_max_lease(LEASE_CAP)
+                    .with_payload_validation(PayloadValidation::Body),
+            );
+        let handler = layer
+            .clone()
+            .with_writes()
+            .handler(move |message: SqsMessage| {
+                let ledger_table = ledger_table.clone();
+                let runs = runs.clone();
+                let hook = hook.clone();
+                async move {
+                    *runs.lock().unwrap() += 1;
+                    let order: Order = serde_json::from_str(message.body.as_deref().unwrap_or(""))
+                        .map_err(lambda_idempotency::BoxError::from)?;
+                    hook(&order)?;
+                    let credit = ledger_credit(ledger_table, &order);
+                    Ok::<_, lambda_idempotency::BoxError>(
+                        Completion::new(Applied {
+                            account: order.account,
+                            amount: order.amount,
+                        })
+                        .with_write(credit),
+                    )
+                }
+            });
+        BatchProcessor::new(handler).with_clock(self.clock.clone())
+    }
+
+    async fn deliver(&self, mode: IdempotencyMode, event: SqsEvent) -> BatchReport<Applied> {
+        self.container(mode, Arc::new(|_| Ok(())))
+            .process(invocation(event, self.clock.now(), REMAINING))
+            .await
+    }
+
+    /// Delivers `event`, but the container dies (its future is dropped) if it has not
+    /// answered within a second: nothing after that point runs, as under `kill -9`.
+    async fn deliver_and_die(&self, mode: IdempotencyMode, event: SqsEvent) {
+        let processor = self.container(mode, Arc::new(|_| Ok(())));
+        let run = processor.process(invocation(event, self.clock.now(), REMAINING));
+        assert!(
+            tokio::time::timeout(Duration::from_secs(1), run)
+                .await
+                .is_err(),
+            "the container was meant to die"
+        );
+    }
+
+    async fn balance(&self, account: &str) -> i64 {
+        balance(&self.client, &self.ledger_table, account).await
+    }
+}
+
+fn one_record(name: &str, index: usize) -> SqsEvent {
+    let mut event = load_event(name);
+    let record = event.records.remove(index);
+    event.records = vec![record];
+    event
+}
