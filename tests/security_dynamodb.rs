@@ -1,5 +1,5 @@
 //! Security: keys are hashed and namespaced per function, so two functions sharing a table
-//! cannot collide (raw key material stays out of the table and the logs: `tests/key_secrecy.rs`).
+//! cannot collide (raw key material stays out of the table and the logs: `tests/key_secrecy_dynamodb.rs`).
 use lambda_idempotency_test_support as support;
 
 use std::sync::{Arc, Mutex};
