@@ -9,9 +9,9 @@
 use std::time::{Duration, SystemTime};
 
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
+use lambda_idempotency::batch::{BatchMode, BatchProcessor};
 use lambda_idempotency::clock::epoch_ms;
 use lambda_idempotency::key::{JsonPointer, MessageAttribute};
-use lambda_idempotency::sqs::{BatchMode, BatchProcessor};
 use lambda_idempotency::store::InMemoryStore;
 use lambda_idempotency::validation::PayloadValidation;
 use lambda_idempotency::{Config, IdempotencyLayer};
@@ -112,7 +112,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             };
             println!(
                 "  {:<38} {:<14} {detail}",
-                record.message_id.as_deref().unwrap_or("<no messageId>"),
+                record
+                    .item_identifier
+                    .as_deref()
+                    .unwrap_or("<no messageId>"),
                 record.outcome.as_str(),
             );
         }

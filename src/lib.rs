@@ -10,7 +10,7 @@
 //!
 //! ```
 //! use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
-//! use lambda_idempotency::sqs::BatchProcessor;
+//! use lambda_idempotency::batch::BatchProcessor;
 //! use lambda_idempotency::store::InMemoryStore;
 //! use lambda_idempotency::{IdempotencyLayer, Outcome};
 //! use lambda_runtime::{Context, LambdaEvent};
@@ -55,7 +55,7 @@
 //! ```no_run
 //! # use aws_lambda_events::sqs::SqsMessage;
 //! # async fn charge(m: SqsMessage) -> Result<u64, std::num::ParseIntError> { m.body.unwrap_or_default().parse() }
-//! use lambda_idempotency::sqs::BatchProcessor;
+//! use lambda_idempotency::batch::BatchProcessor;
 //! use lambda_idempotency::store::DynamoDbStore;
 //! use lambda_idempotency::{Config, IdempotencyLayer};
 //!
@@ -102,12 +102,15 @@
     rust_2018_idioms
 )]
 
+pub mod batch;
 pub mod clock;
 mod config;
 mod error;
 pub mod idempotent;
 pub mod input;
 pub mod key;
+#[cfg(feature = "kinesis")]
+pub mod kinesis;
 mod outcome;
 mod processed;
 pub mod record;

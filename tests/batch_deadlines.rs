@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
-use lambda_idempotency::sqs::{BatchMode, BatchProcessor};
+use lambda_idempotency::batch::{BatchMode, BatchProcessor};
 use lambda_idempotency::store::InMemoryStore;
 use lambda_idempotency::{Config, IdempotencyLayer, Outcome};
 use support::invocation;
@@ -58,7 +58,7 @@ async fn a_slow_record_does_not_stall_the_concurrent_batch() {
     let ids: Vec<String> = report
         .records
         .iter()
-        .map(|r| r.message_id.clone().unwrap())
+        .map(|r| r.item_identifier.clone().unwrap())
         .collect();
     assert_eq!(ids, (0..30).map(|i| format!("m-{i}")).collect::<Vec<_>>());
     assert_eq!(runs.load(Ordering::SeqCst), 30);

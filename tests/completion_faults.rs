@@ -7,10 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
+use lambda_idempotency::batch::{BatchProcessor, BatchReport};
 use lambda_idempotency::clock::{Clock, ManualClock};
 use lambda_idempotency::key::IdempotencyKey;
 use lambda_idempotency::record::Status;
-use lambda_idempotency::sqs::{BatchProcessor, BatchReport};
 use lambda_idempotency::store::{InMemoryStore, Store};
 use lambda_idempotency::{Config, IdempotencyLayer, Outcome};
 use lambda_idempotency_test_support::faulty_store::{FaultyStore, Inject};
@@ -112,7 +112,7 @@ async fn a_store_that_panics_fails_only_its_record() {
         .iter()
         .find(|r| r.outcome == Outcome::Failed)
         .unwrap();
-    let panicked = failed.message_id.clone().unwrap();
+    let panicked = failed.item_identifier.clone().unwrap();
     assert_eq!(reported(&report), std::slice::from_ref(&panicked));
     let error = failed.error.as_ref().unwrap();
     assert_eq!(error.error_type(), "Idempotency.HandlerPanic");

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
-use lambda_idempotency::sqs::BatchProcessor;
+use lambda_idempotency::batch::BatchProcessor;
 use lambda_idempotency::store::DynamoDbStore;
 use lambda_idempotency::{IdempotencyLayer, Outcome};
 use order_consumer::{order_key, Order};

@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage, SqsMessageAttribute};
+use lambda_idempotency::batch::BatchProcessor;
 use lambda_idempotency::key::JsonPointer;
-use lambda_idempotency::sqs::BatchProcessor;
 use lambda_idempotency::store::DynamoDbStore;
 use lambda_idempotency::validation::PayloadValidation;
 use lambda_idempotency::{Completion, Config, IdempotencyLayer};

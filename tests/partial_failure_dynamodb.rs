@@ -11,9 +11,9 @@ use std::time::{Duration, SystemTime};
 
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
 use aws_sdk_dynamodb::Client;
+use lambda_idempotency::batch::BatchProcessor;
 use lambda_idempotency::key::IdempotencyKey;
 use lambda_idempotency::record::Status;
-use lambda_idempotency::sqs::BatchProcessor;
 use lambda_idempotency::store::{Attr, DynamoDbStore, Store, StoreError, Write};
 use lambda_idempotency::{
     Completion, Config, Error, IdempotencyLayer, IdempotencyMode, Outcome, Permanent,

@@ -13,8 +13,8 @@ use std::time::{Duration, Instant, SystemTime};
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodb::Client;
+use lambda_idempotency::batch::{BatchProcessor, BatchReport};
 use lambda_idempotency::key::IdempotencyKey;
-use lambda_idempotency::sqs::{BatchProcessor, BatchReport};
 use lambda_idempotency::store::DynamoDbStore;
 use lambda_idempotency::{Completion, Config, IdempotencyLayer, IdempotencyMode, Outcome};
 use order_consumer::{ledger_credit, order_key, Order, Tables, KEY_PREFIX};
@@ -143,7 +143,7 @@ where
             ))
             .await;
         for record in &report.records {
-            seen.push((record.message_id.clone().unwrap(), record.outcome));
+            seen.push((record.item_identifier.clone().unwrap(), record.outcome));
         }
         let retry: Vec<String> = report
             .response

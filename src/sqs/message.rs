@@ -1,10 +1,10 @@
-//! SQS messages as [`Input`]: the `messageId`, the body and the message attributes; and
-//! their FIFO message group.
+//! `SqsMessage` as [`Input`] and `SqsEvent` as [`BatchEvent`].
 
 use std::borrow::Cow;
 
-use aws_lambda_events::sqs::SqsMessage;
+use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 
+use crate::batch::{BatchEvent, Ordering};
 use crate::input::{AttributeValue, Input};
 
 impl Input for SqsMessage {
@@ -30,7 +30,41 @@ impl Input for SqsMessage {
     }
 }
 
-/// The FIFO message group of `message`, if it has one.
-pub(crate) fn message_group(message: &SqsMessage) -> Option<String> {
-    message.attributes.get("MessageGroupId").cloned()
+impl BatchEvent for SqsEvent {
+    type Record = SqsMessage;
+    type Response = SqsBatchResponse;
+
+    fn into_records(self) -> Vec<SqsMessage> {
+        self.records
+    }
+
+    /// In order when any record comes from a FIFO queue.
+    fn ordering(records: &[SqsMessage]) -> Ordering {
+        let fifo = records.iter().any(|r| {
+            r.event_source_arn
+                .as_deref()
+                .is_some_and(|arn| arn.ends_with(".fifo"))
+        });
+        if fifo {
+            Ordering::InOrder
+        } else {
+            Ordering::Unordered
+        }
+    }
+
+    fn item_identifier(record: &SqsMessage) -> Option<String> {
+        record.message_id.clone().filter(|id| !id.is_empty())
+    }
+
+    fn group(record: &SqsMessage) -> Option<String> {
+        record.attributes.get("MessageGroupId").cloned()
+    }
+
+    fn response(failures: Vec<String>) -> SqsBatchResponse {
+        let mut response = SqsBatchResponse::default();
+        for id in failures {
+            response.add_failure(id);
+        }
+        response
+    }
 }

@@ -4,7 +4,7 @@ use lambda_idempotency_test_support as support;
 
 use std::sync::Arc;
 
-use lambda_idempotency::sqs::BatchMode;
+use lambda_idempotency::batch::BatchMode;
 use lambda_idempotency::validation::PayloadValidation;
 use lambda_idempotency::{Error, Outcome};
 use order_consumer::Order;

@@ -5,9 +5,9 @@ use lambda_idempotency_test_support as support;
 use std::sync::Arc;
 
 use aws_lambda_events::sqs::SqsMessage;
+use lambda_idempotency::batch::BatchProcessor;
 use lambda_idempotency::clock::Clock;
 use lambda_idempotency::record::Status;
-use lambda_idempotency::sqs::BatchProcessor;
 use lambda_idempotency::{Error, IdempotencyLayer, Outcome};
 use order_consumer::Order;
 use support::{invocation, load_event, outcomes, reported};

@@ -2,7 +2,7 @@
 
 use lambda_idempotency_test_support as support;
 
-use lambda_idempotency::sqs::BatchMode;
+use lambda_idempotency::batch::BatchMode;
 use lambda_idempotency::Outcome;
 use support::{load_event, outcomes, reported};
 

@@ -5,9 +5,9 @@ use lambda_idempotency_test_support as support;
 use std::sync::{Arc, Mutex};
 
 use aws_lambda_events::sqs::SqsMessage;
+use lambda_idempotency::batch::{BatchError, BatchProcessor};
 use lambda_idempotency::clock::Clock;
 use lambda_idempotency::key::JsonPointer;
-use lambda_idempotency::sqs::{BatchError, BatchProcessor};
 use lambda_idempotency::store::InMemoryStore;
 use lambda_idempotency::{Config, Error, IdempotencyLayer, MissingKey, Outcome};
 use support::{invocation, load_event, outcomes};

@@ -6,10 +6,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use aws_lambda_events::sqs::SqsMessage;
+use lambda_idempotency::batch::BatchProcessor;
 use lambda_idempotency::clock::{epoch_ms, epoch_secs, Clock};
 use lambda_idempotency::key::IdempotencyKey;
 use lambda_idempotency::record::{OwnerToken, Status};
-use lambda_idempotency::sqs::BatchProcessor;
 use lambda_idempotency::store::{AcquireRequest, InMemoryStore, Store};
 use lambda_idempotency::{Config, Error, IdempotencyLayer, Outcome};
 use order_consumer::Order;

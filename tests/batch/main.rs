@@ -17,8 +17,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
+use lambda_idempotency::batch::{BatchMode, BatchProcessor, BatchReport};
 use lambda_idempotency::clock::{Clock, ManualClock};
-use lambda_idempotency::sqs::{BatchMode, BatchProcessor, BatchReport};
 use lambda_idempotency::store::InMemoryStore;
 use lambda_idempotency::{Config, Error, IdempotencyLayer, Processed};
 use lambda_runtime::LambdaEvent;

@@ -4,7 +4,7 @@ use lambda_idempotency_test_support as support;
 
 use std::time::Duration;
 
-use lambda_idempotency::sqs::BatchReport;
+use lambda_idempotency::batch::BatchReport;
 use lambda_idempotency::Outcome;
 use support::{load_event, outcomes};
 

@@ -5,7 +5,7 @@ use lambda_idempotency_test_support as support;
 use std::sync::{Arc, Mutex};
 
 use aws_lambda_events::sqs::SqsMessage;
-use lambda_idempotency::sqs::BatchProcessor;
+use lambda_idempotency::batch::BatchProcessor;
 use lambda_idempotency::store::InMemoryStore;
 use lambda_idempotency::IdempotencyLayer;
 use lambda_runtime::LambdaEvent;

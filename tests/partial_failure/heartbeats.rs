@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use aws_lambda_events::sqs::SqsMessage;
+use lambda_idempotency::batch::BatchProcessor;
 use lambda_idempotency::clock::Clock;
-use lambda_idempotency::sqs::BatchProcessor;
 use lambda_idempotency::store::InMemoryStore;
 use lambda_idempotency::{IdempotencyLayer, Outcome};
 use support::faulty_store::{FaultyStore, Inject};

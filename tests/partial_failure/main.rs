@@ -17,9 +17,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
+use lambda_idempotency::batch::{BatchProcessor, BatchReport};
 use lambda_idempotency::clock::{Clock, ManualClock};
 use lambda_idempotency::key::IdempotencyKey;
-use lambda_idempotency::sqs::{BatchProcessor, BatchReport};
 use lambda_idempotency::store::{InMemoryStore, Store};
 use lambda_idempotency::{Config, Error, IdempotencyLayer};
 use lambda_runtime::LambdaEvent;

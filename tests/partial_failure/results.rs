@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aws_lambda_events::sqs::SqsMessage;
+use lambda_idempotency::batch::BatchProcessor;
 use lambda_idempotency::clock::{Clock, ManualClock};
 use lambda_idempotency::record::Status;
-use lambda_idempotency::sqs::BatchProcessor;
 use lambda_idempotency::store::InMemoryStore;
 use lambda_idempotency::{Error, IdempotencyLayer, Outcome, Permanent};
 use support::{invocation, outcomes, reported};

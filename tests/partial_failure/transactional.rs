@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use aws_lambda_events::sqs::SqsMessage;
+use lambda_idempotency::batch::BatchProcessor;
 use lambda_idempotency::clock::{Clock, ManualClock};
-use lambda_idempotency::sqs::BatchProcessor;
 use lambda_idempotency::store::InMemoryStore;
 use lambda_idempotency::{Error, IdempotencyLayer, Outcome};
 use lambda_runtime::LambdaEvent;

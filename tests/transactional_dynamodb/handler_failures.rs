@@ -5,9 +5,9 @@ use lambda_idempotency_test_support as support;
 use std::sync::Arc;
 
 use aws_lambda_events::sqs::SqsMessage;
+use lambda_idempotency::batch::BatchProcessor;
 use lambda_idempotency::clock::Clock;
 use lambda_idempotency::key::IdempotencyKey;
-use lambda_idempotency::sqs::BatchProcessor;
 use lambda_idempotency::store::{Attr, Store, StoreError, Write};
 use lambda_idempotency::{
     Completion, Config, Error, IdempotencyLayer, IdempotencyMode, Outcome, Permanent,

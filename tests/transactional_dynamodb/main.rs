@@ -13,10 +13,10 @@ use std::time::Duration;
 
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
 use aws_sdk_dynamodb::Client;
+use lambda_idempotency::batch::{BatchProcessor, BatchReport};
 use lambda_idempotency::clock::{Clock, ManualClock};
 use lambda_idempotency::key::IdempotencyKey;
 use lambda_idempotency::record::{OwnerToken, Record};
-use lambda_idempotency::sqs::{BatchProcessor, BatchReport};
 use lambda_idempotency::store::{
     Acquire, AcquireRequest, Commit, CommitRequest, CompleteRequest, DynamoDbStore, ExtendRequest,
     Fenced, Store, StoreError, TransactionalStore,

@@ -27,8 +27,8 @@ use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
 use aws_lambda_events::sqs::SqsEvent;
+use lambda_idempotency::batch::BatchReport;
 use lambda_idempotency::clock::epoch_ms;
-use lambda_idempotency::sqs::BatchReport;
 use lambda_idempotency::Outcome;
 use lambda_runtime::{Context, LambdaEvent};
 

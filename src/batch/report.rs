@@ -2,9 +2,10 @@
 
 use std::collections::BTreeMap;
 
-use aws_lambda_events::sqs::{SqsBatchResponse, SqsMessage};
+use aws_lambda_events::sqs::SqsBatchResponse;
 
 use super::error::BatchError;
+use super::event::BatchEvent;
 use crate::error::Error;
 use crate::outcome::Outcome;
 
@@ -12,8 +13,9 @@ use crate::outcome::Outcome;
 #[derive(Debug)]
 #[non_exhaustive]
 pub struct RecordReport<T> {
-    /// The record's `messageId`.
-    pub message_id: Option<String>,
+    /// The record's identifier in `batchItemFailures` (SQS `messageId`, a stream record's
+    /// sequence number).
+    pub item_identifier: Option<String>,
     /// The outcome.
     pub outcome: Outcome,
     /// The handler's result, executed or replayed.
@@ -22,19 +24,20 @@ pub struct RecordReport<T> {
     pub error: Option<Error>,
 }
 
-/// How a batch ended: one report per record, in event order, and the response for Lambda.
+/// How a batch ended: one report per record, in event order, and the response for Lambda
+/// (`R`: `SqsBatchResponse` by default, `KinesisEventResponse` for Kinesis).
 #[derive(Debug)]
 #[non_exhaustive]
-pub struct BatchReport<T> {
+pub struct BatchReport<T, R = SqsBatchResponse> {
     /// One report per record, in the order of the event.
     pub records: Vec<RecordReport<T>>,
-    /// The partial batch response: every reported record's `messageId`.
-    pub response: SqsBatchResponse,
-    /// Records to retry that have no `messageId` and so could not be reported.
+    /// The partial batch response: every reported record's identifier.
+    pub response: R,
+    /// Records to retry that have no identifier and so could not be reported.
     pub unreportable: usize,
 }
 
-impl<T> BatchReport<T> {
+impl<T, R> BatchReport<T, R> {
     /// How many records ended with `outcome`.
     pub fn count(&self, outcome: Outcome) -> usize {
         self.records.iter().filter(|r| r.outcome == outcome).count()
@@ -42,7 +45,7 @@ impl<T> BatchReport<T> {
 
     /// The response for Lambda, or an error that makes SQS retry the whole batch when a
     /// record to retry could not be reported.
-    pub fn into_response(self) -> Result<SqsBatchResponse, BatchError> {
+    pub fn into_response(self) -> Result<R, BatchError> {
         if self.unreportable > 0 {
             return Err(BatchError::UnreportableFailures {
                 count: self.unreportable,
@@ -52,23 +55,24 @@ impl<T> BatchReport<T> {
     }
 }
 
-pub(crate) fn skipped<T>(record: SqsMessage) -> RecordReport<T> {
-    let message_id = record.message_id.filter(|id| !id.is_empty());
+pub(crate) fn skipped<T>(item_identifier: Option<String>) -> RecordReport<T> {
     tracing::info!(
-        message_id = message_id.as_deref().unwrap_or("<none>"),
+        item_identifier = item_identifier.as_deref().unwrap_or("<none>"),
         outcome = %Outcome::FifoSkipped,
         "record not started after an earlier failure"
     );
     RecordReport {
-        message_id,
+        item_identifier,
         outcome: Outcome::FifoSkipped,
         value: None,
         error: None,
     }
 }
 
-pub(crate) fn summarize<T>(records: Vec<RecordReport<T>>) -> BatchReport<T> {
-    let mut response = SqsBatchResponse::default();
+pub(crate) fn summarize<T, E: BatchEvent>(
+    records: Vec<RecordReport<T>>,
+) -> BatchReport<T, E::Response> {
+    let mut failures = Vec::new();
     let mut unreportable = 0;
     let mut counts: BTreeMap<Outcome, usize> = BTreeMap::new();
     for report in &records {
@@ -76,8 +80,8 @@ pub(crate) fn summarize<T>(records: Vec<RecordReport<T>>) -> BatchReport<T> {
         if report.outcome.is_acknowledged() {
             continue;
         }
-        match &report.message_id {
-            Some(id) => response.add_failure(id.clone()),
+        match &report.item_identifier {
+            Some(id) => failures.push(id.clone()),
             None => unreportable += 1,
         }
     }
@@ -87,14 +91,14 @@ pub(crate) fn summarize<T>(records: Vec<RecordReport<T>>) -> BatchReport<T> {
         .collect();
     tracing::info!(
         records = records.len(),
-        reported = response.batch_item_failures.len(),
+        reported = failures.len(),
         unreportable,
         outcomes = %summary.join(" "),
         "batch processed"
     );
     BatchReport {
         records,
-        response,
+        response: E::response(failures),
         unreportable,
     }
 }

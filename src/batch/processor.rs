@@ -1,20 +1,21 @@
-//! [`BatchProcessor`]: runs an SQS batch through a per-record service, in order on FIFO
-//! queues, and builds the partial batch response.
+//! [`BatchProcessor`]: runs a batch (SQS, Kinesis) through a per-record service, in order
+//! when the source asks for it, and builds the partial batch response.
 
 use std::collections::HashSet;
 use std::future::Future;
+use std::marker::PhantomData;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
+use aws_lambda_events::sqs::SqsEvent;
 use futures_util::StreamExt;
 use lambda_runtime::LambdaEvent;
 use tower::{Service, ServiceExt};
 use tracing::Instrument;
 
 use super::error::BatchError;
-use super::message::message_group;
+use super::event::{BatchEvent, Ordering};
 use super::report::{skipped, summarize, BatchReport, RecordReport};
 use crate::clock::{epoch_ms, Clock, Deadline, SystemClock};
 use crate::error::{error_chain, Error};
@@ -24,9 +25,9 @@ use crate::processed::Processed;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum BatchMode {
-    /// The default: FIFO processing (stop at the first failure) for events from a FIFO queue
-    /// (an `eventSourceARN` ending in `.fifo`), concurrent processing, at most `limit` at
-    /// once, otherwise. Ordering is not opt-in.
+    /// The default: in order (stop at the first failure) when the source asks for it (an
+    /// SQS FIFO queue, an `eventSourceARN` ending in `.fifo`; a Kinesis shard), concurrent
+    /// processing, at most `limit` at once, otherwise. Ordering is not opt-in.
     Auto {
         /// The most records in flight at once on standard queues (at least 1).
         limit: usize,
@@ -36,8 +37,8 @@ pub enum BatchMode {
         /// The most records in flight at once (at least 1).
         limit: usize,
     },
-    /// FIFO queues: records run one by one, in order. After the first record that does not
-    /// succeed, every later record is reported without being started, or, with
+    /// In order (FIFO queues, stream shards): records run one by one. After the first record
+    /// that does not succeed, every later record is reported without being started, or, with
     /// `skip_failed_group_only`, every later record of the same `MessageGroupId`.
     Fifo {
         /// Stop only the failed record's message group, not the whole batch.
@@ -53,23 +54,13 @@ impl Default for BatchMode {
 
 impl BatchMode {
     /// The mode for a batch of `records`: `Auto` decided, the others as they are.
-    fn resolve(self, records: &[SqsMessage]) -> BatchMode {
-        match self {
-            BatchMode::Auto { limit } => {
-                let fifo = records.iter().any(|r| {
-                    r.event_source_arn
-                        .as_deref()
-                        .is_some_and(|arn| arn.ends_with(".fifo"))
-                });
-                if fifo {
-                    BatchMode::Fifo {
-                        skip_failed_group_only: false,
-                    }
-                } else {
-                    BatchMode::Concurrent { limit }
-                }
-            }
-            other => other,
+    fn resolve<E: BatchEvent>(self, records: &[E::Record]) -> BatchMode {
+        match (self, E::ordering(records)) {
+            (BatchMode::Auto { .. }, Ordering::InOrder) => BatchMode::Fifo {
+                skip_failed_group_only: false,
+            },
+            (BatchMode::Auto { limit }, _) => BatchMode::Concurrent { limit },
+            (other, _) => other,
         }
     }
 }
@@ -81,12 +72,13 @@ pub const DEFAULT_DEADLINE_MARGIN: Duration = Duration::from_secs(1);
 /// stopped and reported, so the response reaches Lambda before the deadline.
 pub const ANSWER_MARGIN: Duration = Duration::from_millis(500);
 
-/// Runs each record of an SQS event through a per-record service (normally an
-/// [`Idempotent`](crate::Idempotent) one) and reports the records to retry in
-/// `batchItemFailures`.
+/// Runs each record of a batch event ([`BatchEvent`]: an `SqsEvent`, a `KinesisEvent`)
+/// through a per-record service (normally an [`Idempotent`](crate::Idempotent) one) and
+/// reports the records to retry in `batchItemFailures`.
 ///
-/// It is itself a `Service<LambdaEvent<SqsEvent>>` answering `SqsBatchResponse`, so it can
-/// be handed to `lambda_runtime::run` as it is.
+/// It is itself a `Service<LambdaEvent<E>>` answering the event's partial batch response
+/// (`SqsBatchResponse`, `KinesisEventResponse`), so it can be handed to
+/// `lambda_runtime::run` as it is.
 ///
 /// - Each record ends in one [`Outcome`](crate::Outcome); all but the successful ones are reported.
 /// - A panic fails its record alone: the handler's is caught by the
@@ -97,34 +89,65 @@ pub const ANSWER_MARGIN: Duration = Duration::from_millis(500);
 ///   [`ANSWER_MARGIN`] before the deadline is stopped (its future dropped) and reported
 ///   [`Outcome::DeadlineNear`](crate::Outcome::DeadlineNear), so the batch always answers in time: Lambda discards a late
 ///   response and retries the whole batch.
-/// - A record to retry that has no `messageId` cannot be reported (an empty
-///   `itemIdentifier` makes SQS retry the whole batch): [`BatchReport::into_response`] then
+/// - A record to retry that has no identifier (SQS `messageId`, a stream record's sequence
+///   number) cannot be reported (an empty `itemIdentifier` makes the source retry the whole
+///   batch): [`BatchReport::into_response`] then
 ///   fails the invocation with [`BatchError::UnreportableFailures`], so the whole batch is
 ///   retried on purpose; completed records replay their stored results then.
-#[derive(Debug, Clone)]
-pub struct BatchProcessor<S, C = SystemClock> {
+#[derive(Debug)]
+pub struct BatchProcessor<S, C = SystemClock, E = SqsEvent> {
     service: S,
     mode: BatchMode,
     deadline_margin: Duration,
     clock: C,
     log_error_text: bool,
+    event: PhantomData<fn(E)>,
+}
+
+impl<S: Clone, C: Clone, E> Clone for BatchProcessor<S, C, E> {
+    fn clone(&self) -> Self {
+        Self {
+            service: self.service.clone(),
+            mode: self.mode,
+            deadline_margin: self.deadline_margin,
+            clock: self.clock.clone(),
+            log_error_text: self.log_error_text,
+            event: PhantomData,
+        }
+    }
 }
 
 impl<S> BatchProcessor<S> {
-    /// A processor over `service`: FIFO events in order, others concurrently (10 at once);
-    /// a 1 s deadline margin.
+    /// A processor of SQS events over `service`: FIFO events in order, others concurrently
+    /// (10 at once); a 1 s deadline margin.
     pub fn new(service: S) -> Self {
+        Self::of_events(service)
+    }
+}
+
+#[cfg(feature = "kinesis")]
+impl<S> BatchProcessor<S, SystemClock, aws_lambda_events::event::kinesis::KinesisEvent> {
+    /// A processor of Kinesis events over `service`: records in order, stopping at the first
+    /// that does not succeed; a 1 s deadline margin.
+    pub fn kinesis(service: S) -> Self {
+        Self::of_events(service)
+    }
+}
+
+impl<S, E> BatchProcessor<S, SystemClock, E> {
+    fn of_events(service: S) -> Self {
         Self {
             service,
             mode: BatchMode::default(),
             deadline_margin: DEFAULT_DEADLINE_MARGIN,
             clock: SystemClock,
             log_error_text: false,
+            event: PhantomData,
         }
     }
 }
 
-impl<S, C> BatchProcessor<S, C> {
+impl<S, C, E> BatchProcessor<S, C, E> {
     /// Schedules records with `mode`.
     pub fn with_mode(mut self, mode: BatchMode) -> Self {
         self.mode = mode;
@@ -146,29 +169,34 @@ impl<S, C> BatchProcessor<S, C> {
     }
 
     /// Reads time from `clock`.
-    pub fn with_clock<C2: Clock>(self, clock: C2) -> BatchProcessor<S, C2> {
+    pub fn with_clock<C2: Clock>(self, clock: C2) -> BatchProcessor<S, C2, E> {
         BatchProcessor {
             service: self.service,
             mode: self.mode,
             deadline_margin: self.deadline_margin,
             clock,
             log_error_text: self.log_error_text,
+            event: PhantomData,
         }
     }
 }
 
-impl<S, C, T> BatchProcessor<S, C>
-where
-    S: Service<LambdaEvent<SqsMessage>, Response = Processed<T>, Error = Error> + Clone,
-    C: Clock,
-{
+impl<S, C, E: BatchEvent> BatchProcessor<S, C, E> {
     /// Processes every record of `event`.
-    pub async fn process(&self, event: LambdaEvent<SqsEvent>) -> BatchReport<T> {
+    pub async fn process<T>(&self, event: LambdaEvent<E>) -> BatchReport<T, E::Response>
+    where
+        S: Service<LambdaEvent<E::Record>, Response = Processed<T>, Error = Error> + Clone,
+        C: Clock,
+    {
         // What this batch learns about failed keys stays with this batch.
         crate::idempotent::within_batch(self.process_batch(event)).await
     }
 
-    async fn process_batch(&self, event: LambdaEvent<SqsEvent>) -> BatchReport<T> {
+    async fn process_batch<T>(&self, event: LambdaEvent<E>) -> BatchReport<T, E::Response>
+    where
+        S: Service<LambdaEvent<E::Record>, Response = Processed<T>, Error = Error> + Clone,
+        C: Clock,
+    {
         let LambdaEvent {
             payload,
             mut context,
@@ -176,21 +204,21 @@ where
         let deadline = Deadline::of(context.deadline, self.clock.now());
         // The records' services see the normalised deadline.
         context.deadline = deadline.epoch_ms();
-        let records = payload.records;
+        let records = payload.into_records();
         tracing::debug!(
             records = records.len(),
             deadline_ms = deadline.epoch_ms(),
             now_ms = epoch_ms(self.clock.now()),
             "batch received"
         );
-        let reports = match self.mode.resolve(&records) {
+        let reports = match self.mode.resolve::<E>(&records) {
             BatchMode::Auto { .. } => unreachable!("resolved above"),
             BatchMode::Concurrent { limit } => {
                 // A new record starts as soon as any running one finishes (a slow record
                 // does not hold back the others); the reports keep the event's order.
                 let mut indexed = futures_util::stream::iter(records.into_iter().enumerate().map(
                     |(index, record)| {
-                        let report = self.process_record(record, &context, deadline);
+                        let report = self.process_record::<T>(record, &context, deadline);
                         async move { (index, report.await) }
                     },
                 ))
@@ -207,16 +235,16 @@ where
                 let mut stopped = false;
                 let mut failed_groups = HashSet::new();
                 for record in records {
-                    let group = message_group(&record);
+                    let group = E::group(&record);
                     let skip = if skip_failed_group_only {
                         group.as_ref().is_some_and(|g| failed_groups.contains(g))
                     } else {
                         stopped
                     };
                     let report = if skip {
-                        skipped(record)
+                        skipped(E::item_identifier(&record))
                     } else {
-                        self.process_record(record, &context, deadline).await
+                        self.process_record::<T>(record, &context, deadline).await
                     };
                     if !report.outcome.is_acknowledged() {
                         stopped = true;
@@ -229,19 +257,23 @@ where
                 reports
             }
         };
-        summarize(reports)
+        summarize::<T, E>(reports)
     }
 
-    async fn process_record(
+    async fn process_record<T>(
         &self,
-        record: SqsMessage,
+        record: E::Record,
         context: &lambda_runtime::Context,
         deadline: Deadline,
-    ) -> RecordReport<T> {
-        let message_id = record.message_id.clone().filter(|id| !id.is_empty());
+    ) -> RecordReport<T>
+    where
+        S: Service<LambdaEvent<E::Record>, Response = Processed<T>, Error = Error> + Clone,
+        C: Clock,
+    {
+        let item_identifier = E::item_identifier(&record);
         let span = tracing::info_span!(
-            "sqs_record",
-            message_id = message_id.as_deref().unwrap_or("<none>"),
+            "batch_record",
+            item_identifier = item_identifier.as_deref().unwrap_or("<none>"),
             idempotency_key = tracing::field::Empty,
             outcome = tracing::field::Empty,
         );
@@ -265,31 +297,33 @@ where
         .await;
         let report = match result {
             Ok(processed) => RecordReport {
-                message_id,
+                item_identifier,
                 outcome: processed.outcome(),
                 value: processed.into_value(),
                 error: None,
             },
             Err(error) => RecordReport {
-                message_id,
+                item_identifier,
                 outcome: error.outcome(),
                 value: None,
                 error: Some(error),
             },
         };
         span.record("outcome", report.outcome.as_str());
-        let id = report.message_id.as_deref().unwrap_or("<none>");
+        let id = report.item_identifier.as_deref().unwrap_or("<none>");
         span.in_scope(|| match &report.error {
-            None => tracing::info!(message_id = id, outcome = %report.outcome, "record processed"),
+            None => {
+                tracing::info!(item_identifier = id, outcome = %report.outcome, "record processed")
+            }
             Some(error) if self.log_error_text => tracing::warn!(
-                message_id = id,
+                item_identifier = id,
                 outcome = %report.outcome,
                 error_type = error.error_type(),
                 error = %error_chain(error),
                 "record not processed"
             ),
             Some(error) => tracing::warn!(
-                message_id = id,
+                item_identifier = id,
                 outcome = %report.outcome,
                 error_type = error.error_type(),
                 "record not processed"
@@ -299,12 +333,13 @@ where
     }
 }
 
-/// The future a [`BatchProcessor`] returns as a service.
-pub type BatchFuture = Pin<Box<dyn Future<Output = Result<SqsBatchResponse, BatchError>> + Send>>;
+/// The future a [`BatchProcessor`] returns as a service of events `E`.
+pub type BatchFuture<R> = Pin<Box<dyn Future<Output = Result<R, BatchError>> + Send>>;
 
-impl<S, C, T> Service<LambdaEvent<SqsEvent>> for BatchProcessor<S, C>
+impl<S, C, T, E> Service<LambdaEvent<E>> for BatchProcessor<S, C, E>
 where
-    S: Service<LambdaEvent<SqsMessage>, Response = Processed<T>, Error = Error>
+    E: BatchEvent,
+    S: Service<LambdaEvent<E::Record>, Response = Processed<T>, Error = Error>
         + Clone
         + Send
         + Sync
@@ -313,15 +348,15 @@ where
     C: Clock + Clone,
     T: Send + 'static,
 {
-    type Response = SqsBatchResponse;
+    type Response = E::Response;
     type Error = BatchError;
-    type Future = BatchFuture;
+    type Future = BatchFuture<E::Response>;
 
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), BatchError>> {
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, event: LambdaEvent<SqsEvent>) -> BatchFuture {
+    fn call(&mut self, event: LambdaEvent<E>) -> Self::Future {
         let processor = self.clone();
         Box::pin(async move { processor.process(event).await.into_response() })
     }

@@ -1,16 +1,16 @@
-//! [`BatchError`]: why a whole SQS invocation failed.
+//! [`BatchError`]: why a whole batch invocation failed.
 
 use crate::error::error_chain;
 
-/// Why a whole invocation failed: SQS then retries the whole batch.
+/// Why a whole invocation failed: the source then retries the whole batch.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum BatchError {
-    /// Records that need a retry have no `messageId`, so they cannot be listed in
-    /// `batchItemFailures` (an empty `itemIdentifier` would make SQS retry the whole batch
-    /// anyway, silently). The invocation fails instead; records that completed replay their
+    /// Records that need a retry have no identifier (SQS `messageId`, a stream record's
+    /// sequence number), so they cannot be listed in `batchItemFailures` (an empty
+    /// `itemIdentifier` would make the source retry the whole batch anyway, silently). The invocation fails instead; records that completed replay their
     /// stored results when the batch comes back.
-    #[error("{count} record(s) to retry have no messageId; failing the invocation so SQS retries the batch")]
+    #[error("{count} record(s) to retry have no item identifier; failing the invocation so the whole batch is retried")]
     UnreportableFailures {
         /// How many such records.
         count: usize,

@@ -1,0 +1,16 @@
+//! Batches of records with partial batch responses: [`BatchProcessor`] runs each record of a
+//! [`BatchEvent`] (an SQS or Kinesis event) through a per-record service (normally an
+//! [`Idempotent`](crate::Idempotent) one), concurrently or in order as the source needs,
+//! and answers the records to retry in `batchItemFailures`.
+
+mod error;
+mod event;
+mod processor;
+mod report;
+
+pub use error::BatchError;
+pub use event::{BatchEvent, Ordering};
+pub use processor::{
+    BatchFuture, BatchMode, BatchProcessor, ANSWER_MARGIN, DEFAULT_DEADLINE_MARGIN,
+};
+pub use report::{BatchReport, RecordReport};
