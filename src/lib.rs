@@ -105,6 +105,8 @@
 pub mod batch;
 pub mod clock;
 mod config;
+#[cfg(feature = "dynamodb-streams")]
+pub mod dynamodb_streams;
 mod error;
 pub mod idempotent;
 pub mod input;

@@ -14,7 +14,7 @@ pub enum Ordering {
 }
 
 /// A Lambda event that carries a batch of records and answers with a partial batch response
-/// (`batchItemFailures`). Implemented for `SqsEvent` and `KinesisEvent`.
+/// (`batchItemFailures`). Implemented for `SqsEvent`, `KinesisEvent` and the DynamoDB Streams `Event`.
 pub trait BatchEvent: Send + 'static {
     /// One record of the batch.
     type Record: Input + Send + Sync + 'static;

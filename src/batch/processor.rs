@@ -26,7 +26,7 @@ use crate::processed::Processed;
 #[non_exhaustive]
 pub enum BatchMode {
     /// The default: in order (stop at the first failure) when the source asks for it (an
-    /// SQS FIFO queue, an `eventSourceARN` ending in `.fifo`; a Kinesis shard), concurrent
+    /// SQS FIFO queue, an `eventSourceARN` ending in `.fifo`; a stream shard), concurrent
     /// processing, at most `limit` at once, otherwise. Ordering is not opt-in.
     Auto {
         /// The most records in flight at once on standard queues (at least 1).
@@ -72,12 +72,13 @@ pub const DEFAULT_DEADLINE_MARGIN: Duration = Duration::from_secs(1);
 /// stopped and reported, so the response reaches Lambda before the deadline.
 pub const ANSWER_MARGIN: Duration = Duration::from_millis(500);
 
-/// Runs each record of a batch event ([`BatchEvent`]: an `SqsEvent`, a `KinesisEvent`)
+/// Runs each record of a batch event ([`BatchEvent`]: an `SqsEvent`, a `KinesisEvent`, a DynamoDB
+/// Streams `Event`)
 /// through a per-record service (normally an [`Idempotent`](crate::Idempotent) one) and
 /// reports the records to retry in `batchItemFailures`.
 ///
 /// It is itself a `Service<LambdaEvent<E>>` answering the event's partial batch response
-/// (`SqsBatchResponse`, `KinesisEventResponse`), so it can be handed to
+/// (`SqsBatchResponse`, `KinesisEventResponse`, `DynamoDbEventResponse`), so it can be handed to
 /// `lambda_runtime::run` as it is.
 ///
 /// - Each record ends in one [`Outcome`](crate::Outcome); all but the successful ones are reported.
@@ -130,6 +131,15 @@ impl<S> BatchProcessor<S, SystemClock, aws_lambda_events::event::kinesis::Kinesi
     /// A processor of Kinesis events over `service`: records in order, stopping at the first
     /// that does not succeed; a 1 s deadline margin.
     pub fn kinesis(service: S) -> Self {
+        Self::of_events(service)
+    }
+}
+
+#[cfg(feature = "dynamodb-streams")]
+impl<S> BatchProcessor<S, SystemClock, aws_lambda_events::event::dynamodb::Event> {
+    /// A processor of DynamoDB Streams events over `service`: records in order, stopping at
+    /// the first that does not succeed; a 1 s deadline margin.
+    pub fn dynamodb_streams(service: S) -> Self {
         Self::of_events(service)
     }
 }

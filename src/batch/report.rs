@@ -25,7 +25,7 @@ pub struct RecordReport<T> {
 }
 
 /// How a batch ended: one report per record, in event order, and the response for Lambda
-/// (`R`: `SqsBatchResponse` by default, `KinesisEventResponse` for Kinesis).
+/// (`R`: `SqsBatchResponse` by default, the stream response for streams).
 #[derive(Debug)]
 #[non_exhaustive]
 pub struct BatchReport<T, R = SqsBatchResponse> {
