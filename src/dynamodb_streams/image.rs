@@ -35,14 +35,14 @@ fn write_string(text: &str, out: &mut String) {
     out.push_str(&serde_json::to_string(text).unwrap_or_default());
 }
 
-/// A DynamoDB number as it was written, when it is a JSON number too; as a string otherwise.
+/// A DynamoDB number as it was written (DynamoDB writes numbers in a normal form), when it
+/// is a JSON number too; as a string otherwise.
 fn write_number(number: &str, out: &mut String) {
-    let is_json_number = serde_json::from_str::<&RawValue>(number).is_ok_and(|raw| {
-        raw.get()
-            .starts_with(|c: char| c == '-' || c.is_ascii_digit())
-    });
+    let trimmed = number.trim_matches(|c: char| matches!(c, ' ' | '\t' | '\n' | '\r'));
+    let is_json_number = trimmed.starts_with(|c: char| c == '-' || c.is_ascii_digit())
+        && serde_json::from_str::<&RawValue>(trimmed).is_ok();
     if is_json_number {
-        out.push_str(number);
+        out.push_str(trimmed);
     } else {
         write_string(number, out);
     }
@@ -119,12 +119,13 @@ mod tests {
             ("e".to_string(), AttributeValue::Null(true)),
             ("f".to_string(), AttributeValue::B(b"hi".to_vec())),
             ("g".to_string(), AttributeValue::N("NaN".into())),
+            ("h".to_string(), AttributeValue::N(" 5 ".into())),
         ]
         .into();
         let json = to_json(&image);
         assert_eq!(
             json,
-            r#"{"a":"x\"y","b":0.10000000000000000001,"c":{"k":true},"d":["a","z"],"e":null,"f":"aGk=","g":"NaN"}"#
+            r#"{"a":"x\"y","b":0.10000000000000000001,"c":{"k":true},"d":["a","z"],"e":null,"f":"aGk=","g":"NaN","h":5}"#
         );
         assert_eq!(to_json(&image), json, "the same bytes every time");
         serde_json::from_str::<serde_json::Value>(&json).unwrap();

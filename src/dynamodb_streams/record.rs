@@ -16,11 +16,18 @@ impl Input for EventRecord {
         Some(self.event_id.as_str()).filter(|id| !id.is_empty())
     }
 
-    /// The `NewImage` (the item after the change) as plain JSON; none for a record without
-    /// one (a `REMOVE`, or a stream that does not carry new images).
+    /// The item as plain JSON: the `NewImage` (the item after the change); for a record
+    /// without one (a `REMOVE`, or an `OLD_IMAGE` stream) the `OldImage`; for a stream that
+    /// carries no images (`KEYS_ONLY`) the `Keys`. Every stream record has a body, so a body
+    /// key or payload validation never rejects a record for lacking one (a rejected record
+    /// would hold back its whole shard).
     fn body(&self) -> Option<Cow<'_, [u8]>> {
-        let new_image = self.change.new_image.inner();
-        (!new_image.is_empty()).then(|| Cow::Owned(image::to_json(new_image).into_bytes()))
+        let change = &self.change;
+        let item = [&change.new_image, &change.old_image, &change.keys]
+            .into_iter()
+            .map(|image| image.inner())
+            .find(|image| !image.is_empty())?;
+        Some(Cow::Owned(image::to_json(item).into_bytes()))
     }
 
     /// A key attribute of the changed item (from `Keys`): a string or number as text, a

@@ -17,8 +17,14 @@ impl Stream for Event {
         BatchProcessor::dynamodb_streams(service)
     }
 
-    fn order(record: &EventRecord) -> Result<Order, lambda_runtime::Error> {
-        Ok(serde_dynamo::from_item(record.change.new_image.clone())?)
+    /// Inserts carry orders; other changes credit nothing.
+    fn order(record: &EventRecord) -> Result<Option<Order>, lambda_runtime::Error> {
+        if record.event_name != "INSERT" {
+            return Ok(None);
+        }
+        Ok(Some(serde_dynamo::from_item(
+            record.change.new_image.clone(),
+        )?))
     }
 }
 
@@ -70,9 +76,10 @@ async fn a_redelivered_batch_replays_and_credits_once() {
 }
 
 #[tokio::test]
-async fn the_same_order_written_twice_is_caught_by_a_key_from_the_new_image() {
+async fn a_key_from_the_item_replays_later_changes_of_the_item() {
     let rig = Rig::new().await;
-    // Two changes (two eventIDs and sequence numbers) that carry one eventId.
+    // Two changes (two eventIDs and sequence numbers) of one item: keyed by the item's
+    // eventId, the second replays the first (what the README warns of).
     let mut event = records(&[0, 0]);
     event.records[1].event_id = "another-change".into();
     event.records[1].change.sequence_number = Some(sequence(9));
@@ -80,6 +87,34 @@ async fn the_same_order_written_twice_is_caught_by_a_key_from_the_new_image() {
     assert_eq!(outcomes(&report), [Outcome::Executed, Outcome::Replayed]);
     assert_eq!(rig.runs(), 1);
     assert_eq!(rig.balance("acct-alice").await, 10);
+}
+
+/// A `REMOVE` carries no new image: its body is the old image (or, on a `KEYS_ONLY` stream,
+/// the keys), so payload validation and body keys never reject it, which would hold back
+/// the whole shard behind it.
+#[tokio::test]
+async fn removes_and_keys_only_records_have_a_body_and_do_not_stall_the_shard() {
+    let rig = Rig::new().await.with_validation(PayloadValidation::Body);
+    let mut event = records(&[0, 0, 2]);
+    let remove = &mut event.records[1];
+    remove.event_id = "remove-evt-d1".into();
+    remove.event_name = "REMOVE".into();
+    remove.change.sequence_number = Some(sequence(7));
+    remove.change.old_image = std::mem::take(&mut remove.change.new_image);
+    let report = rig.deliver(MessageId, event.clone()).await;
+    assert_eq!(outcomes(&report), [Outcome::Executed; 3]);
+    assert!(reported(&report.response).is_empty());
+    assert_eq!(rig.runs(), 3);
+    assert_eq!(rig.balance("acct-alice").await, 10);
+    assert_eq!(rig.balance("acct-bob").await, 5);
+    // A KEYS_ONLY stream: no images at all; the body is the item's keys.
+    let mut keys_only = event.records[1].clone();
+    keys_only.change.old_image = serde_dynamo::Item::default();
+    assert_eq!(
+        BodyHash.key_material(&keys_only).unwrap(),
+        br#"{"eventId":"evt-d1"}"#
+    );
+    assert!(PayloadValidation::Body.hash(&keys_only).unwrap().is_some());
 }
 
 #[test]

@@ -17,8 +17,8 @@ impl Stream for KinesisEvent {
         BatchProcessor::kinesis(service)
     }
 
-    fn order(record: &KinesisEventRecord) -> Result<Order, lambda_runtime::Error> {
-        Ok(serde_json::from_slice(&record.kinesis.data.0)?)
+    fn order(record: &KinesisEventRecord) -> Result<Option<Order>, lambda_runtime::Error> {
+        Ok(Some(serde_json::from_slice(&record.kinesis.data.0)?))
     }
 }
 

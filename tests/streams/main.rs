@@ -16,6 +16,7 @@ use lambda_idempotency::batch::{BatchEvent, BatchProcessor, BatchReport};
 use lambda_idempotency::clock::{Clock, ManualClock, SystemClock};
 use lambda_idempotency::key::KeyExtractor;
 use lambda_idempotency::store::{Attr, InMemoryStore, Write};
+use lambda_idempotency::validation::PayloadValidation;
 use lambda_idempotency::{Completion, Config, IdempotencyLayer, IdempotencyMode, Outcome};
 use lambda_idempotency_test_support::context_at;
 use lambda_idempotency_test_support::transactional_contract::Ledger;
@@ -34,7 +35,8 @@ struct Order {
 /// A stream event type: its processor, and how its records carry an order.
 trait Stream: BatchEvent + Sized {
     fn processor<S>(service: S) -> BatchProcessor<S, SystemClock, Self>;
-    fn order(record: &Self::Record) -> Result<Order, lambda_runtime::Error>;
+    /// The order a record carries, or `None` for a record that credits nothing.
+    fn order(record: &Self::Record) -> Result<Option<Order>, lambda_runtime::Error>;
 }
 
 type Report<E> = BatchReport<i64, <E as BatchEvent>::Response>;
@@ -45,6 +47,7 @@ struct Rig<St = InMemoryStore> {
     store: St,
     ledger: String,
     mode: IdempotencyMode,
+    validation: PayloadValidation,
     clock: ManualClock,
     runs: Arc<AtomicUsize>,
 }
@@ -62,9 +65,16 @@ impl<St: Ledger + Clone> Rig<St> {
             store,
             ledger,
             mode,
+            validation: PayloadValidation::Off,
             clock: ManualClock::starting_now(),
             runs: Arc::default(),
         }
+    }
+
+    /// Validates payloads with `validation`.
+    fn with_validation(mut self, validation: PayloadValidation) -> Self {
+        self.validation = validation;
+        self
     }
 
     fn runs(&self) -> usize {
@@ -95,7 +105,9 @@ impl<St: Ledger + Clone> Rig<St> {
             let order = E::order(&record);
             let ledger = ledger.clone();
             async move {
-                let order = order?;
+                let Some(order) = order? else {
+                    return Ok(Completion::new(0));
+                };
                 let credit = Write::update(
                     ledger,
                     [("account", Attr::s(&order.account))],
