@@ -65,7 +65,7 @@ invoke() {
   sleep 0.3
   # Each record's outcome, from the function's log.
   tail -n +"$((seen + 1))" "$LOG" | tr -d '\000' | sed 's/\x1b\[[0-9;]*m//g' \
-    | sed -n 's/.*record [a-z ]* message_id="\([^"]*\)" outcome=\([a-z_]*\).*/  \1  \2/p'
+    | sed -n 's/.*record [a-z ]* item_identifier="\([^"]*\)" outcome=\([a-z_]*\).*/  \1  \2/p'
 }
 invoke batch.json "a fresh batch: alice +25, bob +40, alice -5"
 invoke batch_redelivered.json "the same batch delivered again: replayed, nothing applied"

@@ -15,7 +15,8 @@ pub enum AttributeValue<'a> {
 /// An event (or one record of a batch) that idempotency keys and payload hashes are derived
 /// from: its own id, its body, and its named attributes.
 ///
-/// Implemented for SQS messages. The key extractors ([`MessageId`](crate::key::MessageId),
+/// Implemented for SQS messages, Kinesis records and DynamoDB stream records. The key
+/// extractors ([`MessageId`](crate::key::MessageId),
 /// [`MessageAttribute`](crate::key::MessageAttribute),
 /// [`JsonPointer`](crate::key::JsonPointer), [`BodyHash`](crate::key::BodyHash)) and
 /// [`PayloadValidation`](crate::validation::PayloadValidation) work on any `Input`.

@@ -32,14 +32,16 @@ pub enum BatchMode {
         /// The most records in flight at once on standard queues (at least 1).
         limit: usize,
     },
-    /// Standard queues: records run concurrently, at most `limit` at once.
+    /// Standard queues: records run concurrently, at most `limit` at once. A batch that must
+    /// run in order (a FIFO queue's, a stream shard's) runs in order anyway.
     Concurrent {
         /// The most records in flight at once (at least 1).
         limit: usize,
     },
     /// In order (FIFO queues, stream shards): records run one by one. After the first record
     /// that does not succeed, every later record is reported without being started, or, with
-    /// `skip_failed_group_only`, every later record of the same `MessageGroupId`.
+    /// `skip_failed_group_only`, every later record of the same `MessageGroupId` (and every
+    /// later record without a group: stream records have none).
     Fifo {
         /// Stop only the failed record's message group, not the whole batch.
         skip_failed_group_only: bool,
@@ -56,9 +58,12 @@ impl BatchMode {
     /// The mode for a batch of `records`: `Auto` decided, the others as they are.
     fn resolve<E: BatchEvent>(self, records: &[E::Record]) -> BatchMode {
         match (self, E::ordering(records)) {
-            (BatchMode::Auto { .. }, Ordering::InOrder) => BatchMode::Fifo {
-                skip_failed_group_only: false,
-            },
+            // A batch that must run in order never runs concurrently, whatever was chosen.
+            (BatchMode::Auto { .. } | BatchMode::Concurrent { .. }, Ordering::InOrder) => {
+                BatchMode::Fifo {
+                    skip_failed_group_only: false,
+                }
+            }
             (BatchMode::Auto { limit }, _) => BatchMode::Concurrent { limit },
             (other, _) => other,
         }
@@ -246,10 +251,10 @@ impl<S, C, E: BatchEvent> BatchProcessor<S, C, E> {
                 let mut failed_groups = HashSet::new();
                 for record in records {
                     let group = E::group(&record);
-                    let skip = if skip_failed_group_only {
-                        group.as_ref().is_some_and(|g| failed_groups.contains(g))
-                    } else {
-                        stopped
+                    // A record without a group (a stream record) waits behind any failure.
+                    let skip = match (&group, skip_failed_group_only) {
+                        (Some(group), true) => failed_groups.contains(group),
+                        _ => stopped,
                     };
                     let report = if skip {
                         skipped(E::item_identifier(&record))

@@ -54,7 +54,7 @@ impl fmt::Display for IdempotencyKey {
 #[non_exhaustive]
 pub enum KeyError {
     /// The event has no id of its own (SQS: no `messageId`).
-    #[error("the record has no messageId")]
+    #[error("the record has no id of its own (SQS messageId, stream eventID)")]
     MissingMessageId,
     /// The message attribute is absent or has no value.
     #[error("message attribute {name:?} is missing or empty")]

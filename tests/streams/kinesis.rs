@@ -2,7 +2,7 @@
 
 use aws_lambda_events::event::kinesis::{KinesisEvent, KinesisEventRecord};
 use aws_lambda_events::event::streams::KinesisEventResponse;
-use lambda_idempotency::batch::BatchProcessor;
+use lambda_idempotency::batch::{BatchMode, BatchProcessor};
 use lambda_idempotency::clock::SystemClock;
 use lambda_idempotency::key::{JsonPointer, KeyExtractor, MessageAttribute, MessageId};
 use lambda_idempotency::Outcome;
@@ -61,6 +61,31 @@ async fn a_shard_runs_in_order_and_stops_at_the_first_failure() {
     assert_eq!(outcomes(&again), [Outcome::Failed, Outcome::FifoSkipped]);
     assert_eq!(reported(&again.response), [sequence(2), sequence(3)]);
     assert_eq!(rig.runs(), 3);
+}
+
+/// No batch mode lets a shard's records run out of order or past a failure.
+#[tokio::test]
+async fn a_shard_stays_in_order_whatever_the_batch_mode() {
+    for mode in [
+        BatchMode::Concurrent { limit: 10 },
+        BatchMode::Fifo {
+            skip_failed_group_only: true,
+        },
+    ] {
+        let rig = Rig::new().await.with_batch_mode(mode);
+        let report = rig.deliver(MessageId, sample()).await;
+        assert_eq!(outcomes(&report), STOPPED, "{mode:?}");
+        assert_eq!(
+            reported(&report.response),
+            [sequence(2), sequence(3)],
+            "{mode:?}"
+        );
+        assert_eq!(
+            rig.runs(),
+            2,
+            "{mode:?}: the record behind the failure started"
+        );
+    }
 }
 
 #[tokio::test]

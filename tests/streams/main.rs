@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use lambda_idempotency::batch::{BatchEvent, BatchProcessor, BatchReport};
+use lambda_idempotency::batch::{BatchEvent, BatchMode, BatchProcessor, BatchReport};
 use lambda_idempotency::clock::{Clock, ManualClock, SystemClock};
 use lambda_idempotency::key::KeyExtractor;
 use lambda_idempotency::store::{Attr, InMemoryStore, Write};
@@ -48,6 +48,7 @@ struct Rig<St = InMemoryStore> {
     ledger: String,
     mode: IdempotencyMode,
     validation: PayloadValidation,
+    batch_mode: Option<BatchMode>,
     clock: ManualClock,
     runs: Arc<AtomicUsize>,
 }
@@ -66,6 +67,7 @@ impl<St: Ledger + Clone> Rig<St> {
             ledger,
             mode,
             validation: PayloadValidation::Off,
+            batch_mode: None,
             clock: ManualClock::starting_now(),
             runs: Arc::default(),
         }
@@ -74,6 +76,12 @@ impl<St: Ledger + Clone> Rig<St> {
     /// Validates payloads with `validation`.
     fn with_validation(mut self, validation: PayloadValidation) -> Self {
         self.validation = validation;
+        self
+    }
+
+    /// Schedules the batch with `mode` instead of the default.
+    fn with_batch_mode(mut self, mode: BatchMode) -> Self {
+        self.batch_mode = Some(mode);
         self
     }
 
@@ -119,10 +127,11 @@ impl<St: Ledger + Clone> Rig<St> {
             }
         });
         let context = context_at(self.clock.now(), REMAINING);
-        E::processor(handler)
-            .with_clock(self.clock.clone())
-            .process(LambdaEvent::new(event, context))
-            .await
+        let mut processor = E::processor(handler).with_clock(self.clock.clone());
+        if let Some(mode) = self.batch_mode {
+            processor = processor.with_mode(mode);
+        }
+        processor.process(LambdaEvent::new(event, context)).await
     }
 }
 
