@@ -6,7 +6,10 @@ use lambda_idempotency::key::MessageId;
 use lambda_idempotency::{IdempotencyMode, Outcome};
 use lambda_idempotency_test_support::dynamodb::fresh_store;
 
-use super::{dynamodb_streams, kinesis, outcomes, Rig, Stream, STOPPED};
+use aws_lambda_events::event::dynamodb::Event;
+use aws_lambda_events::event::kinesis::KinesisEvent;
+
+use super::{outcomes, records, sample, Rig, Stream, STOPPED};
 
 const MODES: [IdempotencyMode; 2] = [IdempotencyMode::Lease, IdempotencyMode::Optimistic];
 
@@ -54,13 +57,13 @@ async fn stops_then_replays<E: Stream + Clone>(sample: E, redelivery: impl Fn() 
 
 #[tokio::test]
 async fn kinesis_on_dynamodb_local_credits_exactly_once() {
-    stops_then_replays(kinesis::sample(), || kinesis::records(&[0, 2])).await;
+    stops_then_replays(sample::<KinesisEvent>(), || {
+        records::<KinesisEvent>(&[0, 2])
+    })
+    .await;
 }
 
 #[tokio::test]
 async fn dynamodb_streams_on_dynamodb_local_credit_exactly_once() {
-    stops_then_replays(dynamodb_streams::sample(), || {
-        dynamodb_streams::records(&[0, 2])
-    })
-    .await;
+    stops_then_replays(sample::<Event>(), || records::<Event>(&[0, 2])).await;
 }

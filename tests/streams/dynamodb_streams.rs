@@ -2,17 +2,22 @@
 //! of the new image, or by the item's key.
 
 use aws_lambda_events::event::dynamodb::{Event, EventRecord};
-use aws_lambda_events::event::streams::DynamoDbEventResponse;
 use lambda_idempotency::batch::BatchProcessor;
 use lambda_idempotency::clock::SystemClock;
 use lambda_idempotency::key::{BodyHash, JsonPointer, KeyExtractor, MessageAttribute, MessageId};
 use lambda_idempotency::validation::PayloadValidation;
 use lambda_idempotency::Outcome;
-use lambda_idempotency_test_support::load_event_json;
 
-use super::{outcomes, values, Order, Rig, Stream, STOPPED};
+use super::{outcomes, records, reported, sample, values, Order, Rig, Stream, STOPPED};
 
 impl Stream for Event {
+    const SAMPLE: &'static str = "dynamodb_stream.json";
+
+    fn with_records(mut self, records: Vec<EventRecord>) -> Self {
+        self.records = records;
+        self
+    }
+
     fn processor<S>(service: S) -> BatchProcessor<S, SystemClock, Self> {
         BatchProcessor::dynamodb_streams(service)
     }
@@ -28,25 +33,6 @@ impl Stream for Event {
     }
 }
 
-pub(super) fn sample() -> Event {
-    serde_json::from_value(load_event_json("dynamodb_stream.json")).unwrap()
-}
-
-pub(super) fn records(indexes: &[usize]) -> Event {
-    let all = sample().records;
-    let mut event = sample();
-    event.records = indexes.iter().map(|&i| all[i].clone()).collect();
-    event
-}
-
-fn reported(response: &DynamoDbEventResponse) -> Vec<String> {
-    let failures = &response.batch_item_failures;
-    failures
-        .iter()
-        .filter_map(|f| f.item_identifier.clone())
-        .collect()
-}
-
 fn sequence(n: u8) -> String {
     format!("1000000000000000000{n:02}")
 }
@@ -54,7 +40,7 @@ fn sequence(n: u8) -> String {
 #[tokio::test]
 async fn a_shard_runs_in_order_and_stops_at_the_first_failure() {
     let rig = Rig::new().await;
-    let report = rig.deliver(MessageId, sample()).await;
+    let report = rig.deliver(MessageId, sample::<Event>()).await;
     assert_eq!(outcomes(&report), STOPPED);
     assert_eq!(reported(&report.response), [sequence(2), sequence(3)]);
     assert_eq!(rig.runs(), 2, "the third record never started");
@@ -65,9 +51,9 @@ async fn a_shard_runs_in_order_and_stops_at_the_first_failure() {
 #[tokio::test]
 async fn a_redelivered_batch_replays_and_credits_once() {
     let rig = Rig::new().await;
-    let first = rig.deliver(MessageId, records(&[0, 2])).await;
+    let first = rig.deliver(MessageId, records::<Event>(&[0, 2])).await;
     assert_eq!(outcomes(&first), [Outcome::Executed, Outcome::Executed]);
-    let again = rig.deliver(MessageId, records(&[0, 2])).await;
+    let again = rig.deliver(MessageId, records::<Event>(&[0, 2])).await;
     assert_eq!(outcomes(&again), [Outcome::Replayed, Outcome::Replayed]);
     assert!(reported(&again.response).is_empty());
     assert_eq!(values(&again), [Some(10), Some(5)]);
@@ -80,7 +66,7 @@ async fn a_key_from_the_item_replays_later_changes_of_the_item() {
     let rig = Rig::new().await;
     // Two changes (two eventIDs and sequence numbers) of one item: keyed by the item's
     // eventId, the second replays the first (what the README warns of).
-    let mut event = records(&[0, 0]);
+    let mut event = records::<Event>(&[0, 0]);
     event.records[1].event_id = "another-change".into();
     event.records[1].change.sequence_number = Some(sequence(9));
     let report = rig.deliver(JsonPointer::new("/eventId"), event).await;
@@ -95,7 +81,7 @@ async fn a_key_from_the_item_replays_later_changes_of_the_item() {
 #[tokio::test]
 async fn removes_and_keys_only_records_have_a_body_and_do_not_stall_the_shard() {
     let rig = Rig::new().await.with_validation(PayloadValidation::Body);
-    let mut event = records(&[0, 0, 2]);
+    let mut event = records::<Event>(&[0, 0, 2]);
     let remove = &mut event.records[1];
     remove.event_id = "remove-evt-d1".into();
     remove.event_name = "REMOVE".into();
@@ -119,7 +105,7 @@ async fn removes_and_keys_only_records_have_a_body_and_do_not_stall_the_shard() 
 
 #[test]
 fn a_record_reads_as_its_event_id_new_image_and_keys() {
-    let record = &sample().records[0];
+    let record = &sample::<Event>().records[0];
     assert_eq!(
         MessageId.key_material(record).unwrap(),
         record.event_id.as_bytes()

@@ -18,8 +18,8 @@ use lambda_idempotency::key::KeyExtractor;
 use lambda_idempotency::store::{Attr, InMemoryStore, Write};
 use lambda_idempotency::validation::PayloadValidation;
 use lambda_idempotency::{Completion, Config, IdempotencyLayer, IdempotencyMode, Outcome};
-use lambda_idempotency_test_support::context_at;
 use lambda_idempotency_test_support::transactional_contract::Ledger;
+use lambda_idempotency_test_support::{context_at, load_event_json};
 use lambda_runtime::LambdaEvent;
 
 const REMAINING: Duration = Duration::from_secs(30);
@@ -32,8 +32,12 @@ struct Order {
     amount: i64,
 }
 
-/// A stream event type: its processor, and how its records carry an order.
+/// A stream event type: its sample, its processor, and how its records carry an order.
 trait Stream: BatchEvent + Sized {
+    /// The sample event's file in `events/`.
+    const SAMPLE: &'static str;
+    /// This event with `records` instead of its own.
+    fn with_records(self, records: Vec<Self::Record>) -> Self;
     fn processor<S>(service: S) -> BatchProcessor<S, SystemClock, Self>;
     /// The order a record carries, or `None` for a record that credits nothing.
     fn order(record: &Self::Record) -> Result<Option<Order>, lambda_runtime::Error>;
@@ -133,6 +137,31 @@ impl<St: Ledger + Clone> Rig<St> {
         }
         processor.process(LambdaEvent::new(event, context)).await
     }
+}
+
+/// The sample event of `E`.
+fn sample<E: Stream + serde::de::DeserializeOwned>() -> E {
+    serde_json::from_value(load_event_json(E::SAMPLE)).unwrap()
+}
+
+/// The sample's records `indexes`, as one batch.
+fn records<E>(indexes: &[usize]) -> E
+where
+    E: Stream + serde::de::DeserializeOwned,
+    E::Record: Clone,
+{
+    let all = sample::<E>().into_records();
+    sample::<E>().with_records(indexes.iter().map(|&i| all[i].clone()).collect())
+}
+
+/// The item identifiers a partial batch response reports, whatever the stream.
+fn reported<R: serde::Serialize>(response: &R) -> Vec<String> {
+    let response = serde_json::to_value(response).unwrap();
+    let failures = response["batchItemFailures"].as_array().unwrap();
+    failures
+        .iter()
+        .map(|f| f["itemIdentifier"].as_str().unwrap().to_string())
+        .collect()
 }
 
 fn outcomes<R>(report: &BatchReport<i64, R>) -> Vec<Outcome> {
