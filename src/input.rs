@@ -30,3 +30,119 @@ pub trait Input {
     /// The attribute called `name`, if the event has it with a value.
     fn attribute(&self, name: &str) -> Option<AttributeValue<'_>>;
 }
+
+/// A value with its canonical JSON: the [`Input`] of an event that is not a record of a batch
+/// (a whole Lambda event, a function's arguments).
+///
+/// Its body is the value serialized as canonical JSON (object keys sorted, numbers by their
+/// exact value), so equal values have equal bodies whatever the order of a map's entries:
+/// [`BodyHash`](crate::key::BodyHash) keys on the whole value,
+/// [`JsonPointer`](crate::key::JsonPointer) on a field, and a closure reads the value through
+/// `Deref`. It has no id and no attributes.
+pub struct Serialized<T> {
+    value: T,
+    json: Vec<u8>,
+}
+
+impl<T: serde::Serialize> Serialized<T> {
+    /// Serializes `value`. Fails when it cannot be serialized as JSON (a map with keys that
+    /// are not strings, a serializer error).
+    pub fn new(value: T) -> Result<Self, serde_json::Error> {
+        let json = crate::canonical::canonical(&serde_json::to_string(&value)?)?;
+        Ok(Self {
+            value,
+            json: json.into_bytes(),
+        })
+    }
+}
+
+impl<T> Serialized<T> {
+    /// The value.
+    pub fn get(&self) -> &T {
+        &self.value
+    }
+
+    /// The value, consuming the wrapper.
+    pub fn into_inner(self) -> T {
+        self.value
+    }
+
+    /// The canonical JSON.
+    pub fn json(&self) -> &[u8] {
+        &self.json
+    }
+}
+
+impl<T> std::ops::Deref for Serialized<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.value
+    }
+}
+
+impl<T> std::fmt::Debug for Serialized<T> {
+    // The value stays out of debug output: it may hold what the logs must not.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Serialized")
+            .field("json_bytes", &self.json.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T> Input for Serialized<T> {
+    fn id(&self) -> Option<&str> {
+        None
+    }
+
+    fn body(&self) -> Option<Cow<'_, [u8]>> {
+        Some(Cow::Borrowed(&self.json))
+    }
+
+    fn attribute(&self, _name: &str) -> Option<AttributeValue<'_>> {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+    use crate::key::{BodyHash, JsonPointer, KeyExtractor};
+
+    #[test]
+    fn serialized_values_key_by_content_whatever_the_map_order() {
+        let a: HashMap<&str, u64> = (0..50)
+            .map(|i| (["a", "b", "c", "d"][i % 4], i as u64))
+            .collect();
+        let mut entries: Vec<_> = a.iter().map(|(k, v)| (*k, *v)).collect();
+        entries.reverse();
+        let b: HashMap<&str, u64> = entries.into_iter().collect();
+        let (a, b) = (Serialized::new(a).unwrap(), Serialized::new(b).unwrap());
+        assert_eq!(a.json(), b.json());
+        assert_eq!(
+            BodyHash.key_material(&a).unwrap(),
+            BodyHash.key_material(&b).unwrap()
+        );
+    }
+
+    #[test]
+    fn serialized_values_have_a_body_and_nothing_else() {
+        let value = serde_json::json!({"order": {"id": "o-1"}, "amount": 5});
+        let input = Serialized::new(value).unwrap();
+        assert_eq!(
+            JsonPointer::new("/order/id").key_material(&input).unwrap(),
+            b"o-1"
+        );
+        assert_eq!(input.id(), None);
+        assert_eq!(input.attribute("order"), None);
+        assert_eq!(input["amount"], 5);
+        assert!(format!("{input:?}").contains("json_bytes"));
+        let keys: HashMap<Vec<u8>, u8> = HashMap::from([(vec![1], 1)]);
+        assert!(
+            Serialized::new(keys).is_err(),
+            "map keys that are not strings"
+        );
+    }
+}

@@ -84,6 +84,10 @@ pub enum KeyError {
         /// The stored key's length.
         len_bytes: usize,
     },
+    /// The event (or a function's arguments) could not be serialized as JSON, so nothing can
+    /// be derived from it.
+    #[error("the event could not be serialized as JSON")]
+    Unserializable(#[source] serde_json::Error),
     /// A user-supplied extractor failed.
     #[error("custom key extraction failed")]
     Custom(#[source] BoxError),
