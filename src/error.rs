@@ -76,6 +76,12 @@ pub enum Error {
         /// The failure was stored by an earlier delivery.
         replayed: bool,
     },
+    /// A duplicate of an invocation that completed, whose stored result is not available (it
+    /// was too large to store even compressed, or no longer decodes as the result type): the
+    /// handler did not run again, and there is no response to replay. In a batch such a
+    /// record is acknowledged ([`Processed::ReplayedWithoutResult`](crate::Processed)).
+    #[error("the invocation completed before, but its stored result is not available")]
+    ResultUnavailable,
     /// A condition of one of the handler's writes failed: nothing was applied.
     #[error("condition of write {write_index} failed for {key}; nothing was applied")]
     ConditionFailed {
@@ -116,6 +122,7 @@ impl Error {
                 Outcome::Locked
             }
             Error::Permanent { .. } => Outcome::FailedPermanently,
+            Error::ResultUnavailable => Outcome::Replayed,
             Error::Store(store) if store.is_request_fault() => Outcome::Rejected,
             Error::Store(_) => Outcome::StoreUnavailable,
             Error::Handler(_) | Error::Panic { .. } | Error::SameKeyFailed { .. } => {
@@ -141,6 +148,7 @@ impl Error {
             Error::Store(StoreError::InvalidRequest { .. }) => "Idempotency.InvalidRequest",
             Error::Permanent { .. } => "Idempotency.PermanentFailure",
             Error::ConditionFailed { .. } => "Idempotency.ConditionFailed",
+            Error::ResultUnavailable => "Idempotency.ResultUnavailable",
             Error::Conflict { .. } => "Idempotency.TransactionConflict",
             Error::Store(_) => "Idempotency.StoreError",
             Error::Handler(_) => "Idempotency.HandlerError",

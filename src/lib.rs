@@ -110,6 +110,7 @@ pub mod dynamodb_streams;
 mod error;
 pub mod idempotent;
 pub mod input;
+pub mod invocation;
 pub mod key;
 #[cfg(feature = "kinesis")]
 pub mod kinesis;

@@ -1,0 +1,316 @@
+//! Whole-invocation idempotency (`IdempotencyLayer::invocation`), on the embedded store and
+//! on DynamoDB Local: per delivery, how many times the handler ran, what the caller got, and
+//! the stored record's status and owner.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use lambda_idempotency::key::{IdempotencyKey, JsonPointer, KeyError};
+use lambda_idempotency::record::Status;
+use lambda_idempotency::store::{InMemoryStore, Store};
+use lambda_idempotency::validation::PayloadValidation;
+use lambda_idempotency::{Config, Error, IdempotencyLayer, Outcome};
+use lambda_idempotency_test_support::context_at;
+use lambda_idempotency_test_support::dynamodb::fresh_store;
+use lambda_runtime::{service_fn, LambdaEvent};
+use serde::{Deserialize, Serialize};
+use tokio::sync::Notify;
+use tower::{BoxError, Service, ServiceExt};
+
+const PREFIX: &str = "refunds";
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Refund {
+    order_id: String,
+    cents: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Receipt {
+    refunded_cents: u64,
+    run: usize,
+}
+
+fn refund(order_id: &str, cents: u64) -> LambdaEvent<Refund> {
+    let event = Refund {
+        order_id: order_id.into(),
+        cents,
+    };
+    LambdaEvent::new(
+        event,
+        context_at(SystemTime::now(), Duration::from_secs(30)),
+    )
+}
+
+fn stored_key(order_id: &str) -> IdempotencyKey {
+    IdempotencyKey::derive(PREFIX, order_id.as_bytes())
+}
+
+/// A handler that counts its runs, fails while `fail` is set, and waits for `gate` when
+/// one is given.
+#[derive(Clone, Default)]
+struct Handler {
+    runs: Arc<AtomicUsize>,
+    fail: Arc<std::sync::atomic::AtomicBool>,
+    gate: Option<(Arc<Notify>, Arc<Notify>)>,
+}
+
+impl Handler {
+    fn runs(&self) -> usize {
+        self.runs.load(Ordering::SeqCst)
+    }
+
+    async fn handle(self, event: LambdaEvent<Refund>) -> Result<Receipt, BoxError> {
+        let run = self.runs.fetch_add(1, Ordering::SeqCst) + 1;
+        if let Some((started, release)) = &self.gate {
+            started.notify_one();
+            release.notified().await;
+        }
+        if self.fail.load(Ordering::SeqCst) {
+            return Err("the refund service is down".into());
+        }
+        Ok(Receipt {
+            refunded_cents: event.payload.cents,
+            run,
+        })
+    }
+}
+
+fn layer<St: Store + Clone>(store: St) -> IdempotencyLayer<St, JsonPointer> {
+    IdempotencyLayer::new(store)
+        .with_key(JsonPointer::new("/order_id"))
+        .with_config(
+            Config::new()
+                .with_key_prefix(PREFIX)
+                .with_payload_validation(PayloadValidation::Body),
+        )
+}
+
+async fn replays_and_retries<St: Store + Clone>(store: St) {
+    let handler = Handler::default();
+    let h = handler.clone();
+    let mut function = layer(store.clone()).invocation(service_fn(move |e| h.clone().handle(e)));
+
+    // The handler fails: the caller gets the error, the lease is released.
+    handler.fail.store(true, Ordering::SeqCst);
+    let err = function
+        .ready()
+        .await
+        .unwrap()
+        .call(refund("o-1", 250))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Handler(_)), "{err:?}");
+    assert_eq!(err.outcome(), Outcome::Failed);
+    assert_eq!(handler.runs(), 1);
+    assert_eq!(
+        store.get(&stored_key("o-1")).await.unwrap(),
+        None,
+        "released"
+    );
+
+    // The retry runs it again and stores the response.
+    handler.fail.store(false, Ordering::SeqCst);
+    let first = function
+        .ready()
+        .await
+        .unwrap()
+        .call(refund("o-1", 250))
+        .await
+        .unwrap();
+    assert_eq!(
+        first,
+        Receipt {
+            refunded_cents: 250,
+            run: 2
+        }
+    );
+    assert_eq!(handler.runs(), 2);
+    let record = store
+        .get(&stored_key("o-1"))
+        .await
+        .unwrap()
+        .expect("stored");
+    assert_eq!(record.status, Status::Completed);
+    assert!(
+        record.owner.is_some(),
+        "completed under the lease of the run that stored it"
+    );
+
+    // Duplicates replay the stored response without running the handler.
+    for _ in 0..2 {
+        let again = function
+            .ready()
+            .await
+            .unwrap()
+            .call(refund("o-1", 250))
+            .await
+            .unwrap();
+        assert_eq!(again, first);
+    }
+    assert_eq!(handler.runs(), 2);
+
+    // The same key with another payload is refused, not replayed, and runs nothing.
+    let err = function
+        .ready()
+        .await
+        .unwrap()
+        .call(refund("o-1", 999))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::PayloadMismatch { .. }), "{err:?}");
+    // Another key is another invocation.
+    let other = function
+        .ready()
+        .await
+        .unwrap()
+        .call(refund("o-2", 5))
+        .await
+        .unwrap();
+    assert_eq!(
+        other,
+        Receipt {
+            refunded_cents: 5,
+            run: 3
+        }
+    );
+    assert_eq!(handler.runs(), 3);
+}
+
+/// Two processes (two layers on one store, as two Lambda execution environments are): a
+/// duplicate arriving while the first runs is locked out; one arriving in the same process
+/// waits for the running one and takes its response.
+async fn concurrent_duplicate_is_locked<St: Store + Clone>(store: St) {
+    let (started, release) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let handler = Handler {
+        gate: Some((started.clone(), release.clone())),
+        ..Handler::default()
+    };
+    let h = handler.clone();
+    let service = service_fn(move |e| h.clone().handle(e));
+    let process_a = layer(store.clone()).invocation(service.clone());
+    let process_b = layer(store.clone()).invocation(service);
+
+    let running = tokio::spawn(process_a.clone().oneshot(refund("o-7", 70)));
+    started.notified().await;
+    let record = store
+        .get(&stored_key("o-7"))
+        .await
+        .unwrap()
+        .expect("leased");
+    assert_eq!(record.status, Status::InProgress);
+    let holder = record
+        .owner
+        .expect("the running invocation holds the lease");
+
+    let err = process_b
+        .clone()
+        .oneshot(refund("o-7", 70))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::InProgress { .. }), "{err:?}");
+    assert_eq!(err.outcome(), Outcome::Locked);
+    assert_eq!(handler.runs(), 1, "the duplicate did not run");
+    let record = store
+        .get(&stored_key("o-7"))
+        .await
+        .unwrap()
+        .expect("still leased");
+    assert_eq!(
+        record.owner.as_ref(),
+        Some(&holder),
+        "the lease is untouched"
+    );
+
+    let same_process = tokio::spawn(process_a.clone().oneshot(refund("o-7", 70)));
+    tokio::task::yield_now().await;
+    assert!(
+        !same_process.is_finished(),
+        "it waits for the running invocation"
+    );
+    release.notify_one();
+    let receipt = running.await.unwrap().unwrap();
+    assert_eq!(
+        receipt,
+        Receipt {
+            refunded_cents: 70,
+            run: 1
+        }
+    );
+    assert_eq!(same_process.await.unwrap().unwrap(), receipt);
+    assert_eq!(process_b.oneshot(refund("o-7", 70)).await.unwrap(), receipt);
+    assert_eq!(handler.runs(), 1);
+}
+
+#[tokio::test]
+async fn invocations_replay_and_retry_on_the_embedded_store() {
+    replays_and_retries(InMemoryStore::new()).await;
+}
+
+#[tokio::test]
+async fn concurrent_invocations_on_the_embedded_store() {
+    concurrent_duplicate_is_locked(InMemoryStore::new()).await;
+}
+
+#[tokio::test]
+async fn invocations_replay_and_retry_on_dynamodb_local() {
+    if let Some(store) = fresh_store().await {
+        replays_and_retries(store).await;
+    }
+}
+
+#[tokio::test]
+async fn concurrent_invocations_on_dynamodb_local() {
+    if let Some(store) = fresh_store().await {
+        concurrent_duplicate_is_locked(store).await;
+    }
+}
+
+#[tokio::test]
+async fn events_without_a_key_or_json_never_run_the_handler() {
+    let handler = Handler::default();
+    let h = handler.clone();
+    // The default key (the event's own id) finds nothing on a whole event.
+    let mut function = IdempotencyLayer::new(InMemoryStore::new())
+        .invocation(service_fn(move |e| h.clone().handle(e)));
+    let err = function
+        .ready()
+        .await
+        .unwrap()
+        .call(refund("o-1", 1))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::Key(KeyError::MissingMessageId)),
+        "{err:?}"
+    );
+    assert_eq!(err.outcome(), Outcome::Rejected);
+
+    // An event that cannot be serialized as JSON (a map with non-string keys).
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counted = runs.clone();
+    let mut function = layer(InMemoryStore::new()).invocation(service_fn(
+        move |_: LambdaEvent<HashMap<(u8, u8), u8>>| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            async { Ok::<_, BoxError>(0u8) }
+        },
+    ));
+    let event = LambdaEvent::new(
+        HashMap::from([((1, 2), 3)]),
+        context_at(SystemTime::now(), Duration::from_secs(30)),
+    );
+    let err = function
+        .ready()
+        .await
+        .unwrap()
+        .call(event)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::Key(KeyError::Unserializable(_))),
+        "{err:?}"
+    );
+    assert_eq!(handler.runs() + runs.load(Ordering::SeqCst), 0);
+}
