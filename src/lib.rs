@@ -108,6 +108,8 @@ mod config;
 #[cfg(feature = "dynamodb-streams")]
 pub mod dynamodb_streams;
 mod error;
+#[cfg(feature = "http")]
+pub mod http;
 pub mod idempotent;
 pub mod input;
 pub mod invocation;

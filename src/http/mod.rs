@@ -1,0 +1,70 @@
+//! HTTP APIs made idempotent with the `Idempotency-Key` header, through `lambda_http`: API
+//! Gateway REST and HTTP APIs, Function URLs and Application Load Balancers.
+//!
+//! ```
+//! use lambda_http::{http::StatusCode, service_fn, Body, Request, Response};
+//! use lambda_idempotency::http::IdempotentHttpLayer;
+//! use lambda_idempotency::store::InMemoryStore;
+//! use lambda_idempotency::IdempotencyLayer;
+//! use tower::Layer;
+//!
+//! async fn create(request: Request) -> Result<Response<Body>, lambda_http::Error> {
+//!     let mut response = Response::new(Body::Text(r#"{"id":"p-1"}"#.into()));
+//!     *response.status_mut() = StatusCode::CREATED;
+//!     Ok(response)
+//! }
+//!
+//! // The embedded store; use `DynamoDbStore` in Lambda.
+//! let layer = IdempotentHttpLayer::new(IdempotencyLayer::new(InMemoryStore::new()));
+//! let service = layer.layer(service_fn(create));
+//! // In Lambda: `lambda_http::run(service).await`.
+//! ```
+//!
+//! What a `POST` (or `PATCH`) request gets, as the IETF draft
+//! "The Idempotency-Key HTTP Header Field" describes:
+//!
+//! | Request | Answer |
+//! |---|---|
+//! | a new key | the handler's response; stored when its status is stored (below) |
+//! | a key whose response is stored | the stored status, headers and body, with `Idempotent-Replayed: true`; the handler does not run |
+//! | a key being processed by another request | 409 `in-progress`, with `Retry-After` |
+//! | a key used before with another body | 422 `key-reused`; the handler does not run |
+//! | no key (when required, the default) | 400 `missing-key` |
+//! | a key that is not visible ASCII or is over 255 bytes | 400 `invalid-key` |
+//! | the store fails, or the invocation deadline is too near | 503 `unavailable`, with `Retry-After` |
+//! | the handler fails (an error, a panic) | 500 `failed`; nothing is stored, the retry runs it again |
+//! | a write's condition fails, or its transaction meets another | 409 `conflict`, with `Retry-After`; nothing applied |
+//!
+//! Problem answers are `application/problem+json` (RFC 9457), their `type`
+//! `urn:lambda-idempotency:problem:<name>` with the names above.
+//!
+//! **Which responses are stored.** Statuses below 500 except 408, 409, 425 and 429 (which ask
+//! the client to retry) are stored and replayed until the record expires: a 201 and a 400
+//! alike, so a retried request gets the answer the first one got. A 5xx response is answered
+//! to its caller and not stored (with writes, nothing is committed): the retry runs the
+//! handler again. Change it with
+//! [`with_stored_statuses`](IdempotentHttpLayer::with_stored_statuses). Only the
+//! `content-type` and `location` headers are stored
+//! ([`with_stored_headers`](IdempotentHttpLayer::with_stored_headers)); the first caller gets
+//! every header, duplicates the stored ones (no `set-cookie` is replayed to someone else).
+//!
+//! **Keys.** A key is scoped to the request's method and path ([`HeaderKey`]); it is stored
+//! only as a hash, under the configured key prefix. The payload hash covers the body. Keys
+//! are not scoped to a caller: when callers are not trusted to choose unique keys, key on the
+//! caller too (a closure over [`HttpRequest`] that adds the authorizer's principal), or give
+//! each tenant its own prefix.
+//!
+//! Requests with other methods (`GET`, `PUT`, `DELETE`, ...) go to the handler as they are
+//! ([`with_methods`](IdempotentHttpLayer::with_methods)).
+
+mod layer;
+mod request;
+mod response;
+mod service;
+
+pub use layer::IdempotentHttpLayer;
+pub use request::{HeaderKey, HttpRequest, MAX_IDEMPOTENCY_KEY_BYTES};
+pub use response::{
+    stored_by_default, StoredBody, StoredResponse, PROBLEM_TYPE_PREFIX, REPLAYED_HEADER,
+};
+pub use service::{HandlerAnswer, HttpHandler, IdempotentHttp};

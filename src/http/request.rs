@@ -1,0 +1,171 @@
+//! The request as the protocol reads it ([`HttpRequest`]) and its key ([`HeaderKey`]).
+
+use std::borrow::Cow;
+
+use lambda_http::{Body, Request};
+
+use crate::input::{AttributeValue, Input};
+use crate::key::{KeyError, KeyExtractor};
+
+/// The longest `Idempotency-Key` accepted, in bytes (as Stripe's limit of 255 characters).
+pub const MAX_IDEMPOTENCY_KEY_BYTES: usize = 255;
+
+/// An HTTP request as an [`Input`]: its body, and its headers as attributes. It has no id.
+#[derive(Debug)]
+pub struct HttpRequest(pub(crate) Request);
+
+impl HttpRequest {
+    /// The request.
+    pub fn request(&self) -> &Request {
+        &self.0
+    }
+}
+
+impl Input for HttpRequest {
+    fn id(&self) -> Option<&str> {
+        None
+    }
+
+    /// The body's bytes (empty when there is none: a `POST` may have no body).
+    fn body(&self) -> Option<Cow<'_, [u8]>> {
+        Some(Cow::Borrowed(match self.0.body() {
+            Body::Empty => &[],
+            Body::Text(text) => text.as_bytes(),
+            Body::Binary(bytes) => bytes,
+            _ => &[],
+        }))
+    }
+
+    /// The header `name` (case-insensitive), when its value is visible ASCII text.
+    fn attribute(&self, name: &str) -> Option<AttributeValue<'_>> {
+        let value = self.0.headers().get(name)?;
+        value.to_str().ok().map(AttributeValue::Text)
+    }
+}
+
+/// Keys a request on a header (`Idempotency-Key` by default), scoped to the request's method
+/// and path: the same key sent to `POST /payments` and to `POST /refunds` names two records,
+/// so a response is never replayed to another endpoint.
+///
+/// The value is used as it is, or, when it is a quoted string (the draft's structured-field
+/// form, `"8e03978e-40d5-43e8-bc93-6894a57f9324"`), without its quotes. An empty value counts as
+/// absent; a value over [`MAX_IDEMPOTENCY_KEY_BYTES`], or not visible ASCII, is an error.
+#[derive(Debug, Clone)]
+pub struct HeaderKey {
+    header: String,
+}
+
+impl HeaderKey {
+    /// Keys on the header called `header`.
+    pub fn new(header: impl Into<String>) -> Self {
+        Self {
+            header: header.into(),
+        }
+    }
+
+    /// The header's name.
+    pub fn header(&self) -> &str {
+        &self.header
+    }
+
+    /// The key's value in `request`, or why there is none.
+    pub(crate) fn value<'r>(&self, request: &'r Request) -> Result<&'r str, KeyError> {
+        let missing = || KeyError::MissingAttribute {
+            name: self.header.clone(),
+        };
+        let raw = request.headers().get(&self.header).ok_or_else(missing)?;
+        let text = raw.to_str().map_err(|_| {
+            KeyError::Custom(format!("the {} header is not visible ASCII text", self.header).into())
+        })?;
+        let text = text.trim();
+        let text = match text.strip_prefix('"').and_then(|t| t.strip_suffix('"')) {
+            Some(inner) if !inner.contains(['"', '\\']) => inner,
+            _ => text,
+        };
+        if text.is_empty() {
+            return Err(missing());
+        }
+        if text.len() > MAX_IDEMPOTENCY_KEY_BYTES {
+            return Err(KeyError::Custom(
+                format!(
+                    "the {} header is {} bytes, over the limit of {MAX_IDEMPOTENCY_KEY_BYTES}",
+                    self.header,
+                    text.len()
+                )
+                .into(),
+            ));
+        }
+        Ok(text)
+    }
+}
+
+impl Default for HeaderKey {
+    fn default() -> Self {
+        Self::new("Idempotency-Key")
+    }
+}
+
+impl KeyExtractor<HttpRequest> for HeaderKey {
+    /// `<METHOD> <path>`, a line feed, then the key: the method and path scope the key (a
+    /// method and a path hold no line feed).
+    fn key_material(&self, input: &HttpRequest) -> Result<Vec<u8>, KeyError> {
+        let request = &input.0;
+        let key = self.value(request)?;
+        Ok(format!("{} {}\n{key}", request.method(), request.uri().path()).into_bytes())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn post(path: &str, key: Option<&str>) -> HttpRequest {
+        let mut builder = lambda_http::http::Request::builder()
+            .method("POST")
+            .uri(path);
+        if let Some(key) = key {
+            builder = builder.header("Idempotency-Key", key);
+        }
+        HttpRequest(builder.body(Body::Text("{}".into())).unwrap())
+    }
+
+    fn material(request: &HttpRequest) -> Result<Vec<u8>, KeyError> {
+        HeaderKey::default().key_material(request)
+    }
+
+    #[test]
+    fn keys_are_scoped_to_method_and_path_and_unquoted() {
+        let plain = material(&post("/payments", Some("k-1"))).unwrap();
+        assert_eq!(plain, b"POST /payments\nk-1");
+        assert_eq!(
+            material(&post("/payments", Some("\"k-1\""))).unwrap(),
+            plain
+        );
+        assert_eq!(
+            material(&post("/payments?x=1", Some(" k-1 "))).unwrap(),
+            plain
+        );
+        assert_ne!(material(&post("/refunds", Some("k-1"))).unwrap(), plain);
+        // A quoted value with escapes is used as sent.
+        assert_eq!(
+            material(&post("/p", Some(r#""a\"b""#))).unwrap(),
+            b"POST /p\n\"a\\\"b\""
+        );
+    }
+
+    #[test]
+    fn missing_empty_and_oversized_keys() {
+        for key in [None, Some(""), Some("\"\""), Some("  ")] {
+            let err = material(&post("/p", key)).unwrap_err();
+            assert!(err.is_absent(), "{key:?}: {err:?}");
+        }
+        let long = "k".repeat(MAX_IDEMPOTENCY_KEY_BYTES + 1);
+        let err = material(&post("/p", Some(&long))).unwrap_err();
+        assert!(
+            !err.is_absent() && err.to_string().contains("custom"),
+            "{err}"
+        );
+        let ok = "k".repeat(MAX_IDEMPOTENCY_KEY_BYTES);
+        assert!(material(&post("/p", Some(&ok))).is_ok());
+    }
+}
