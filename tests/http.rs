@@ -84,7 +84,9 @@ impl<T> Api for T where
 }
 
 fn request(method: Method, key: Option<&str>, body: &str) -> Request {
-    let mut builder = lambda_http::http::Request::builder().method(method).uri("/payments");
+    let mut builder = lambda_http::http::Request::builder()
+        .method(method)
+        .uri("/payments");
     if let Some(key) = key {
         builder = builder.header("Idempotency-Key", key);
     }
