@@ -24,22 +24,46 @@ def of_type(kind):
 
 
 functions = of_type("AWS::Serverless::Function")
-check(len(functions) == 1, "exactly one function")
-name, function = next(iter(functions.items()))
-props = function["Properties"]
-check(function.get("Metadata", {}).get("BuildMethod") == "rust-cargolambda", "BuildMethod rust-cargolambda")
-check(function["Metadata"].get("BuildProperties", {}).get("Binary") == "order-consumer", "Binary order-consumer")
-check(props.get("Runtime") == "provided.al2023", "Runtime provided.al2023")
-check(props.get("Architectures") == ["arm64"], "Architectures [arm64]")
-check(props.get("Handler") == "bootstrap", "Handler bootstrap")
+by_binary = {f.get("Metadata", {}).get("BuildProperties", {}).get("Binary"): f for f in functions.values()}
+check(set(by_binary) == {"order-consumer", "payments-api"},
+      f"one function per example binary: {sorted(map(str, by_binary))}")
+
+
+def common(binary):
+    """The settings every example function has; answers its properties and environment."""
+    function = by_binary.get(binary, {"Metadata": {}, "Properties": {}})
+    props = function["Properties"]
+    check(function["Metadata"].get("BuildMethod") == "rust-cargolambda", f"{binary}: BuildMethod rust-cargolambda")
+    check(props.get("Runtime") == "provided.al2023", f"{binary}: Runtime provided.al2023")
+    check(props.get("Architectures") == ["arm64"], f"{binary}: Architectures [arm64]")
+    check(props.get("Handler") == "bootstrap", f"{binary}: Handler bootstrap")
+    check(isinstance(props.get("Timeout"), int), f"{binary}: an explicit function Timeout")
+    env = props.get("Environment", {}).get("Variables", {})
+    check(env.get("IDEMPOTENCY_TABLE") == {"Ref": "IdempotencyTable"}, f"{binary}: IDEMPOTENCY_TABLE refers to IdempotencyTable")
+    check(env.get("LEDGER_TABLE") == {"Ref": "LedgerTable"}, f"{binary}: LEDGER_TABLE refers to LedgerTable")
+    check("IDEMPOTENCY_MODE" in env, f"{binary}: IDEMPOTENCY_MODE is set")
+    return props, env
+
+
+def iam(binary, props, expected):
+    """The function's inline statements grant exactly `expected` (table -> actions)."""
+    granted = {}
+    for policy in props.get("Policies", []):
+        check(isinstance(policy, dict) and "Statement" in policy, f"{binary}: policies are inline statements only")
+        for statement in policy.get("Statement", []):
+            target = statement["Resource"]["Fn::GetAtt"][0]
+            actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+            check(all("*" not in a for a in actions), f"{binary}: no wildcard actions")
+            granted.setdefault(target, set()).update(actions)
+    check(granted == expected, f"{binary}: IAM is limited to the actions used: {granted} != {expected}")
+
+
+RECORDS = {"dynamodb:PutItem", "dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"}
+
+# order-consumer: an SQS event source with partial batch responses, and a window that
+# outlives the queues.
+props, env = common("order-consumer")
 timeout = props.get("Timeout")
-check(isinstance(timeout, int), "an explicit function Timeout")
-
-env = props.get("Environment", {}).get("Variables", {})
-check(env.get("IDEMPOTENCY_TABLE") == {"Ref": "IdempotencyTable"}, "IDEMPOTENCY_TABLE refers to IdempotencyTable")
-check(env.get("LEDGER_TABLE") == {"Ref": "LedgerTable"}, "LEDGER_TABLE refers to LedgerTable")
-check("IDEMPOTENCY_MODE" in env, "IDEMPOTENCY_MODE is set")
-
 events = [e for e in props.get("Events", {}).values() if e["Type"] == "SQS"]
 check(len(events) == 1, "one SQS event source")
 sqs = events[0]["Properties"]
@@ -83,19 +107,18 @@ check(idempotency.get("TimeToLiveSpecification") == {"AttributeName": "expiratio
       "IdempotencyTable: TTL on expiration")
 table("LedgerTable", "account")
 
-expected = {
-    "IdempotencyTable": {"dynamodb:PutItem", "dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"},
-    "LedgerTable": {"dynamodb:UpdateItem"},
-}
-granted = {}
-for policy in props.get("Policies", []):
-    check(isinstance(policy, dict) and "Statement" in policy, "policies are inline statements only")
-    for statement in policy.get("Statement", []):
-        target = statement["Resource"]["Fn::GetAtt"][0]
-        actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
-        check(all("*" not in a for a in actions), "no wildcard actions")
-        granted.setdefault(target, set()).update(actions)
-check(granted == expected, f"IAM is limited to the actions used: {granted} != {expected}")
+iam("order-consumer", by_binary.get("order-consumer", {}).get("Properties", {}),
+    {"IdempotencyTable": RECORDS, "LedgerTable": {"dynamodb:UpdateItem"}})
+
+# payments-api: POST /payments on an HTTP API and a Function URL; it reads the balance it
+# conditions its write on.
+props, env = common("payments-api")
+routes = [e["Properties"] for e in props.get("Events", {}).values() if e["Type"] == "HttpApi"]
+check(routes == [{"Path": "/payments", "Method": "POST"}], f"payments-api: one HttpApi route, POST /payments: {routes}")
+check(props.get("FunctionUrlConfig", {}).get("AuthType") in ("AWS_IAM", "NONE"), "payments-api: a Function URL")
+check(env.get("IDEMPOTENCY_MODE") == "lease", "payments-api: lease mode (a key in flight is answered 409)")
+check(props.get("Timeout", 30) < 30, "payments-api: Timeout below API Gateway's 30 s integration timeout")
+iam("payments-api", props, {"IdempotencyTable": RECORDS, "LedgerTable": {"dynamodb:GetItem", "dynamodb:UpdateItem"}})
 
 if problems:
     print("template.yaml check failed:")
