@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# The Quickstart's main job: runs the real order-consumer function locally.
+# The Quickstart's main job: runs the real example functions locally.
 #
 # Installs what is missing (DynamoDB Local, cargo-lambda), starts DynamoDB Local on a free
 # loopback port, creates the idempotency and ledger tables with template.yaml's schema,
 # runs order-consumer under `cargo lambda watch`, invokes the sample events (a batch, its
-# redelivery, a producer retry, a poison record, a tampered duplicate, a FIFO batch), prints each
-# response and the ledger balances, and stops everything it started.
+# redelivery, a producer retry, a poison record, a tampered duplicate, a FIFO batch), then the
+# payments-api's HTTP requests (a payment, its retry, a reused key, an invalid body, no key, a
+# Function URL request), prints each response and the ledger balances, and stops everything it
+# started.
 #
 #   IDEMPOTENCY_MODE=lease scripts/run-local.sh     # the other commit mode
 set -euo pipefail
@@ -32,8 +34,8 @@ IDEMPOTENCY_TABLE=order-consumer-idempotency
 LEDGER_TABLE=order-consumer-ledger
 
 tools_install
-echo "== building order-consumer"
-cargo build --quiet --bin order-consumer
+echo "== building order-consumer and payments-api"
+cargo build --quiet --bin order-consumer --bin payments-api
 ddb_start
 python3 scripts/local_tables.py create "IdempotencyTable=$IDEMPOTENCY_TABLE" "LedgerTable=$LEDGER_TABLE"
 
@@ -74,8 +76,28 @@ invoke poison.json "carol +10, a body that is not JSON, carol +7: only the poiso
 invoke tampered.json "evt-1002's key with another amount: rejected and reported, never applied"
 invoke fifo.json "a FIFO batch: dave +5, a poison record, then erin +8 and dave +9 wait their turn"
 
+# An HTTP request to payments-api: its status, whether it was replayed, and its body.
+invoke_http() {
+  local file="$1" what="$2"
+  echo
+  echo "== events/$file: $what"
+  cargo lambda invoke payments-api --invoke-address 127.0.0.1 --invoke-port "$PORT" \
+    --data-file "events/$file" --output-format json | python3 -c '
+import json, sys
+response = json.load(sys.stdin)
+headers = {k.lower(): v for k, v in (response.get("headers") or {}).items()}
+replayed = "(replayed)" if headers.get("idempotent-replayed") == "true" else "-"
+print("response:", response["statusCode"], replayed, response.get("body") or "")'
+}
+invoke_http payments_post.json "POST /payments, frank +25: 201 with the balance after it"
+invoke_http payments_retry.json "the client retries with the same key: the stored 201, nothing applied"
+invoke_http payments_reused_key.json "the same key with another amount: 422, nothing applied"
+invoke_http payments_invalid.json "an amount that is not an integer: 400, nothing applied"
+invoke_http payments_missing_key.json "no Idempotency-Key: 400"
+invoke_http payments_function_url.json "through the Function URL, frank +5: 201, balance 30"
+
 echo
-echo "== ledger balances (expected: acct-alice 20, acct-bob 40, acct-carol 17, acct-dave 5)"
+echo "== ledger balances (expected: acct-alice 20, acct-bob 40, acct-carol 17, acct-dave 5, acct-frank 30)"
 python3 scripts/local_tables.py balances "$LEDGER_TABLE"
 echo
 echo "Each record's outcome is in the function's log: $LOG"

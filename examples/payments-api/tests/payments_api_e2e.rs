@@ -62,7 +62,7 @@ async fn payments_api_holds_its_contract_in_both_modes() {
         assert_eq!(status, 201, "{mode}: {body}");
         assert_eq!(
             body,
-            serde_json::json!({"account": "acct-erin", "amount": 25, "balance": 25})
+            serde_json::json!({"account": "acct-frank", "amount": 25, "balance": 25})
         );
         assert!(headers.get("idempotent-replayed").is_none(), "{headers}");
         // The client's retry (the same payment, other whitespace): the stored answer.
@@ -86,7 +86,7 @@ async fn payments_api_holds_its_contract_in_both_modes() {
         assert_eq!(body["balance"], 30, "{mode}");
 
         assert_eq!(
-            balance(&client, &tables.ledger, "acct-erin").await,
+            balance(&client, &tables.ledger, "acct-frank").await,
             30,
             "{mode}"
         );
