@@ -1,4 +1,5 @@
-//! Exactly-once-in-effect SQS batch processing for AWS Lambda, with DynamoDB as the lock
+//! Exactly-once-in-effect AWS Lambda handlers: SQS, Kinesis and DynamoDB Streams batches,
+//! HTTP APIs with the `Idempotency-Key` header, and any other event, with DynamoDB as the lock
 //! and result store.
 //!
 //! SQS delivers at least once. This crate makes your per-record handler's effect happen once
@@ -86,12 +87,18 @@
 //! - [`idempotent`]: the layer, the service and the protocol's drivers;
 //! - [`store`]: the store trait, its requests and limits, the embedded and DynamoDB stores;
 //! - [`key`] and [`validation`]: idempotency keys and payload hashes, from any [`Input`];
-//! - [`sqs`]: SQS batches and their partial batch response;
+//! - [`batch`]: batch processors and their partial batch responses, for [`sqs`] and, with
+//!   their features, `kinesis` and `dynamodb_streams`;
+//! - [`invocation`]: whole invocations of any event; `http` (feature `http`): HTTP APIs with
+//!   the `Idempotency-Key` header;
 //! - [`record`]: the record and the pure decision over it; [`clock`]: injected time.
 //!
 //! # Features
 //! - `dynamodb` (default): [`store::DynamoDbStore`], on `aws-sdk-dynamodb` with no HTTP
 //!   client or TLS stack chosen: build the `Client` as your application does.
+//! - `kinesis`, `dynamodb-streams` (default): Kinesis and DynamoDB Streams batches.
+//! - `http`: HTTP APIs through `lambda_http` (API Gateway REST and HTTP APIs, Function URLs,
+//!   ALB).
 //! - `testing`: helpers for tests: `clock::ManualClock`, `clock::epoch_ms`/`epoch_secs`,
 //!   `InMemoryStore::set_unavailable`.
 #![forbid(unsafe_code)]
