@@ -44,6 +44,14 @@ fn refund(order_id: &str, cents: u64) -> LambdaEvent<Refund> {
     )
 }
 
+/// One invocation through `function` (ready first, as the tower contract asks).
+async fn call<S: Service<LambdaEvent<E>>, E>(
+    function: &mut S,
+    event: LambdaEvent<E>,
+) -> Result<S::Response, S::Error> {
+    function.ready().await?.call(event).await
+}
+
 fn stored_key(order_id: &str) -> IdempotencyKey {
     IdempotencyKey::derive(PREFIX, order_id.as_bytes())
 }
@@ -95,13 +103,7 @@ async fn replays_and_retries<St: Store + Clone>(store: St) {
 
     // The handler fails: the caller gets the error, the lease is released.
     handler.fail.store(true, Ordering::SeqCst);
-    let err = function
-        .ready()
-        .await
-        .unwrap()
-        .call(refund("o-1", 250))
-        .await
-        .unwrap_err();
+    let err = call(&mut function, refund("o-1", 250)).await.unwrap_err();
     assert!(matches!(err, Error::Handler(_)), "{err:?}");
     assert_eq!(err.outcome(), Outcome::Failed);
     assert_eq!(handler.runs(), 1);
@@ -113,13 +115,7 @@ async fn replays_and_retries<St: Store + Clone>(store: St) {
 
     // The retry runs it again and stores the response.
     handler.fail.store(false, Ordering::SeqCst);
-    let first = function
-        .ready()
-        .await
-        .unwrap()
-        .call(refund("o-1", 250))
-        .await
-        .unwrap();
+    let first = call(&mut function, refund("o-1", 250)).await.unwrap();
     assert_eq!(
         first,
         Receipt {
@@ -141,34 +137,16 @@ async fn replays_and_retries<St: Store + Clone>(store: St) {
 
     // Duplicates replay the stored response without running the handler.
     for _ in 0..2 {
-        let again = function
-            .ready()
-            .await
-            .unwrap()
-            .call(refund("o-1", 250))
-            .await
-            .unwrap();
+        let again = call(&mut function, refund("o-1", 250)).await.unwrap();
         assert_eq!(again, first);
     }
     assert_eq!(handler.runs(), 2);
 
     // The same key with another payload is refused, not replayed, and runs nothing.
-    let err = function
-        .ready()
-        .await
-        .unwrap()
-        .call(refund("o-1", 999))
-        .await
-        .unwrap_err();
+    let err = call(&mut function, refund("o-1", 999)).await.unwrap_err();
     assert!(matches!(err, Error::PayloadMismatch { .. }), "{err:?}");
     // Another key is another invocation.
-    let other = function
-        .ready()
-        .await
-        .unwrap()
-        .call(refund("o-2", 5))
-        .await
-        .unwrap();
+    let other = call(&mut function, refund("o-2", 5)).await.unwrap();
     assert_eq!(
         other,
         Receipt {
@@ -275,13 +253,7 @@ async fn events_without_a_key_or_json_never_run_the_handler() {
     // The default key (the event's own id) finds nothing on a whole event.
     let mut function = IdempotencyLayer::new(InMemoryStore::new())
         .invocation(service_fn(move |e| h.clone().handle(e)));
-    let err = function
-        .ready()
-        .await
-        .unwrap()
-        .call(refund("o-1", 1))
-        .await
-        .unwrap_err();
+    let err = call(&mut function, refund("o-1", 1)).await.unwrap_err();
     assert!(
         matches!(err, Error::Key(KeyError::MissingMessageId)),
         "{err:?}"
@@ -301,13 +273,7 @@ async fn events_without_a_key_or_json_never_run_the_handler() {
         HashMap::from([((1, 2), 3)]),
         context_at(SystemTime::now(), Duration::from_secs(30)),
     );
-    let err = function
-        .ready()
-        .await
-        .unwrap()
-        .call(event)
-        .await
-        .unwrap_err();
+    let err = call(&mut function, event).await.unwrap_err();
     assert!(
         matches!(err, Error::Key(KeyError::Unserializable(_))),
         "{err:?}"

@@ -90,6 +90,21 @@ impl<S, M> HttpHandler<S, M> {
     }
 }
 
+impl<S, M> HttpHandler<S, M> {
+    /// Calls the handler with the request, taking the caller's response slot out of it first.
+    fn start(
+        &mut self,
+        event: LambdaEvent<HttpRequest>,
+    ) -> (S::Future, Arc<HttpOptions>, Option<ResponseSlot>)
+    where
+        S: Service<Request>,
+    {
+        let mut request = event.payload.0;
+        let slot = request.extensions_mut().remove::<ResponseSlot>();
+        (self.inner.call(request), Arc::clone(&self.options), slot)
+    }
+}
+
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
 /// The stored form of `response`, the response itself left in `slot` for its caller; a
@@ -129,10 +144,7 @@ where
     }
 
     fn call(&mut self, event: LambdaEvent<HttpRequest>) -> Self::Future {
-        let mut request = event.payload.0;
-        let slot = request.extensions_mut().remove::<ResponseSlot>();
-        let answer = self.inner.call(request);
-        let options = Arc::clone(&self.options);
+        let (answer, options, slot) = self.start(event);
         Box::pin(async move {
             let response = answer.await.map_err(Into::into)?.into_response().await;
             keep(response, &options, slot)
@@ -156,10 +168,7 @@ where
     }
 
     fn call(&mut self, event: LambdaEvent<HttpRequest>) -> Self::Future {
-        let mut request = event.payload.0;
-        let slot = request.extensions_mut().remove::<ResponseSlot>();
-        let answer = self.inner.call(request);
-        let options = Arc::clone(&self.options);
+        let (answer, options, slot) = self.start(event);
         Box::pin(async move {
             let Completion { result, writes } = answer.await.map_err(Into::into)?;
             let response = result.into_response().await;
