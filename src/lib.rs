@@ -115,6 +115,7 @@ mod config;
 #[cfg(feature = "dynamodb-streams")]
 pub mod dynamodb_streams;
 mod error;
+pub mod function;
 #[cfg(feature = "http")]
 pub mod http;
 pub mod idempotent;

@@ -122,6 +122,16 @@ impl<St, K, C, M> IdempotencyLayer<St, K, C, M> {
         &self.store
     }
 
+    /// The key extractor.
+    pub fn key(&self) -> &K {
+        &self.key
+    }
+
+    /// The clock.
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+
     /// Wraps a plain async function of one event: `async fn(E) -> Result<T, Err>` (or, with
     /// writes, `Result<Completion<T>, Err>`).
     pub fn handler<F>(&self, f: F) -> Idempotent<RecordFn<F>, St, K, C, M>

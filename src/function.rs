@@ -1,0 +1,215 @@
+//! Idempotent functions: an async function called inside a handler (a payment call, an
+//! email) run once per key of its arguments, its result stored and replayed.
+//!
+//! [`IdempotencyLayer::function`] names the function and wraps it; each call of the
+//! [`IdempotentFn`] goes through the same protocol as a handler: a lease (ending at the
+//! invocation deadline with [`call`](IdempotentFn::call), or after an explicit time with
+//! [`call_with_lease`](IdempotentFn::call_with_lease)), the function, its stored result.
+//!
+//! ```
+//! use lambda_idempotency::store::InMemoryStore;
+//! use lambda_idempotency::{IdempotencyLayer, Processed};
+//! use serde::{Deserialize, Serialize};
+//! use std::time::Duration;
+//!
+//! #[derive(Serialize)]
+//! struct Charge { customer: String, cents: u64 }
+//!
+//! #[derive(Serialize, Deserialize, Debug, PartialEq)]
+//! struct Receipt { charged_cents: u64 }
+//!
+//! async fn charge_card(charge: Charge) -> Result<Receipt, std::io::Error> {
+//!     // ... call the payment provider ...
+//!     Ok(Receipt { charged_cents: charge.cents })
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), lambda_idempotency::Error> {
+//! let layer = IdempotencyLayer::new(InMemoryStore::new());
+//! let charge = layer.function("charge-card", charge_card);
+//! let args = || Charge { customer: "c-1".into(), cents: 500 };
+//! // Inside a handler, `charge.call(args(), &event.context)` leases until the deadline.
+//! let first = charge.call_with_lease(args(), Duration::from_secs(30)).await?;
+//! let again = charge.call_with_lease(args(), Duration::from_secs(30)).await?;
+//! assert_eq!(first, Processed::Executed(Receipt { charged_cents: 500 }));
+//! assert_eq!(again, Processed::Replayed(Receipt { charged_cents: 500 }));
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! **Keys.** By default the key is the arguments' canonical JSON
+//! ([`BodyHash`] over [`Serialized`]): equal arguments are one call. Choose a field with
+//! [`with_key`](IdempotentFn::with_key) and a [`JsonPointer`](crate::key::JsonPointer), or a
+//! closure over `&Serialized<A>` (it derefs to the arguments). Key material is namespaced by
+//! the function's name, so two functions (or a function and the handler's own records) never
+//! share a record in one table: the stored key is `<prefix>#<sha256 of 0xFD, the name, 0x00,
+//! the material>`, with the layer's key prefix.
+//!
+//! **What is exactly-once.** The function runs once per key while its record counts, under
+//! its lease. Its effect is outside the store, so a process that dies after the effect and
+//! before the result is stored leaves the record in progress until its lease ends, and the
+//! next call runs the function again: pass a key to the API it calls when it takes one
+//! (a payment provider's idempotency key) to close that gap.
+//!
+//! **Concurrent calls.** A call that finds the key held by another process gets
+//! [`Error::InProgress`] without running; one in the same process waits for the running call
+//! and shares its result. A failed call releases its lease: the next call runs again, also
+//! within the same invocation (a retry loop in the handler works).
+
+use std::future::Future;
+use std::task::{Context as TaskContext, Poll};
+use std::time::Duration;
+
+use lambda_runtime::{Context, LambdaEvent};
+use serde::Serialize;
+use tower::{BoxError, Layer, Service, ServiceExt};
+
+use crate::clock::{epoch_ms, Clock};
+use crate::error::Error;
+use crate::idempotent::{within_batch, IdempotencyLayer, Mode};
+use crate::input::Serialized;
+use crate::key::{BodyHash, KeyError, KeyExtractor};
+use crate::processed::Processed;
+
+/// Marks a function's key material: `0xFD` never occurs in UTF-8 and differs from the tags of
+/// JSON (`0xFF`) and binary (`0xFE`) material, so no handler key can equal a function's.
+const FUNCTION_MATERIAL_TAG: u8 = 0xFD;
+
+/// The key of a named function's call: the name, then the inner extractor's material.
+#[derive(Debug, Clone)]
+pub struct FunctionKey<K> {
+    name: String,
+    inner: K,
+}
+
+impl<A, K: KeyExtractor<Serialized<A>>> KeyExtractor<Serialized<A>> for FunctionKey<K> {
+    fn key_material(&self, input: &Serialized<A>) -> Result<Vec<u8>, KeyError> {
+        let material = self.inner.key_material(input)?;
+        let mut named = Vec::with_capacity(material.len() + self.name.len() + 2);
+        named.push(FUNCTION_MATERIAL_TAG);
+        named.extend_from_slice(self.name.as_bytes());
+        named.push(0);
+        named.extend_from_slice(&material);
+        Ok(named)
+    }
+}
+
+/// The function as the idempotent service sees it: a service of its serialized arguments.
+#[derive(Debug, Clone)]
+pub struct FunctionCall<F> {
+    f: F,
+}
+
+impl<F, A, Fut, T, E> Service<LambdaEvent<Serialized<A>>> for FunctionCall<F>
+where
+    F: FnMut(A) -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+{
+    type Response = T;
+    type Error = E;
+    type Future = Fut;
+
+    fn poll_ready(&mut self, _cx: &mut TaskContext<'_>) -> Poll<Result<(), E>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, event: LambdaEvent<Serialized<A>>) -> Fut {
+        (self.f)(event.payload.into_inner())
+    }
+}
+
+/// A named async function made idempotent on its arguments. Built by
+/// [`IdempotencyLayer::function`]; cheap to clone (clones share the layer's local cache and
+/// single flight). See the [module](crate::function) docs.
+#[derive(Debug, Clone)]
+pub struct IdempotentFn<F, St, K, C, M> {
+    layer: IdempotencyLayer<St, FunctionKey<K>, C, M>,
+    f: F,
+}
+
+impl<St, K, C, M> IdempotencyLayer<St, K, C, M> {
+    /// Wraps the async function `f` of one argument (a tuple or struct for more), named
+    /// `name` (keep it stable across deployments: it is part of every stored key), keyed on
+    /// its arguments. The layer's store, clock, configuration (key prefix, expiry, payload
+    /// validation) and mode apply; its key extractor does not (see
+    /// [`IdempotentFn::with_key`]).
+    pub fn function<F>(&self, name: impl Into<String>, f: F) -> IdempotentFn<F, St, BodyHash, C, M>
+    where
+        St: Clone,
+        K: Clone,
+        C: Clone,
+    {
+        let key = FunctionKey {
+            name: name.into(),
+            inner: BodyHash,
+        };
+        IdempotentFn {
+            layer: self.clone().with_key(key),
+            f,
+        }
+    }
+}
+
+impl<F, St, K, C, M> IdempotentFn<F, St, K, C, M> {
+    /// Keys calls with `key`, an extractor of the serialized arguments, instead of all of
+    /// them (still namespaced by the function's name).
+    pub fn with_key<K2>(self, key: K2) -> IdempotentFn<F, St, K2, C, M> {
+        let name = self.name().to_owned();
+        IdempotentFn {
+            layer: self.layer.with_key(FunctionKey { name, inner: key }),
+            f: self.f,
+        }
+    }
+
+    /// The function's name.
+    pub fn name(&self) -> &str {
+        &self.layer_key().name
+    }
+
+    fn layer_key(&self) -> &FunctionKey<K> {
+        self.layer.key()
+    }
+}
+
+impl<F, St, K, C, M> IdempotentFn<F, St, K, C, M>
+where
+    F: Clone,
+    St: Clone,
+    K: Clone,
+    C: Clock + Clone,
+{
+    /// Calls the function with `args` inside the invocation of `context`: its lease ends at
+    /// the invocation's deadline, and the layer's key prefix defaults to the function's name
+    /// in `context`.
+    pub async fn call<A>(&self, args: A, context: &Context) -> Result<Processed<M::Value>, Error>
+    where
+        A: Serialize,
+        M: Mode<FunctionCall<F>, St, FunctionKey<K>, C, Serialized<A>>,
+        FunctionCall<F>: Service<LambdaEvent<Serialized<A>>, Error: Into<BoxError>>,
+    {
+        let args =
+            Serialized::new(args).map_err(|err| Error::Key(KeyError::Unserializable(err)))?;
+        let service = self.layer.layer(FunctionCall { f: self.f.clone() });
+        // A memo of its own: a failed call does not stop a later one in the same batch.
+        within_batch(service.oneshot(LambdaEvent::new(args, context.clone()))).await
+    }
+
+    /// Calls the function with `args` outside an invocation (or with a shorter lease than
+    /// the invocation's): its lease ends `lease` from now, by the layer's clock (a lease past
+    /// the end of time saturates).
+    pub async fn call_with_lease<A>(
+        &self,
+        args: A,
+        lease: Duration,
+    ) -> Result<Processed<M::Value>, Error>
+    where
+        A: Serialize,
+        M: Mode<FunctionCall<F>, St, FunctionKey<K>, C, Serialized<A>>,
+        FunctionCall<F>: Service<LambdaEvent<Serialized<A>>, Error: Into<BoxError>>,
+    {
+        let lease_ms = u64::try_from(lease.as_millis()).unwrap_or(u64::MAX);
+        let mut context = Context::default();
+        context.deadline = epoch_ms(self.layer.clock().now()).saturating_add(lease_ms);
+        self.call(args, &context).await
+    }
+}
