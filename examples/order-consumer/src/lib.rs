@@ -78,7 +78,12 @@ pub enum OrderError {
 /// The order in `message`'s body.
 pub fn parse_order(message: &SqsMessage) -> Result<Order, OrderError> {
     let body = message.body.as_deref().ok_or(OrderError::NoBody)?;
-    let order: Order = serde_json::from_str(body)?;
+    order_from_json(body.as_bytes())
+}
+
+/// The order in a JSON body (a message's, a stream record's data or item).
+pub fn order_from_json(body: &[u8]) -> Result<Order, OrderError> {
+    let order: Order = serde_json::from_slice(body)?;
     if order.event_id.is_empty() {
         return Err(OrderError::Empty("eventId"));
     }
