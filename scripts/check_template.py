@@ -25,7 +25,7 @@ def of_type(kind):
 
 functions = of_type("AWS::Serverless::Function")
 by_binary = {f.get("Metadata", {}).get("BuildProperties", {}).get("Binary"): f for f in functions.values()}
-check(set(by_binary) == {"order-consumer", "payments-api"},
+check(set(by_binary) == {"order-consumer", "payments-api", "stream-consumer"},
       f"one function per example binary: {sorted(map(str, by_binary))}")
 
 
@@ -119,6 +119,35 @@ check(props.get("FunctionUrlConfig", {}).get("AuthType") in ("AWS_IAM", "NONE"),
 check(env.get("IDEMPOTENCY_MODE") == "lease", "payments-api: lease mode (a key in flight is answered 409)")
 check(props.get("Timeout", 30) < 30, "payments-api: Timeout below API Gateway's 30 s integration timeout")
 iam("payments-api", props, {"IdempotencyTable": RECORDS, "LedgerTable": {"dynamodb:GetItem", "dynamodb:UpdateItem"}})
+
+# stream-consumer: a Kinesis and a DynamoDB Streams source, each with partial batch
+# responses, bounded retries that isolate a poison record and an on-failure destination,
+# and a window that outlives the streams' retention.
+props, env = common("stream-consumer")
+sources = {e["Type"]: e["Properties"] for e in props.get("Events", {}).values()}
+check(set(sources) == {"Kinesis", "DynamoDB"}, f"stream-consumer: a Kinesis and a DynamoDB source: {sorted(sources)}")
+retention_hours = 24  # a DynamoDB stream's, fixed
+for kind, source in sources.items():
+    check(source.get("FunctionResponseTypes") == ["ReportBatchItemFailures"],
+          f"stream-consumer: the {kind} source has FunctionResponseTypes: [ReportBatchItemFailures], spelt exactly")
+    check(isinstance(source.get("MaximumRetryAttempts"), int), f"stream-consumer: the {kind} source bounds its retries")
+    check(source.get("BisectBatchOnFunctionError") is True, f"stream-consumer: the {kind} source isolates a poison record")
+    on_failure = source.get("DestinationConfig", {}).get("OnFailure", {})
+    target = on_failure.get("Destination", {}).get("Fn::GetAtt", [None])[0]
+    check(resources.get(target, {}).get("Type") == "AWS::SQS::Queue", f"stream-consumer: the {kind} source has an on-failure queue")
+    if kind == "Kinesis":
+        stream = resources[source["Stream"]["Fn::GetAtt"][0]]["Properties"]
+        retention_hours = max(retention_hours, stream.get("RetentionPeriodHours", 24))
+    else:
+        patterns = [f.get("Pattern") for f in source.get("FilterCriteria", {}).get("Filters", [])]
+        check(patterns == ['{"eventName": ["INSERT"]}'], f"stream-consumer: only INSERTs: {patterns}")
+        table_name = source["Stream"]["Fn::GetAtt"][0]
+        view = resources[table_name]["Properties"].get("StreamSpecification", {}).get("StreamViewType")
+        check(view in ("NEW_IMAGE", "NEW_AND_OLD_IMAGES"), f"stream-consumer: {table_name}'s stream has the new image")
+window = env.get("IDEMPOTENCY_EXPIRES_AFTER_SECS")
+check(isinstance(window, int) and window > retention_hours * 3600,
+      f"stream-consumer: IDEMPOTENCY_EXPIRES_AFTER_SECS ({window}) must outlive the streams' retention ({retention_hours} h)")
+iam("stream-consumer", props, {"IdempotencyTable": RECORDS, "LedgerTable": {"dynamodb:UpdateItem"}})
 
 if problems:
     print("template.yaml check failed:")
