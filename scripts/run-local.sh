@@ -6,8 +6,8 @@
 # runs order-consumer under `cargo lambda watch`, invokes the sample events (a batch, its
 # redelivery, a producer retry, a poison record, a tampered duplicate, a FIFO batch), then the
 # payments-api's HTTP requests (a payment, its retry, a reused key, an invalid body, no key, a
-# Function URL request), prints each response and the ledger balances, and stops everything it
-# started.
+# Function URL request), then the stream-consumer's Kinesis and DynamoDB Streams batches, prints
+# each response and the ledger balances, and stops everything it started.
 #
 #   IDEMPOTENCY_MODE=lease scripts/run-local.sh     # the other commit mode
 set -euo pipefail
@@ -34,8 +34,8 @@ IDEMPOTENCY_TABLE=order-consumer-idempotency
 LEDGER_TABLE=order-consumer-ledger
 
 tools_install
-echo "== building order-consumer and payments-api"
-cargo build --quiet --bin order-consumer --bin payments-api
+echo "== building order-consumer, payments-api and stream-consumer"
+cargo build --quiet --bin order-consumer --bin payments-api --bin stream-consumer
 ddb_start
 python3 scripts/local_tables.py create "IdempotencyTable=$IDEMPOTENCY_TABLE" "LedgerTable=$LEDGER_TABLE"
 
@@ -56,12 +56,12 @@ for _ in $(seq 1 120); do
 done
 
 invoke() {
-  local file="$1" what="$2" seen
+  local file="$1" what="$2" function="${3:-order-consumer}" seen
   seen=$(wc -l <"$LOG")
   echo
   echo "== events/$file: $what"
   echo -n "response: "
-  cargo lambda invoke order-consumer --invoke-address 127.0.0.1 --invoke-port "$PORT" \
+  cargo lambda invoke "$function" --invoke-address 127.0.0.1 --invoke-port "$PORT" \
     --data-file "events/$file"
   echo
   sleep 0.3
@@ -96,8 +96,12 @@ invoke_http payments_invalid.json "an amount that is not an integer: 400, nothin
 invoke_http payments_missing_key.json "no Idempotency-Key: 400"
 invoke_http payments_function_url.json "through the Function URL, frank +5: 201, balance 30"
 
+invoke kinesis.json "a Kinesis shard: alice +10, data that is not an order, bob +5: the shard stops at the poison record, the rest wait" stream-consumer
+invoke kinesis.json "the same records again (a retry from before the checkpoint): alice replayed, the poison record still holds the shard" stream-consumer
+invoke dynamodb_stream.json "INSERTs into the orders table: alice +10, an amount that is not a number, bob +5: stops at the second" stream-consumer
+
 echo
-echo "== ledger balances (expected: acct-alice 20, acct-bob 40, acct-carol 17, acct-dave 5, acct-frank 30)"
+echo "== ledger balances (expected: acct-alice 40, acct-bob 40, acct-carol 17, acct-dave 5, acct-frank 30)"
 python3 scripts/local_tables.py balances "$LEDGER_TABLE"
 echo
 echo "Each record's outcome is in the function's log: $LOG"
