@@ -36,8 +36,9 @@ echo "== cargo fmt --check"
 cargo fmt --all --check
 echo "== cargo clippy --workspace --all-targets -- -D warnings"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
-echo "== the library without the DynamoDB store, and with the test helpers"
+echo "== the library without the DynamoDB store, with HTTP alone, and with the test helpers"
 cargo clippy -p lambda-idempotency --no-default-features --quiet -- -D warnings
+cargo clippy -p lambda-idempotency --no-default-features --features http --quiet -- -D warnings
 cargo clippy -p lambda-idempotency --features testing --quiet -- -D warnings
 echo "== cargo doc --workspace --no-deps (warnings denied)"
 RUSTDOCFLAGS=-Dwarnings cargo doc --workspace --no-deps --quiet
