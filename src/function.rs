@@ -53,8 +53,10 @@
 //!
 //! **Concurrent calls.** A call that finds the key held by another process gets
 //! [`Error::InProgress`] without running; one in the same process waits for the running call
-//! and shares its result. A failed call releases its lease: the next call runs again, also
-//! within the same invocation (a retry loop in the handler works).
+//! and shares its result (or, when it fails, gets [`Error::SameKeyFailed`]). A failed call
+//! releases its lease: the next call runs again, also within the same invocation (a retry
+//! loop in the handler works). A call is not stopped at its lease's end: one that outlives
+//! it may find the key taken over, and its result is then refused ([`Error::LeaseLost`]).
 
 use std::future::Future;
 use std::task::{Context as TaskContext, Poll};

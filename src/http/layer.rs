@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lambda_http::http::header::{HeaderName, CONTENT_TYPE, LOCATION};
+use lambda_http::http::header::{HeaderName, CONTENT_ENCODING, CONTENT_TYPE, LOCATION};
 use lambda_http::http::{Method, StatusCode};
 use tower::Layer;
 
@@ -48,8 +48,8 @@ impl fmt::Debug for HttpOptions {
 /// - the payload hash covers the body (a key reused with another body is answered 422),
 ///   unless the layer was given another [`PayloadValidation`];
 /// - responses below 500 are stored, except 408, 409, 425 and 429
-///   ([`stored_by_default`](super::stored_by_default)), with their `content-type` and
-///   `location` headers;
+///   ([`stored_by_default`](super::stored_by_default)), with their `content-type`,
+///   `content-encoding` and `location` headers;
 /// - `Retry-After: 1` on the answers that ask for a retry.
 #[derive(Debug, Clone)]
 pub struct IdempotentHttpLayer<St, C = SystemClock, M = ResultOnly> {
@@ -73,7 +73,7 @@ impl<St, C, M> IdempotentHttpLayer<St, C, M> {
             layer,
             options: HttpOptions {
                 methods: vec![Method::POST, Method::PATCH],
-                stored_headers: vec![CONTENT_TYPE, LOCATION],
+                stored_headers: vec![CONTENT_TYPE, CONTENT_ENCODING, LOCATION],
                 stores: Arc::new(stored_by_default),
                 retry_after: Duration::from_secs(1),
                 header: "Idempotency-Key".into(),

@@ -27,13 +27,16 @@
 //! |---|---|
 //! | a new key | the handler's response; stored when its status is stored (below) |
 //! | a key whose response is stored | the stored status, headers and body, with `Idempotent-Replayed: true`; the handler does not run |
-//! | a key being processed by another request | 409 `in-progress`, with `Retry-After` |
+//! | a key being processed by a request in another process | 409 `in-progress`, with `Retry-After` |
+//! | a key being processed by a request in this process (concurrent invocations) | waits for it and gets its answer; 409 `in-progress` if that one's response was not stored |
 //! | a key used before with another body | 422 `key-reused`; the handler does not run |
 //! | no key (when required, the default) | 400 `missing-key` |
-//! | a key that is not visible ASCII or is over 255 bytes | 400 `invalid-key` |
+//! | a key with bytes other than visible ASCII, spaces and tabs, over 255 bytes, or sent twice | 400 `invalid-key` |
 //! | the store fails, or the invocation deadline is too near | 503 `unavailable`, with `Retry-After` |
 //! | the handler fails (an error, a panic) | 500 `failed`; nothing is stored, the retry runs it again |
+//! | the handler fails with an error marked [`Permanent`](crate::Permanent) | 500 `failed-permanently`; stored: retries get it again without running the handler |
 //! | a write's condition fails, or its transaction meets another | 409 `conflict`, with `Retry-After`; nothing applied |
+//! | a key whose response was too large to store even compressed | 410 `result-unavailable`: it was processed, its response cannot be replayed |
 //!
 //! Problem answers are `application/problem+json` (RFC 9457), their `type`
 //! `urn:lambda-idempotency:problem:<name>` with the names above.
@@ -44,7 +47,7 @@
 //! to its caller and not stored (with writes, nothing is committed): the retry runs the
 //! handler again. Change it with
 //! [`with_stored_statuses`](IdempotentHttpLayer::with_stored_statuses). Only the
-//! `content-type` and `location` headers are stored
+//! `content-type`, `content-encoding` and `location` headers are stored
 //! ([`with_stored_headers`](IdempotentHttpLayer::with_stored_headers)); the first caller gets
 //! every header, duplicates the stored ones (no `set-cookie` is replayed to someone else).
 //!

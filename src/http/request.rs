@@ -48,8 +48,10 @@ impl Input for HttpRequest {
 /// so a response is never replayed to another endpoint.
 ///
 /// The value is used as it is, or, when it is a quoted string (the draft's structured-field
-/// form, `"8e03978e-40d5-43e8-bc93-6894a57f9324"`), without its quotes. An empty value counts as
-/// absent; a value over [`MAX_IDEMPOTENCY_KEY_BYTES`], or not visible ASCII, is an error.
+/// form, `"8e03978e-40d5-43e8-bc93-6894a57f9324"`), without its quotes, leading and trailing
+/// spaces trimmed. An empty value counts as absent; a value over
+/// [`MAX_IDEMPOTENCY_KEY_BYTES`], with bytes other than visible ASCII, spaces and tabs, or a
+/// header sent more than once, is an error.
 #[derive(Debug, Clone)]
 pub struct HeaderKey {
     header: String,
@@ -73,7 +75,14 @@ impl HeaderKey {
         let missing = || KeyError::MissingAttribute {
             name: self.header.clone(),
         };
-        let raw = request.headers().get(&self.header).ok_or_else(missing)?;
+        let mut values = request.headers().get_all(&self.header).iter();
+        let raw = values.next().ok_or_else(missing)?;
+        if values.next().is_some() {
+            // Two keys on one request (multi-value headers): neither can be chosen safely.
+            return Err(KeyError::Custom(
+                format!("the {} header is sent more than once", self.header).into(),
+            ));
+        }
         let text = raw.to_str().map_err(|_| {
             KeyError::Custom(format!("the {} header is not visible ASCII text", self.header).into())
         })?;

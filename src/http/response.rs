@@ -162,8 +162,9 @@ impl Problem {
                 "conflict",
                 "The request met a concurrent change and was not applied; retry it",
             ),
+            // Not 409 (retry later) nor 5xx: no retry can get the response back.
             Problem::ResultUnavailable => (
-                StatusCode::CONFLICT,
+                StatusCode::GONE,
                 "result-unavailable",
                 "This request was processed, but its response was not kept",
             ),

@@ -9,14 +9,16 @@ use std::task::{Context, Poll};
 
 use lambda_http::{Body, IntoResponse, Request, RequestExt, Response};
 use lambda_runtime::LambdaEvent;
-use tower::{BoxError, Service, ServiceExt};
+use tower::{BoxError, Service};
 
 use super::layer::HttpOptions;
 use super::request::{HeaderKey, HttpRequest};
 use super::response::{Problem, StoredResponse};
 use crate::clock::SystemClock;
 use crate::error::Error;
-use crate::idempotent::{Completion, Idempotent, Mode, ResultAndWrites, ResultOnly};
+use crate::idempotent::{
+    catch_panic_async, Completion, Idempotent, Mode, ResultAndWrites, ResultOnly,
+};
 use crate::processed::Processed;
 
 /// A `lambda_http` handler made idempotent on the `Idempotency-Key` header: it answers
@@ -201,6 +203,7 @@ impl HandlerAnswer for Completion<StoredResponse> {
 impl<S, St, C, M> Service<Request> for IdempotentHttp<S, St, C, M>
 where
     HttpHandler<S, M>: Service<LambdaEvent<HttpRequest>, Error = BoxError> + Clone + Send + 'static,
+    <HttpHandler<S, M> as Service<LambdaEvent<HttpRequest>>>::Future: 'static,
     <HttpHandler<S, M> as Service<LambdaEvent<HttpRequest>>>::Response: HandlerAnswer,
     <HttpHandler<S, M> as Service<LambdaEvent<HttpRequest>>>::Future: Send,
     M: Mode<HttpHandler<S, M>, St, HeaderKey, C, HttpRequest, Value = StoredResponse>,
@@ -220,7 +223,7 @@ where
         request.extensions_mut().insert(slot.clone());
         let event = LambdaEvent::new(HttpRequest(request), context);
         if !options.methods.contains(event.payload.0.method()) {
-            let handler = self.inner.get_ref().clone();
+            let handler = self.inner.take_ready_inner();
             return Box::pin(pass_through(handler, event, slot, options));
         }
         let processed = self.inner.call(event);
@@ -249,10 +252,11 @@ where
     }
 }
 
-/// A request the layer does not protect (its method): the handler's response as it is.
-/// Writes need a key, so an answer with writes is refused and nothing is applied.
+/// A request the layer does not protect (its method): the handler's response as it is. The
+/// handler is the ready one, called directly (the tower contract). Writes need a key, so an
+/// answer with writes is refused and nothing is applied; a panic is answered 500.
 async fn pass_through<H>(
-    handler: H,
+    mut handler: H,
     event: LambdaEvent<HttpRequest>,
     slot: ResponseSlot,
     options: Arc<HttpOptions>,
@@ -262,15 +266,20 @@ where
     H::Response: HandlerAnswer,
 {
     let failed = || Problem::Failed.response(&options.header, options.retry_after);
-    match handler.oneshot(event).await {
-        Ok(answer) if answer.has_writes() => {
+    let answer = catch_panic_async(async move { Ok(handler.call(event).await) }).await;
+    match answer {
+        Ok(Ok(answer)) if answer.has_writes() => {
             tracing::error!("a request without idempotency answered writes; none was applied");
             Ok(failed())
         }
-        Ok(_) => Ok(slot.take().unwrap_or_else(failed)),
-        Err(err) if err.is::<Unstored>() => Ok(slot.take().unwrap_or_else(failed)),
-        Err(err) => {
+        Ok(Ok(_)) => Ok(slot.take().unwrap_or_else(failed)),
+        Ok(Err(err)) if err.is::<Unstored>() => Ok(slot.take().unwrap_or_else(failed)),
+        Ok(Err(err)) => {
             tracing::warn!(error = %crate::error::error_chain(&*err), "the handler failed");
+            Ok(failed())
+        }
+        Err(panic) => {
+            tracing::warn!(error_type = panic.error_type(), "the handler panicked");
             Ok(failed())
         }
     }

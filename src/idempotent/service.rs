@@ -102,9 +102,17 @@ impl<S, St, K, C, M> Idempotent<S, St, K, C, M> {
     where
         S: Clone,
     {
+        (self.take_ready_inner(), Arc::clone(&self.protocol))
+    }
+
+    /// The ready inner service, for one call outside the protocol (a clone takes its place):
+    /// the readiness reserved by `poll_ready` goes with it.
+    pub(crate) fn take_ready_inner(&mut self) -> S
+    where
+        S: Clone,
+    {
         let clone = self.inner.clone();
-        let ready = std::mem::replace(&mut self.inner, clone);
-        (ready, Arc::clone(&self.protocol))
+        std::mem::replace(&mut self.inner, clone)
     }
 }
 

@@ -16,7 +16,8 @@
 //!   key still being processed gets `409` (see `lambda_idempotency::http`).
 //! - A body that is not a payment gets `400` (`application/problem+json`), applies nothing,
 //!   and is stored under its key only: a corrected request under a new key goes through.
-//! - Another path gets `404`, another method on `/payments` `405`.
+//! - A `POST` to another path gets `404` (after the key check: `400` without a key); another
+//!   method gets `405` on `/payments` and `404` elsewhere, with or without a key.
 //! - Environment: the order-consumer's (`IDEMPOTENCY_TABLE`, `LEDGER_TABLE`,
 //!   `IDEMPOTENCY_MODE`, default `lease` here (see [`settings_from_env`]), `IDEMPOTENCY_EXPIRES_AFTER_SECS`, and
 //!   `AWS_ENDPOINT_URL_DYNAMODB` locally).
@@ -242,6 +243,7 @@ pub fn layer(
             .with_config(config)
             .with_writes(),
     )
+    .with_methods([Method::POST])
 }
 
 /// The API of one deployment: [`handle`] under its [`layer`].

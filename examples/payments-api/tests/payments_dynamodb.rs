@@ -143,6 +143,18 @@ async fn payments_are_credited_once_and_answered_exactly() {
         assert_eq!(elsewhere.0, StatusCode::NOT_FOUND);
         let get = send(&api, request("GET", "/payments", None, "")).await;
         assert_eq!(get.0, StatusCode::METHOD_NOT_ALLOWED);
+        let patch = send(&api, request("PATCH", "/payments", None, "{}")).await;
+        assert_eq!(
+            patch.0,
+            StatusCode::METHOD_NOT_ALLOWED,
+            "only POST needs a key"
+        );
+        let keyless = send(&api, request("POST", "/refunds", None, "{}")).await;
+        assert_eq!(
+            keyless.0,
+            StatusCode::BAD_REQUEST,
+            "the key check comes first"
+        );
 
         assert_eq!(ledger("alice").await, 15, "{mode:?}");
         assert_eq!(ledger("bob").await, 7, "{mode:?}");
