@@ -42,8 +42,8 @@
 //! [`with_key`](IdempotentFn::with_key) and a [`JsonPointer`](crate::key::JsonPointer), or a
 //! closure over `&Serialized<A>` (it derefs to the arguments). Key material is namespaced by
 //! the function's name, so two functions (or a function and the handler's own records) never
-//! share a record in one table: the stored key is `<prefix>#<sha256 of 0xFD, the name, 0x00,
-//! the material>`, with the layer's key prefix.
+//! share a record in one table: the stored key is `<prefix>#<sha256 of 0xFD, the name's
+//! length (8 bytes, big-endian), the name, the material>`, with the layer's key prefix.
 //!
 //! **What is exactly-once.** The function runs once per key while its record counts, under
 //! its lease. Its effect is outside the store, so a process that dies after the effect and
@@ -77,7 +77,8 @@ use crate::processed::Processed;
 /// JSON (`0xFF`) and binary (`0xFE`) material, so no handler key can equal a function's.
 const FUNCTION_MATERIAL_TAG: u8 = 0xFD;
 
-/// The key of a named function's call: the name, then the inner extractor's material.
+/// The key of a named function's call: a tag, the name's length and the name, then the inner
+/// extractor's material.
 #[derive(Debug, Clone)]
 pub struct FunctionKey<K> {
     name: String,
@@ -87,10 +88,12 @@ pub struct FunctionKey<K> {
 impl<A, K: KeyExtractor<Serialized<A>>> KeyExtractor<Serialized<A>> for FunctionKey<K> {
     fn key_material(&self, input: &Serialized<A>) -> Result<Vec<u8>, KeyError> {
         let material = self.inner.key_material(input)?;
-        let mut named = Vec::with_capacity(material.len() + self.name.len() + 2);
+        // The name's length first, so no name and material can spell another pair's.
+        let name_len = u64::try_from(self.name.len()).unwrap_or(u64::MAX);
+        let mut named = Vec::with_capacity(1 + 8 + self.name.len() + material.len());
         named.push(FUNCTION_MATERIAL_TAG);
+        named.extend_from_slice(&name_len.to_be_bytes());
         named.extend_from_slice(self.name.as_bytes());
-        named.push(0);
         named.extend_from_slice(&material);
         Ok(named)
     }

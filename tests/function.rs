@@ -306,6 +306,42 @@ async fn concurrent_calls_on_dynamodb_local() {
 }
 
 #[tokio::test]
+async fn names_cannot_spell_each_others_keys_and_leases_saturate() {
+    let provider = Provider::default();
+    let layer = IdempotencyLayer::new(InMemoryStore::new());
+    let named = |name: &str| {
+        let p = provider.clone();
+        layer
+            .function(name, move |c| p.clone().charge(c))
+            .with_key(JsonPointer::new("/customer"))
+    };
+    // Name "a" with customer "\0b" against name "a\0" with customer "b".
+    let (a, a_nul) = (named("a"), named("a\0"));
+    let huge = Duration::MAX;
+    assert!(
+        a.call_with_lease(charge("\0b", 1), huge)
+            .await
+            .unwrap()
+            .outcome()
+            == Outcome::Executed
+    );
+    assert!(
+        a_nul
+            .call_with_lease(charge("b", 1), huge)
+            .await
+            .unwrap()
+            .outcome()
+            == Outcome::Executed
+    );
+    assert_eq!(provider.runs(), 2, "two names, two records");
+    let err = a
+        .call_with_lease(charge("c", 1), Duration::ZERO)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::DeadlineNear), "{err:?}");
+}
+
+#[tokio::test]
 async fn a_context_past_its_deadline_runs_nothing() {
     let provider = Provider::default();
     let p = provider.clone();
