@@ -1,7 +1,9 @@
 //! [`Config`]: how the idempotency layer behaves. Immutable; built with `with_*` methods.
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use crate::hooks::{Created, Hooks, Replay};
 use crate::validation::PayloadValidation;
 
 /// What to do with a record whose idempotency key cannot be derived.
@@ -68,6 +70,7 @@ pub struct Config {
     pub(crate) mode: IdempotencyMode,
     pub(crate) heartbeat: Option<Duration>,
     pub(crate) store_failure_messages: bool,
+    pub(crate) hooks: Hooks,
 }
 
 impl Default for Config {
@@ -84,6 +87,7 @@ impl Default for Config {
             mode: IdempotencyMode::Lease,
             heartbeat: None,
             store_failure_messages: false,
+            hooks: Hooks::default(),
         }
     }
 }
@@ -180,6 +184,34 @@ impl Config {
     /// default stores [`UNSTORED_FAILURE_MESSAGE`](crate::idempotent::UNSTORED_FAILURE_MESSAGE).
     pub fn with_stored_failure_messages(mut self, store: bool) -> Self {
         self.store_failure_messages = store;
+        self
+    }
+
+    /// Calls `hook` for every duplicate answered from a stored result (from the store, the
+    /// local cache or a record of this process with the same key) with that result as JSON;
+    /// the duplicate gets the hook's answer, decoded as the handler's result type (an answer
+    /// that does not decode is acknowledged without a result, as
+    /// [`Processed::ReplayedWithoutResult`](crate::Processed::ReplayedWithoutResult)). Not
+    /// called when no result is stored, nor for a stored permanent failure. Powertools for
+    /// AWS Lambda calls this a response hook. For an HTTP API the JSON is the stored response
+    /// (`status`, `headers`, `body`). See [`hooks`](crate::hooks).
+    pub fn with_response_hook<F>(mut self, hook: F) -> Self
+    where
+        F: Fn(serde_json::Value, &Replay<'_>) -> serde_json::Value + Send + Sync + 'static,
+    {
+        self.hooks.response = Some(Arc::new(hook));
+        self
+    }
+
+    /// Calls `hook` each time this process writes a record for a key (a lease before the
+    /// handler runs, or, in optimistic mode, the record with its result), for example for an
+    /// audit log. Not called for a record that existed already (a duplicate, a locked
+    /// record). See [`hooks`](crate::hooks).
+    pub fn with_record_created_hook<F>(mut self, hook: F) -> Self
+    where
+        F: Fn(&Created<'_>) + Send + Sync + 'static,
+    {
+        self.hooks.created = Some(Arc::new(hook));
         self
     }
 

@@ -133,6 +133,15 @@ impl Error {
         }
     }
 
+    /// The record was answered from an earlier delivery's stored record: a replayed
+    /// permanent failure, or a completed invocation whose result is unavailable.
+    pub fn is_replay(&self) -> bool {
+        matches!(
+            self,
+            Error::Permanent { replayed: true, .. } | Error::ResultUnavailable
+        )
+    }
+
     /// A stable name for Lambda diagnostics and logs.
     pub fn error_type(&self) -> &'static str {
         match self {

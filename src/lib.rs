@@ -116,6 +116,7 @@ mod config;
 pub mod dynamodb_streams;
 mod error;
 pub mod function;
+pub mod hooks;
 #[cfg(feature = "http")]
 pub mod http;
 pub mod idempotent;

@@ -36,6 +36,14 @@ impl<T> Processed<T> {
         }
     }
 
+    /// The handler did not run: the result comes from an earlier run.
+    pub fn is_replay(&self) -> bool {
+        matches!(
+            self,
+            Processed::Replayed(_) | Processed::ReplayedWithoutResult
+        )
+    }
+
     /// The matching outcome.
     pub fn outcome(&self) -> Outcome {
         match self {

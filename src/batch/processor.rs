@@ -314,12 +314,14 @@ impl<S, C, E: BatchEvent> BatchProcessor<S, C, E> {
             Ok(processed) => RecordReport {
                 item_identifier,
                 outcome: processed.outcome(),
+                replayed: processed.is_replay(),
                 value: processed.into_value(),
                 error: None,
             },
             Err(error) => RecordReport {
                 item_identifier,
                 outcome: error.outcome(),
+                replayed: error.is_replay(),
                 value: None,
                 error: Some(error),
             },
@@ -327,12 +329,16 @@ impl<S, C, E: BatchEvent> BatchProcessor<S, C, E> {
         span.record("outcome", report.outcome.as_str());
         let id = report.item_identifier.as_deref().unwrap_or("<none>");
         span.in_scope(|| match &report.error {
-            None => {
-                tracing::info!(item_identifier = id, outcome = %report.outcome, "record processed")
-            }
+            None => tracing::info!(
+                item_identifier = id,
+                outcome = %report.outcome,
+                replayed = report.replayed,
+                "record processed"
+            ),
             Some(error) if self.log_error_text => tracing::warn!(
                 item_identifier = id,
                 outcome = %report.outcome,
+                replayed = report.replayed,
                 error_type = error.error_type(),
                 error = %error_chain(error),
                 "record not processed"
@@ -340,6 +346,7 @@ impl<S, C, E: BatchEvent> BatchProcessor<S, C, E> {
             Some(error) => tracing::warn!(
                 item_identifier = id,
                 outcome = %report.outcome,
+                replayed = report.replayed,
                 error_type = error.error_type(),
                 "record not processed"
             ),

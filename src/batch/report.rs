@@ -18,6 +18,11 @@ pub struct RecordReport<T> {
     pub item_identifier: Option<String>,
     /// The outcome.
     pub outcome: Outcome,
+    /// The record was answered from an earlier delivery's stored record without running the
+    /// handler: a replayed result, or a replayed permanent failure (an outcome of
+    /// [`FailedPermanently`](Outcome::FailedPermanently) that is replayed was stored by an
+    /// earlier delivery; one that is not failed now).
+    pub replayed: bool,
     /// The handler's result, executed or replayed.
     pub value: Option<T>,
     /// The error, for outcomes that are not successes (none for FIFO-skipped records).
@@ -64,6 +69,7 @@ pub(crate) fn skipped<T>(item_identifier: Option<String>) -> RecordReport<T> {
     RecordReport {
         item_identifier,
         outcome: Outcome::FifoSkipped,
+        replayed: false,
         value: None,
         error: None,
     }

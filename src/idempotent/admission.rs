@@ -11,10 +11,11 @@ use serde::de::DeserializeOwned;
 use super::in_flight::{self, FlightGuard, FlightResult, Join};
 use super::invoke::catch_panic;
 use super::protocol::Protocol;
-use super::stored_result::{replay, replay_failure};
+use super::stored_result::{replay_failure, replay_with};
 use crate::clock::{Clock, Deadline};
 use crate::config::{Config, MissingKey};
 use crate::error::Error;
+use crate::hooks::{Replay, ReplaySource};
 use crate::input::Input;
 use crate::key::{IdempotencyKey, KeyError, KeyExtractor, MAX_KEY_BYTES};
 use crate::processed::Processed;
@@ -106,7 +107,11 @@ impl Claim {
         let key = self.key.clone();
         match decide(&existing, now, self.validation.as_ref()) {
             Decision::Replay { data } => {
-                let replayed = replay(data.as_deref());
+                let about = Replay {
+                    key: &key,
+                    source: ReplaySource::Store,
+                };
+                let replayed = replay_with(data.as_deref(), &protocol.config.hooks, &about);
                 self.finish(FlightResult::Completed {
                     data: data.unwrap_or_else(|| "null".into()),
                     validation: existing.validation.clone(),
@@ -200,7 +205,14 @@ where
     let now = protocol.clock.now();
     if let Some(record) = protocol.local.cached(&key, now) {
         match decide(&record, now, validation.as_ref()) {
-            Decision::Replay { data } => return Admission::Answered(Ok(replay(data.as_deref()))),
+            Decision::Replay { data } => {
+                let about = Replay {
+                    key: &key,
+                    source: ReplaySource::LocalCache,
+                };
+                let hooks = &protocol.config.hooks;
+                return Admission::Answered(Ok(replay_with(data.as_deref(), hooks, &about)));
+            }
             Decision::ReplayFailure { data } => {
                 return Admission::Answered(Err(replay_failure(data.as_deref())))
             }
@@ -229,7 +241,7 @@ where
                     return Admission::Answered(Err(Error::InProgress { key }));
                 }
             };
-            if let Some(answer) = follow(&key, validation.as_ref(), result) {
+            if let Some(answer) = follow(&protocol.config, &key, validation.as_ref(), result) {
                 return Admission::Answered(answer);
             }
             None
@@ -246,6 +258,7 @@ where
 /// A follower's answer from how its leader ended, or `None` when the leader did not get as
 /// far as the handler (the follower then goes to the store itself).
 fn follow<T: DeserializeOwned>(
+    config: &Config,
     key: &IdempotencyKey,
     validation: Option<&PayloadHash>,
     result: FlightResult,
@@ -259,7 +272,13 @@ fn follow<T: DeserializeOwned>(
         {
             Some(Err(Error::PayloadMismatch { key: key.clone() }))
         }
-        FlightResult::Completed { data, .. } => Some(Ok(replay(Some(&data)))),
+        FlightResult::Completed { data, .. } => {
+            let about = Replay {
+                key,
+                source: ReplaySource::SameProcess,
+            };
+            Some(Ok(replay_with(Some(&data), &config.hooks, &about)))
+        }
         FlightResult::FailedPermanently { data, .. } => Some(Err(replay_failure(Some(&data)))),
         FlightResult::HandlerFailed { .. } => Some(Err(Error::SameKeyFailed { key: key.clone() })),
     }

@@ -17,6 +17,7 @@ use super::protocol::Protocol;
 use super::stored_result;
 use crate::clock::{epoch_ms, later_secs, Clock};
 use crate::error::Error;
+use crate::hooks::Created;
 use crate::input::Input;
 use crate::key::KeyExtractor;
 use crate::processed::Processed;
@@ -51,7 +52,14 @@ where
             validation: claim.stored_validation(),
         };
         let existing = match protocol.store.acquire(&request).await {
-            Ok(Acquire::Acquired) => return Ok((owner, lease_ms)),
+            Ok(Acquire::Acquired) => {
+                config.hooks.created(&Created {
+                    key: &claim.key,
+                    status: Status::InProgress,
+                    expiration_secs: request.expiration_secs,
+                });
+                return Ok((owner, lease_ms));
+            }
             Ok(Acquire::Existing(record)) => record,
             Ok(Acquire::Contended) => continue,
             Err(err) => {

@@ -21,6 +21,7 @@ use super::protocol::Protocol;
 use super::stored_result;
 use crate::clock::{epoch_ms, later_secs, Clock, Deadline};
 use crate::error::Error;
+use crate::hooks::Created;
 use crate::input::Input;
 use crate::key::{IdempotencyKey, KeyExtractor};
 use crate::processed::Processed;
@@ -74,10 +75,18 @@ where
             writes: writes.to_vec(),
         };
         let expiration_secs = request.expiration_secs;
+        let committed = || {
+            config.hooks.created(&Created {
+                key: target.key,
+                status,
+                expiration_secs,
+            });
+            Ok(Fresh::Committed { expiration_secs })
+        };
         match finish::commit_fresh(store, clock, config, &request, target.deadline).await? {
-            Commit::Applied => return Ok(Fresh::Committed { expiration_secs }),
+            Commit::Applied => return committed(),
             Commit::RecordRefused(record) if is_our_commit(record.as_ref(), &request) => {
-                return Ok(Fresh::Committed { expiration_secs })
+                return committed()
             }
             Commit::RecordRefused(Some(record)) => {
                 if decide(&record, now, None) != Decision::Retry {

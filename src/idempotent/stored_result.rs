@@ -20,6 +20,7 @@ use serde::Serialize;
 
 use super::invoke::catch_panic;
 use crate::error::Error;
+use crate::hooks::{Hooks, Replay};
 use crate::processed::Processed;
 
 const COMPRESSED_TAG: &str = "~deflate:";
@@ -68,6 +69,32 @@ pub(crate) fn replay<T: DeserializeOwned>(data: Option<&str>) -> Processed<T> {
             tracing::warn!("acknowledging a duplicate whose stored result panicked on reading");
             Processed::ReplayedWithoutResult
         }
+    }
+}
+
+/// Reads a stored result back for a duplicate through the configured response hook, if any:
+/// the hook gets the stored JSON and the duplicate its answer (see [`replay`] for results
+/// that do not decode).
+pub(crate) fn replay_with<T: DeserializeOwned>(
+    data: Option<&str>,
+    hooks: &Hooks,
+    about: &Replay<'_>,
+) -> Processed<T> {
+    if !hooks.has_response() {
+        return replay(data);
+    }
+    match replay::<serde_json::Value>(data) {
+        Processed::Replayed(json) => {
+            let answer = hooks.respond(json, about);
+            match catch_panic(|| serde_json::from_value::<T>(answer)) {
+                Ok(Ok(value)) => Processed::Replayed(value),
+                _ => {
+                    tracing::warn!("acknowledging a duplicate whose hooked result does not decode");
+                    Processed::ReplayedWithoutResult
+                }
+            }
+        }
+        _ => Processed::ReplayedWithoutResult,
     }
 }
 

@@ -4,6 +4,7 @@ mod deadlines;
 mod duplicates;
 mod failures;
 mod fifo;
+mod hooks;
 mod keys;
 mod leases;
 mod sample_events;
