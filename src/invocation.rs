@@ -146,14 +146,19 @@ where
         let payload = match Serialized::new(event.payload) {
             Ok(payload) => payload,
             Err(err) => {
-                return Box::pin(std::future::ready(Err(Error::Key(
-                    KeyError::Unserializable(err),
-                ))))
+                let err = Error::Key(KeyError::Unserializable(err));
+                crate::metrics::outcome(err.outcome());
+                return Box::pin(std::future::ready(Err(err)));
             }
         };
         let processed = self.inner.call(LambdaEvent::new(payload, event.context));
         Box::pin(async move {
-            match processed.await? {
+            let processed = processed.await;
+            crate::metrics::outcome(match &processed {
+                Ok(processed) => processed.outcome(),
+                Err(err) => err.outcome(),
+            });
+            match processed? {
                 Processed::Executed(value)
                 | Processed::Replayed(value)
                 | Processed::Unprotected(value) => Ok(value),

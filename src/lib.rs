@@ -91,7 +91,9 @@
 //!   their features, `kinesis` and `dynamodb_streams`;
 //! - [`invocation`]: whole invocations of any event; `http` (feature `http`): HTTP APIs with
 //!   the `Idempotency-Key` header;
-//! - [`record`]: the record and the pure decision over it; [`clock`]: injected time.
+//! - [`record`]: the record and the pure decision over it; [`clock`]: injected time;
+//! - [`hooks`]: the response hook on replays and the record-created hook; [`metrics`]: what
+//!   the `metrics` feature records.
 //!
 //! # Features
 //! - `dynamodb` (default): [`store::DynamoDbStore`], on `aws-sdk-dynamodb` with no HTTP
@@ -99,6 +101,7 @@
 //! - `kinesis`, `dynamodb-streams` (default): Kinesis and DynamoDB Streams batches.
 //! - `http`: HTTP APIs through `lambda_http` (API Gateway REST and HTTP APIs, Function URLs,
 //!   ALB).
+//! - `metrics`: outcomes, latencies and DynamoDB calls through the `metrics` facade.
 //! - `testing`: helpers for tests: `clock::ManualClock`, `clock::epoch_ms`/`epoch_secs`,
 //!   `InMemoryStore::set_unavailable`.
 #![forbid(unsafe_code)]
@@ -125,6 +128,7 @@ pub mod invocation;
 pub mod key;
 #[cfg(feature = "kinesis")]
 pub mod kinesis;
+pub mod metrics;
 mod outcome;
 mod processed;
 pub mod record;

@@ -67,6 +67,24 @@ impl Outcome {
         }
     }
 
+    /// The name of its metric (see [`metrics`](crate::metrics)): `Records` and the outcome in
+    /// PascalCase (`RecordsExecuted`, `RecordsStoreUnavailable`, ...).
+    pub const fn metric_name(self) -> &'static str {
+        match self {
+            Outcome::Executed => "RecordsExecuted",
+            Outcome::Replayed => "RecordsReplayed",
+            Outcome::Unprotected => "RecordsUnprotected",
+            Outcome::Locked => "RecordsLocked",
+            Outcome::Failed => "RecordsFailed",
+            Outcome::Rejected => "RecordsRejected",
+            Outcome::StoreUnavailable => "RecordsStoreUnavailable",
+            Outcome::FailedPermanently => "RecordsFailedPermanently",
+            Outcome::LeaseLost => "RecordsLeaseLost",
+            Outcome::DeadlineNear => "RecordsDeadlineNear",
+            Outcome::FifoSkipped => "RecordsFifoSkipped",
+        }
+    }
+
     /// The message is done and may be deleted from the queue (it is not reported in
     /// `batchItemFailures`).
     pub const fn is_acknowledged(self) -> bool {

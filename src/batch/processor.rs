@@ -203,8 +203,12 @@ impl<S, C, E: BatchEvent> BatchProcessor<S, C, E> {
         S: Service<LambdaEvent<E::Record>, Response = Processed<T>, Error = Error> + Clone,
         C: Clock,
     {
+        let started = self.clock.now();
         // What this batch learns about failed keys stays with this batch.
-        crate::idempotent::within_batch(self.process_batch(event)).await
+        let report = crate::idempotent::within_batch(self.process_batch(event)).await;
+        let elapsed = self.clock.now().duration_since(started).unwrap_or_default();
+        crate::metrics::batch_latency(elapsed);
+        report
     }
 
     async fn process_batch<T>(&self, event: LambdaEvent<E>) -> BatchReport<T, E::Response>

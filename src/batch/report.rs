@@ -83,6 +83,7 @@ pub(crate) fn summarize<T, E: BatchEvent>(
     let mut counts: BTreeMap<Outcome, usize> = BTreeMap::new();
     for report in &records {
         *counts.entry(report.outcome).or_default() += 1;
+        crate::metrics::outcome(report.outcome);
         if report.outcome.is_acknowledged() {
             continue;
         }

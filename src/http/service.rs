@@ -229,7 +229,12 @@ where
         let processed = self.inner.call(event);
         Box::pin(async move {
             let problem = |problem: Problem| problem.response(&options.header, options.retry_after);
-            Ok(match processed.await {
+            let processed = processed.await;
+            crate::metrics::outcome(match &processed {
+                Ok(processed) => processed.outcome(),
+                Err(err) => err.outcome(),
+            });
+            Ok(match processed {
                 Ok(Processed::Replayed(stored)) => stored.replay(),
                 Ok(Processed::Executed(stored) | Processed::Unprotected(stored)) => {
                     slot.take().unwrap_or_else(|| stored.replay())

@@ -17,6 +17,7 @@ use futures_util::FutureExt;
 use lambda_runtime::LambdaEvent;
 use tower::{BoxError, Service};
 
+use crate::clock::Clock;
 use crate::error::{Error, Permanent};
 
 /// The text of a panic's payload.
@@ -50,22 +51,26 @@ pub(crate) async fn catch_panic_async<T>(
 }
 
 /// Runs the inner handler, turning its error or panic into [`Error`].
-pub(crate) async fn call_handler<S, I>(
+pub(crate) async fn call_handler<S, I, C: Clock>(
     inner: S,
     event: LambdaEvent<I>,
+    clock: &C,
 ) -> Result<S::Response, Error>
 where
     S: Service<LambdaEvent<I>>,
     S::Error: Into<BoxError>,
 {
     let mut inner = inner;
-    catch_panic_async(async move {
+    let started = clock.now();
+    let result = catch_panic_async(async move {
         inner
             .call(event)
             .await
             .map_err(|e| Error::Handler(e.into()))
     })
-    .await
+    .await;
+    crate::metrics::handler_latency(clock.now().duration_since(started).unwrap_or_default());
+    result
 }
 
 /// The handler's error was marked [`Permanent`].

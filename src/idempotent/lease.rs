@@ -148,7 +148,7 @@ where
                 error_type = "Idempotency.KeyError",
                 "no idempotency key: processing without idempotency"
             );
-            let response = call_handler(inner, event).await?;
+            let response = call_handler(inner, event, &protocol.clock).await?;
             return Ok(Processed::Unprotected(M::into_parts(response).0));
         }
         Admission::Claimed(claim) => claim,
@@ -162,7 +162,7 @@ where
     let heartbeat = protocol.heartbeat(key, &owner, deadline, held_until_ms);
     // The heartbeat covers the handler and the final write.
     let work = async {
-        let response = match call_handler(inner, event).await {
+        let response = match call_handler(inner, event, &protocol.clock).await {
             Ok(response) => response,
             Err(err) => return Ok(Err(err)),
         };

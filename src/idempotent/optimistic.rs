@@ -187,7 +187,7 @@ where
         validation: claim.stored_validation(),
         deadline: claim.deadline,
     };
-    match call_handler(inner, event).await {
+    match call_handler(inner, event, &protocol.clock).await {
         Ok(Completion { result, writes }) => {
             let fresh = store_fitting(stored_result::to_json(&result), |data| {
                 commit_fresh(&protocol, &target, &owner, Status::Completed, data, &writes)

@@ -23,6 +23,8 @@
 
 #![warn(missing_docs)]
 
+pub mod metrics;
+
 use std::time::Duration;
 
 use aws_config::retry::RetryConfig;

@@ -2,7 +2,10 @@
 //! environment, the message body, the effect) is documented in the crate's library part,
 //! `src/lib.rs`, with the wiring that the tests and the benchmarks reuse.
 
-use order_consumer::{processor, sdk_config, Settings};
+use aws_lambda_events::sqs::SqsEvent;
+use lambda_runtime::LambdaEvent;
+use order_consumer::{metrics, processor, sdk_config, Settings};
+use tower::ServiceExt;
 
 // One invocation at a time, its records concurrent on one thread: Lambda gives a function
 // one event at a time, and a single-threaded runtime starts faster and uses less memory.
@@ -27,5 +30,19 @@ async fn main() -> Result<(), lambda_runtime::Error> {
         expires_after_secs = settings.expires_after.as_secs(),
         "order-consumer ready"
     );
-    lambda_runtime::run(processor).await
+    let function_name = std::env::var("AWS_LAMBDA_FUNCTION_NAME").unwrap_or_default();
+    let collector = metrics::install(&function_name)?;
+    lambda_runtime::run(lambda_runtime::service_fn(
+        move |event: LambdaEvent<SqsEvent>| {
+            let processor = processor.clone();
+            async move {
+                let context = event.context.clone();
+                let response = processor.oneshot(event).await;
+                // One EMF line per invocation: the records' outcomes, latencies, DynamoDB calls.
+                metrics::flush(collector, &context);
+                response
+            }
+        },
+    ))
+    .await
 }

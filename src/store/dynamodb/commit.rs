@@ -181,6 +181,7 @@ impl DynamoDbStore {
         for (index, write) in request.writes.iter().enumerate() {
             items.push(sdk_write(index, write)?);
         }
+        crate::metrics::dynamodb_call();
         let result = self
             .client
             .transact_write_items()

@@ -141,6 +141,7 @@ impl DynamoDbStore {
         if let Some(validation) = &request.validation {
             item.insert(n.validation.clone(), s(validation));
         }
+        crate::metrics::dynamodb_call();
         let result = self
             .client
             .put_item()
@@ -181,6 +182,7 @@ impl DynamoDbStore {
             &request.data,
             request.expiration_secs,
         );
+        crate::metrics::dynamodb_call();
         let result = self
             .client
             .update_item()
@@ -216,6 +218,7 @@ impl DynamoDbStore {
         let mut values = self.owner_condition_values(&request.owner);
         values.insert(":lease".into(), num(request.lease_expiration_ms));
         values.insert(":exp".into(), num(request.expiration_secs));
+        crate::metrics::dynamodb_call();
         let result = self
             .client
             .update_item()
@@ -235,6 +238,7 @@ impl DynamoDbStore {
         key: &IdempotencyKey,
         owner: &OwnerToken,
     ) -> Result<Fenced, StoreError> {
+        crate::metrics::dynamodb_call();
         let result = self
             .client
             .delete_item()
@@ -252,6 +256,7 @@ impl DynamoDbStore {
         &self,
         key: &IdempotencyKey,
     ) -> Result<Option<Record>, StoreError> {
+        crate::metrics::dynamodb_call();
         let output = self
             .client
             .get_item()

@@ -1,6 +1,9 @@
 //! Runs the compiled `order-consumer` binary as a Lambda "container" against the Runtime API
 //! emulator and DynamoDB Local.
 
+// Each test binary uses some of these functions.
+#![allow(dead_code)]
+
 use lambda_idempotency_test_support::harness::function;
 use order_consumer::Tables;
 use tokio::process::Child;
@@ -24,13 +27,33 @@ pub fn spawn_with_endpoint(
         env!("CARGO_BIN_EXE_order-consumer"),
         "order-consumer",
         runtime_api,
-        &[
-            ("AWS_ENDPOINT_URL_DYNAMODB", endpoint),
-            ("IDEMPOTENCY_TABLE", &tables.idempotency),
-            ("LEDGER_TABLE", &tables.ledger),
-            ("IDEMPOTENCY_MODE", mode),
-            // The chaos test's invocations last 2.2 s: start records with 1 s left, not 16.
-            ("DEADLINE_MARGIN_MS", "1000"),
-        ],
+        &environment(tables, mode, endpoint),
     )
+}
+
+/// As [`spawn`], with the process's stdout piped (its metrics lines).
+pub fn spawn_with_stdout(runtime_api: &str, tables: &Tables, mode: &str) -> Child {
+    let endpoint =
+        std::env::var("AWS_ENDPOINT_URL_DYNAMODB").expect("AWS_ENDPOINT_URL_DYNAMODB is set");
+    function::spawn_with_stdout(
+        env!("CARGO_BIN_EXE_order-consumer"),
+        "order-consumer",
+        runtime_api,
+        &environment(tables, mode, &endpoint),
+    )
+}
+
+fn environment<'a>(
+    tables: &'a Tables,
+    mode: &'a str,
+    endpoint: &'a str,
+) -> [(&'a str, &'a str); 5] {
+    [
+        ("AWS_ENDPOINT_URL_DYNAMODB", endpoint),
+        ("IDEMPOTENCY_TABLE", &tables.idempotency),
+        ("LEDGER_TABLE", &tables.ledger),
+        ("IDEMPOTENCY_MODE", mode),
+        // The chaos test's invocations last 2.2 s: start records with 1 s left, not 16.
+        ("DEADLINE_MARGIN_MS", "1000"),
+    ]
 }

@@ -10,6 +10,27 @@ use tokio::process::{Child, Command};
 /// DynamoDB Local (`AWS_ENDPOINT_URL_DYNAMODB` of the test) unless `env` names another
 /// endpoint. The process is killed when the handle is dropped.
 pub fn spawn(binary: &str, name: &str, runtime_api: &str, env: &[(&str, &str)]) -> Child {
+    start(binary, name, runtime_api, env, Stdio::null())
+}
+
+/// As [`spawn`], with the process's stdout piped (`Child::stdout`), to read what the
+/// function writes there (its metrics lines).
+pub fn spawn_with_stdout(
+    binary: &str,
+    name: &str,
+    runtime_api: &str,
+    env: &[(&str, &str)],
+) -> Child {
+    start(binary, name, runtime_api, env, Stdio::piped())
+}
+
+fn start(
+    binary: &str,
+    name: &str,
+    runtime_api: &str,
+    env: &[(&str, &str)],
+    stdout: Stdio,
+) -> Child {
     let endpoint =
         std::env::var("AWS_ENDPOINT_URL_DYNAMODB").expect("AWS_ENDPOINT_URL_DYNAMODB is set");
     let mut command = Command::new(binary);
@@ -31,7 +52,7 @@ pub fn spawn(binary: &str, name: &str, runtime_api: &str, env: &[(&str, &str)]) 
         command.env(key, value);
     }
     command
-        .stdout(Stdio::null())
+        .stdout(stdout)
         .stderr(Stdio::inherit())
         .kill_on_drop(true)
         .spawn()
