@@ -71,6 +71,9 @@ pub struct Config {
     pub(crate) heartbeat: Option<Duration>,
     pub(crate) store_failure_messages: bool,
     pub(crate) hooks: Hooks,
+    /// Set for an idempotent function's layer: `fn:<name>`, between the key prefix and the
+    /// hash of its stored keys, so no other record (whatever its key material) shares one.
+    pub(crate) key_namespace: Option<String>,
 }
 
 impl Default for Config {
@@ -88,6 +91,7 @@ impl Default for Config {
             heartbeat: None,
             store_failure_messages: false,
             hooks: Hooks::default(),
+            key_namespace: None,
         }
     }
 }

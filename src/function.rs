@@ -40,23 +40,28 @@
 //! **Keys.** By default the key is the arguments' canonical JSON
 //! ([`BodyHash`] over [`Serialized`]): equal arguments are one call. Choose a field with
 //! [`with_key`](IdempotentFn::with_key) and a [`JsonPointer`](crate::key::JsonPointer), or a
-//! closure over `&Serialized<A>` (it derefs to the arguments). Key material is namespaced by
-//! the function's name, so two functions (or a function and the handler's own records) never
-//! share a record in one table: the stored key is `<prefix>#<sha256 of 0xFD, the name's
-//! length (8 bytes, big-endian), the name, the material>`, with the layer's key prefix.
+//! closure over `&Serialized<A>` (it derefs to the arguments). The function's records have
+//! a namespace of their own: the stored key is `<prefix>#fn:<name>#<sha256 of the
+//! material>`, with the layer's key prefix, so two functions, or a function and the
+//! handler's own records, never share a record in one table, whatever the handler's input
+//! (only a layer configured with the prefix `<prefix>#fn:<name>` itself could).
 //!
 //! **What is exactly-once.** The function runs once per key while its record counts, under
-//! its lease. Its effect is outside the store, so a process that dies after the effect and
-//! before the result is stored leaves the record in progress until its lease ends, and the
-//! next call runs the function again: pass a key to the API it calls when it takes one
-//! (a payment provider's idempotency key) to close that gap.
+//! its lease: a function always takes a lease, also from a layer in optimistic mode (which
+//! would let two processes run it at once: its effect is outside the store). Its effect is
+//! outside the store, so a process that dies after the effect and before the result is
+//! stored leaves the record in progress until its lease ends, and the next call runs the
+//! function again: pass a key to the API it calls when it takes one (a payment provider's
+//! idempotency key) to close that gap.
 //!
 //! **Concurrent calls.** A call that finds the key held by another process gets
 //! [`Error::InProgress`] without running; one in the same process waits for the running call
 //! and shares its result (or, when it fails, gets [`Error::SameKeyFailed`]). A failed call
 //! releases its lease: the next call runs again, also within the same invocation (a retry
-//! loop in the handler works). A call is not stopped at its lease's end: one that outlives
-//! it may find the key taken over, and its result is then refused ([`Error::LeaseLost`]).
+//! loop in the handler works). A call is not stopped at its lease's end (unless the layer
+//! has a [heartbeat](crate::Config::with_heartbeat) that finds the lease taken over): one
+//! that outlives it may find the key taken over, and its result is then refused
+//! ([`Error::LeaseLost`]).
 
 use std::future::Future;
 use std::task::{Context as TaskContext, Poll};
@@ -67,37 +72,12 @@ use serde::Serialize;
 use tower::{BoxError, Layer, Service, ServiceExt};
 
 use crate::clock::{epoch_ms, Clock};
+use crate::config::IdempotencyMode;
 use crate::error::Error;
 use crate::idempotent::{within_batch, IdempotencyLayer, Mode};
 use crate::input::Serialized;
-use crate::key::{BodyHash, KeyError, KeyExtractor};
+use crate::key::{BodyHash, KeyError};
 use crate::processed::Processed;
-
-/// Marks a function's key material: `0xFD` never occurs in UTF-8 and differs from the tags of
-/// JSON (`0xFF`) and binary (`0xFE`) material, so no handler key can equal a function's.
-const FUNCTION_MATERIAL_TAG: u8 = 0xFD;
-
-/// The key of a named function's call: a tag, the name's length and the name, then the inner
-/// extractor's material.
-#[derive(Debug, Clone)]
-pub struct FunctionKey<K> {
-    name: String,
-    inner: K,
-}
-
-impl<A, K: KeyExtractor<Serialized<A>>> KeyExtractor<Serialized<A>> for FunctionKey<K> {
-    fn key_material(&self, input: &Serialized<A>) -> Result<Vec<u8>, KeyError> {
-        let material = self.inner.key_material(input)?;
-        // The name's length first, so no name and material can spell another pair's.
-        let name_len = u64::try_from(self.name.len()).unwrap_or(u64::MAX);
-        let mut named = Vec::with_capacity(1 + 8 + self.name.len() + material.len());
-        named.push(FUNCTION_MATERIAL_TAG);
-        named.extend_from_slice(&name_len.to_be_bytes());
-        named.extend_from_slice(self.name.as_bytes());
-        named.extend_from_slice(&material);
-        Ok(named)
-    }
-}
 
 /// The function as the idempotent service sees it: a service of its serialized arguments.
 #[derive(Debug, Clone)]
@@ -128,7 +108,8 @@ where
 /// single flight). See the [module](crate::function) docs.
 #[derive(Debug, Clone)]
 pub struct IdempotentFn<F, St, K, C, M> {
-    layer: IdempotencyLayer<St, FunctionKey<K>, C, M>,
+    layer: IdempotencyLayer<St, K, C, M>,
+    name: String,
     f: F,
 }
 
@@ -144,35 +125,30 @@ impl<St, K, C, M> IdempotencyLayer<St, K, C, M> {
         K: Clone,
         C: Clone,
     {
-        let key = FunctionKey {
-            name: name.into(),
-            inner: BodyHash,
-        };
-        IdempotentFn {
-            layer: self.clone().with_key(key),
-            f,
-        }
+        let name = name.into();
+        let mut layer = self.clone().with_key(BodyHash);
+        let config = layer.config_mut();
+        config.key_namespace = Some(format!("fn:{name}"));
+        // The function's effect is outside the store: never run it without a lease.
+        config.mode = IdempotencyMode::Lease;
+        IdempotentFn { layer, name, f }
     }
 }
 
 impl<F, St, K, C, M> IdempotentFn<F, St, K, C, M> {
     /// Keys calls with `key`, an extractor of the serialized arguments, instead of all of
-    /// them (still namespaced by the function's name).
+    /// them (still in the function's namespace).
     pub fn with_key<K2>(self, key: K2) -> IdempotentFn<F, St, K2, C, M> {
-        let name = self.name().to_owned();
         IdempotentFn {
-            layer: self.layer.with_key(FunctionKey { name, inner: key }),
+            layer: self.layer.with_key(key),
+            name: self.name,
             f: self.f,
         }
     }
 
     /// The function's name.
     pub fn name(&self) -> &str {
-        &self.layer_key().name
-    }
-
-    fn layer_key(&self) -> &FunctionKey<K> {
-        self.layer.key()
+        &self.name
     }
 }
 
@@ -189,7 +165,7 @@ where
     pub async fn call<A>(&self, args: A, context: &Context) -> Result<Processed<M::Value>, Error>
     where
         A: Serialize,
-        M: Mode<FunctionCall<F>, St, FunctionKey<K>, C, Serialized<A>>,
+        M: Mode<FunctionCall<F>, St, K, C, Serialized<A>>,
         FunctionCall<F>: Service<LambdaEvent<Serialized<A>>, Error: Into<BoxError>>,
     {
         let args =
@@ -209,7 +185,7 @@ where
     ) -> Result<Processed<M::Value>, Error>
     where
         A: Serialize,
-        M: Mode<FunctionCall<F>, St, FunctionKey<K>, C, Serialized<A>>,
+        M: Mode<FunctionCall<F>, St, K, C, Serialized<A>>,
         FunctionCall<F>: Service<LambdaEvent<Serialized<A>>, Error: Into<BoxError>>,
     {
         let lease_ms = u64::try_from(lease.as_millis()).unwrap_or(u64::MAX);

@@ -171,7 +171,11 @@ where
         Ok(Err(err)) => return Err(NotDerived::Failed(Error::Key(err))),
         Err(panic) => return Err(NotDerived::Failed(panic)),
     };
-    let key = IdempotencyKey::derive(&key_prefix(config, &event.context), &material);
+    let prefix = key_prefix(config, &event.context);
+    let key = match &config.key_namespace {
+        Some(namespace) => IdempotencyKey::derive(&format!("{prefix}#{namespace}"), &material),
+        None => IdempotencyKey::derive(&prefix, &material),
+    };
     if key.as_str().len() > MAX_KEY_BYTES {
         let len_bytes = key.as_str().len();
         return Err(NotDerived::Failed(Error::Key(KeyError::KeyTooLong {

@@ -112,6 +112,12 @@ impl<St, K, C, M> IdempotencyLayer<St, K, C, M> {
         self
     }
 
+    /// The configuration, to change without starting a fresh local cache (clones keep
+    /// sharing it).
+    pub(crate) fn config_mut(&mut self) -> &mut Config {
+        &mut self.config
+    }
+
     /// The configuration.
     pub fn config(&self) -> &Config {
         &self.config

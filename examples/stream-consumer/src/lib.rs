@@ -62,14 +62,18 @@ pub fn credit(
     .with_write(write))
 }
 
+/// Starts the key material of a change that is not an order: `0xFE` begins no text and no
+/// JSON material, so no `eventId` (whatever it holds) can spell a change's key.
+const CHANGE_MATERIAL_TAG: u8 = 0xFE;
+
 /// The key of a DynamoDB Streams record: an `INSERT`'s `eventId`; another change's own
-/// stream `eventID` (it is acknowledged without effect, once).
+/// stream `eventID`, after [`CHANGE_MATERIAL_TAG`] (it is acknowledged without effect, once).
 pub fn dynamodb_key(record: &EventRecord) -> Result<Vec<u8>, KeyError> {
     if record.event_name == "INSERT" {
         JsonPointer::new("/eventId").key_material(record)
     } else {
         let id = record.id().ok_or(KeyError::MissingMessageId)?;
-        Ok(format!("change:{id}").into_bytes())
+        Ok([&[CHANGE_MATERIAL_TAG], id.as_bytes()].concat())
     }
 }
 
