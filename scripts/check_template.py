@@ -58,6 +58,35 @@ def iam(binary, props, expected):
     check(granted == expected, f"{binary}: IAM is limited to the actions used: {granted} != {expected}")
 
 
+# Observability: JSON logs and X-Ray for every function (Globals), and an alarm on the
+# depth of every queue where failed records end (dead-letter and on-failure queues).
+function_globals = template.get("Globals", {}).get("Function", {})
+logging = function_globals.get("LoggingConfig", {})
+check(logging.get("LogFormat") == "JSON", "Globals: LoggingConfig LogFormat JSON")
+check(logging.get("ApplicationLogLevel") in ("INFO", "WARN", "ERROR"), "Globals: an ApplicationLogLevel")
+check(function_globals.get("Tracing") == "Active", "Globals: Tracing Active (X-Ray)")
+alarmed = set()
+for alarm in of_type("AWS::CloudWatch::Alarm").values():
+    a = alarm["Properties"]
+    if a.get("Namespace") == "AWS/SQS" and a.get("MetricName") == "ApproximateNumberOfMessagesVisible" \
+            and a.get("ComparisonOperator") == "GreaterThanThreshold" and a.get("Threshold") == 0 \
+            and a.get("AlarmActions"):
+        for d in a.get("Dimensions", []):
+            if d.get("Name") == "QueueName":
+                alarmed.add(d["Value"]["Fn::GetAtt"][0])
+failure_queues = set()
+for q in of_type("AWS::SQS::Queue").values():
+    target = q["Properties"].get("RedrivePolicy", {}).get("deadLetterTargetArn", {}).get("Fn::GetAtt", [None])[0]
+    if target:
+        failure_queues.add(target)
+for f in functions.values():
+    for e in f["Properties"].get("Events", {}).values():
+        target = e["Properties"].get("DestinationConfig", {}).get("OnFailure", {}).get("Destination", {})
+        if isinstance(target, dict) and "Fn::GetAtt" in target:
+            failure_queues.add(target["Fn::GetAtt"][0])
+check(failure_queues and failure_queues <= alarmed,
+      f"an alarm with actions on the depth (> 0) of every failure queue: {sorted(failure_queues - alarmed)} have none")
+
 RECORDS = {"dynamodb:PutItem", "dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"}
 
 # order-consumer: an SQS event source with partial batch responses, and a window that
@@ -69,6 +98,8 @@ check(len(events) == 1, "one SQS event source")
 sqs = events[0]["Properties"]
 check(sqs.get("FunctionResponseTypes") == ["ReportBatchItemFailures"],
       "the SQS event source has FunctionResponseTypes: [ReportBatchItemFailures], spelt exactly")
+check(isinstance((sqs.get("ScalingConfig") or {}).get("MaximumConcurrency"), int),
+      "the SQS event source caps its concurrency (ScalingConfig: MaximumConcurrency)")
 queue_name = sqs["Queue"]["Fn::GetAtt"][0]
 queue = resources[queue_name]["Properties"]
 check(queue.get("VisibilityTimeout", 30) >= 6 * timeout,
