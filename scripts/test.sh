@@ -2,8 +2,9 @@
 # The project's test command (README Quickstart, and CI through .ci/run):
 # installs what is missing (DynamoDB Local, the Python-packaged tools), lints template.yaml,
 # starts DynamoDB Local, then runs the format check, clippy, the docs build and every test of
-# the workspace (the library, examples/order-consumer, bench, tests/support), the DynamoDB
-# Local ones included, and stops it.
+# the workspace (the library, the examples, the CLI, bench, tests/support), the DynamoDB
+# Local ones included, and stops it; then runs scripts/run-local.sh, which must PASS, and
+# again against a corrupted ledger, where it must FAIL.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/dynamodb-local.sh
@@ -12,7 +13,7 @@ source scripts/dynamodb-local.sh
 source scripts/tools.sh
 trap 'status=$?; ddb_stop; exit $status' EXIT
 
-tools_install
+tools_install cargo-lambda sam
 echo "== template.yaml: cfn-lint, sam validate --lint, key settings"
 cfn-lint template.yaml
 sam validate --lint --template template.yaml
@@ -46,3 +47,15 @@ echo "== cargo package -p lambda-idempotency (the library as it would be publish
 cargo package -p lambda-idempotency --locked --quiet
 echo "== cargo test --workspace (DynamoDB Local at $AWS_ENDPOINT_URL_DYNAMODB)"
 cargo test --workspace
+echo "== scripts/run-local.sh (the Quickstart's main job) ends with PASS"
+run_local="$(mktemp -t run-local.XXXXXX)"
+scripts/run-local.sh >"$run_local" 2>&1 || { tail -40 "$run_local" >&2; echo "scripts/run-local.sh did not pass" >&2; exit 1; }
+tail -1 "$run_local"
+echo "== scripts/run-local.sh against a ledger that is not empty ends with FAIL and a non-zero exit"
+corrupted="$(mktemp -t run-local-corrupted.XXXXXX)"
+if LEDGER_SEED=acct-alice=1 scripts/run-local.sh >"$corrupted" 2>&1; then
+  echo "scripts/run-local.sh passed with a wrong balance" >&2
+  exit 1
+fi
+grep -q '^FAIL$' "$corrupted" && grep -q 'acct-alice *41 *WRONG' "$corrupted" \
+  || { echo "scripts/run-local.sh did not report the wrong balance:" >&2; cat "$corrupted" >&2; exit 1; }
