@@ -117,13 +117,13 @@ impl KeyArgs {
 /// A record status, as stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum StatusArg {
-    /// `INPROGRESS`: a lease is held (or was, and elapsed).
+    /// A lease is held (or was, and elapsed).
     #[value(name = "INPROGRESS", alias = "inprogress")]
     InProgress,
-    /// `COMPLETED`: the result is stored.
+    /// The result is stored.
     #[value(name = "COMPLETED", alias = "completed")]
     Completed,
-    /// `FAILED`: a permanent failure is stored.
+    /// A permanent failure is stored.
     #[value(name = "FAILED", alias = "failed")]
     Failed,
 }
