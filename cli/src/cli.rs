@@ -1,0 +1,162 @@
+//! The command line: global options and one subcommand per operation.
+
+use std::time::Duration;
+
+use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
+use lambda_idempotency::record::Status;
+
+use crate::key::KeySource;
+use crate::CliError;
+
+/// Inspect and repair lambda-idempotency's records in DynamoDB.
+///
+/// DynamoDB is reached through the standard AWS settings (region, credentials,
+/// AWS_ENDPOINT_URL_DYNAMODB for a local endpoint).
+#[derive(Debug, Parser)]
+#[command(name = "lambda-idempotency", version)]
+pub struct Cli {
+    /// The idempotency table (default: the IDEMPOTENCY_TABLE environment variable).
+    #[arg(long, global = true, env = "IDEMPOTENCY_TABLE")]
+    pub table: Option<String>,
+    /// Print JSON instead of text (list: one JSON object per line).
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// The operation.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The operations.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Print the stored id of a message, derived by the library's own key extractors.
+    Key(KeyArgs),
+    /// Show the record stored under ID (exit 1 if there is none).
+    Get {
+        /// The stored id (`<prefix>#<sha256 hex>`, as printed by `key`).
+        id: String,
+    },
+    /// Delete a COMPLETED or FAILED record so that the next delivery runs the handler
+    /// again. One conditional DeleteItem; an INPROGRESS or absent record is refused (exit 1).
+    Evict {
+        /// The stored id.
+        id: String,
+    },
+    /// Release (delete) an INPROGRESS record, as the library's own release does, so the
+    /// next delivery takes a fresh lease. Refused while the lease is live unless --force;
+    /// the delete requires the status and owner that were read, so a record taken over or
+    /// completed in between is left alone (exit 1).
+    Release {
+        /// The stored id.
+        id: String,
+        /// Release even though the lease is live. Safe only when its holder is surely
+        /// dead: a live holder keeps running its handler.
+        #[arg(long)]
+        force: bool,
+    },
+    /// List records (a Scan of the whole table, all pages), one per line.
+    List(ListArgs),
+}
+
+/// Where `key` takes the key material from: exactly one of the four extractors.
+#[derive(Debug, Args)]
+#[command(group(
+    ArgGroup::new("source")
+        .required(true)
+        .args(["message_id", "attribute", "field", "body_hash"])
+))]
+pub struct KeyArgs {
+    /// The key prefix of the function (`Config::with_key_prefix`, else the Lambda function
+    /// name).
+    #[arg(long)]
+    pub prefix: String,
+    /// Key on the SQS messageId (`MessageId`, the default extractor).
+    #[arg(long, value_name = "ID")]
+    pub message_id: Option<String>,
+    /// Key on a string message attribute with this value (`MessageAttribute`).
+    #[arg(long, value_name = "VALUE")]
+    pub attribute: Option<String>,
+    /// Key on the body value this JSON pointer selects (`JsonPointer`), e.g. /eventId.
+    #[arg(long, value_name = "POINTER", requires = "body")]
+    pub field: Option<String>,
+    /// Key on the whole body, byte for byte (`BodyHash`).
+    #[arg(long, requires = "body")]
+    pub body_hash: bool,
+    /// The message body, for --field and --body-hash.
+    #[arg(long, value_name = "JSON")]
+    pub body: Option<String>,
+}
+
+impl KeyArgs {
+    /// The chosen source.
+    pub fn source(&self) -> Result<KeySource, CliError> {
+        let body = || {
+            self.body
+                .clone()
+                .ok_or_else(|| CliError::Usage("--body is required".into()))
+        };
+        if let Some(id) = &self.message_id {
+            Ok(KeySource::MessageId(id.clone()))
+        } else if let Some(value) = &self.attribute {
+            Ok(KeySource::Attribute(value.clone()))
+        } else if let Some(pointer) = &self.field {
+            Ok(KeySource::Field {
+                pointer: pointer.clone(),
+                body: body()?,
+            })
+        } else if self.body_hash {
+            Ok(KeySource::BodyHash { body: body()? })
+        } else {
+            Err(CliError::Usage(
+                "one of --message-id, --attribute, --field, --body-hash is required".into(),
+            ))
+        }
+    }
+}
+
+/// A record status, as stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum StatusArg {
+    /// A lease is held (or was, and elapsed).
+    #[value(name = "INPROGRESS", alias = "inprogress")]
+    InProgress,
+    /// The result is stored.
+    #[value(name = "COMPLETED", alias = "completed")]
+    Completed,
+    /// A permanent failure is stored.
+    #[value(name = "FAILED", alias = "failed")]
+    Failed,
+}
+
+impl From<StatusArg> for Status {
+    fn from(status: StatusArg) -> Self {
+        match status {
+            StatusArg::InProgress => Status::InProgress,
+            StatusArg::Completed => Status::Completed,
+            StatusArg::Failed => Status::Failed,
+        }
+    }
+}
+
+/// What `list` shows.
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// Only records with this status.
+    #[arg(long, value_enum)]
+    pub status: Option<StatusArg>,
+    /// Only records whose end time lies at least this long ago (15m, 2h, 30s, 7d). A
+    /// record's creation time is not stored, so "older than D" means: INPROGRESS records
+    /// whose lease end (in_progress_expiration) is at least D in the past (a lease elapsed
+    /// for at least D; one without a lease end counts from its expiration); COMPLETED and
+    /// FAILED records whose expiration is at least D in the past (expired, not yet deleted
+    /// by TTL).
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub older_than: Option<Duration>,
+    /// Items evaluated per Scan page (DynamoDB's Limit); default: up to 1 MB per page.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(i32).range(1..))]
+    pub page_size: Option<i32>,
+    /// Print a progress line on stderr after every N scanned items (0: only the final
+    /// line).
+    #[arg(long, value_name = "N", default_value_t = 10_000)]
+    pub progress_every: u64,
+}

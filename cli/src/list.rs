@@ -1,0 +1,196 @@
+//! The `list` command: a filtered Scan of the whole table, page by page.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::time::{Duration, SystemTime};
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use lambda_idempotency::record::Status;
+use lambda_idempotency::store::{AttributeNames, DynamoDbStore};
+
+use crate::view::{epoch_ms, parse_item, record_json, record_line};
+use crate::CliError;
+
+/// What `list` shows and how it reports progress.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListOptions {
+    /// Only records with this status.
+    pub status: Option<Status>,
+    /// Only records whose end time lies at least this far in the past (see [`filter`]).
+    pub older_than: Option<Duration>,
+    /// Items DynamoDB evaluates per Scan page (`Limit`); `None`: up to 1 MB per page.
+    pub page_size: Option<i32>,
+    /// A progress line on stderr after every this many scanned items (0: none).
+    pub progress_every: u64,
+    /// One JSON object per line instead of text.
+    pub json: bool,
+}
+
+/// A Scan filter: the expression and its names and values.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Filter {
+    /// The `FilterExpression`, `None` to match every item.
+    pub expression: Option<String>,
+    /// `ExpressionAttributeNames`.
+    pub names: HashMap<String, String>,
+    /// `ExpressionAttributeValues`.
+    pub values: HashMap<String, AttributeValue>,
+}
+
+/// The filter for `status` and `older_than` at `now`.
+///
+/// "Older than D" means the record's end time lies at least D before `now` (a record's
+/// creation time is not stored):
+/// - an `INPROGRESS` record: its lease end (`in_progress_expiration`, epoch ms) is at or
+///   before `now - D`, a lease elapsed for at least D (or, for one without a lease end, its
+///   `expiration` is at or before `now - D`, in epoch seconds);
+/// - a `COMPLETED` or `FAILED` record: its `expiration` (epoch seconds) is at or before
+///   `now - D`: it expired at least D ago and TTL has not deleted it yet.
+pub fn filter(
+    names: &AttributeNames,
+    status: Option<Status>,
+    older_than: Option<Duration>,
+    now: SystemTime,
+) -> Filter {
+    let mut filter = Filter::default();
+    let mut clauses = Vec::new();
+    if let Some(status) = status {
+        clauses.push("#status = :status".to_string());
+        filter
+            .values
+            .insert(":status".into(), AttributeValue::S(status.as_str().into()));
+    }
+    if let Some(age) = older_than {
+        let cut = now.checked_sub(age).unwrap_or(std::time::UNIX_EPOCH);
+        let cut_ms = epoch_ms(cut);
+        clauses.push(
+            "((#status = :inprogress AND (#ipe <= :cut_ms OR \
+             (attribute_not_exists(#ipe) AND #exp <= :cut_secs))) \
+             OR (#status <> :inprogress AND #exp <= :cut_secs))"
+                .to_string(),
+        );
+        filter
+            .names
+            .insert("#ipe".into(), names.in_progress_expiration.clone());
+        filter.names.insert("#exp".into(), names.expiration.clone());
+        let values = [
+            (
+                ":inprogress",
+                AttributeValue::S(Status::InProgress.as_str().into()),
+            ),
+            (":cut_ms", AttributeValue::N(cut_ms.to_string())),
+            (":cut_secs", AttributeValue::N((cut_ms / 1000).to_string())),
+        ];
+        for (name, value) in values {
+            filter.values.insert(name.into(), value);
+        }
+    }
+    if !clauses.is_empty() {
+        filter.names.insert("#status".into(), names.status.clone());
+        filter.expression = Some(clauses.join(" AND "));
+    }
+    filter
+}
+
+/// What a `list` run saw.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ListSummary {
+    /// Items DynamoDB evaluated (`ScannedCount`, summed over pages).
+    pub scanned: u64,
+    /// Scan pages read.
+    pub pages: u64,
+    /// Records printed.
+    pub matched: u64,
+    /// Items matched by the filter that are not records (reported on stderr, not printed).
+    pub malformed: u64,
+}
+
+impl ListSummary {
+    fn progress(&self) -> String {
+        format!(
+            "scanned {} items in {} pages, {} matched",
+            self.scanned, self.pages, self.matched
+        )
+    }
+}
+
+/// Scans the whole table through the SDK's paginator, printing each matching record on
+/// `out` (one line, or one JSON object per line) and progress on `err`: a line after every
+/// [`ListOptions::progress_every`] scanned items, and a last line when done.
+pub async fn list(
+    store: &DynamoDbStore,
+    options: &ListOptions,
+    now: SystemTime,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> Result<ListSummary, CliError> {
+    let names = store.attribute_names();
+    let filter = filter(names, options.status, options.older_than, now);
+    let mut pages = store
+        .client()
+        .scan()
+        .table_name(store.table())
+        .set_filter_expression(filter.expression)
+        .set_expression_attribute_names((!filter.names.is_empty()).then_some(filter.names))
+        .set_expression_attribute_values((!filter.values.is_empty()).then_some(filter.values))
+        .set_limit(options.page_size)
+        .into_paginator()
+        .send();
+    let mut summary = ListSummary::default();
+    let mut next_progress = options.progress_every;
+    while let Some(page) = pages.next().await {
+        let page = page.map_err(|e| CliError::aws("Scan", e))?;
+        summary.pages += 1;
+        summary.scanned += u64::try_from(page.scanned_count()).unwrap_or(0);
+        for item in page.items() {
+            match parse_item(names, item) {
+                Ok(record) => {
+                    summary.matched += 1;
+                    if options.json {
+                        writeln!(out, "{}", record_json(&record, now))?;
+                    } else {
+                        writeln!(out, "{}", record_line(&record, now))?;
+                    }
+                }
+                Err(e) => {
+                    summary.malformed += 1;
+                    writeln!(err, "skipped: {e}")?;
+                }
+            }
+        }
+        if options.progress_every > 0 && summary.scanned >= next_progress {
+            writeln!(err, "{}", summary.progress())?;
+            next_progress = (summary.scanned / options.progress_every + 1) * options.progress_every;
+        }
+    }
+    writeln!(err, "done: {}", summary.progress())?;
+    Ok(summary)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::view::from_epoch_secs;
+
+    #[test]
+    fn no_option_is_no_filter() {
+        let f = filter(&AttributeNames::default(), None, None, SystemTime::now());
+        assert_eq!(f, Filter::default());
+    }
+
+    #[test]
+    fn older_than_cuts_leases_in_ms_and_expiry_in_secs() {
+        let now = from_epoch_secs(10_000);
+        let f = filter(
+            &AttributeNames::default(),
+            Some(Status::InProgress),
+            Some(Duration::from_secs(900)),
+            now,
+        );
+        let expression = f.expression.unwrap();
+        assert!(expression.starts_with("#status = :status AND (("));
+        assert_eq!(f.values[":cut_ms"], AttributeValue::N("9100000".into()));
+        assert_eq!(f.values[":cut_secs"], AttributeValue::N("9100".into()));
+        assert_eq!(f.names["#ipe"], "in_progress_expiration");
+    }
+}

@@ -1,0 +1,183 @@
+//! The `get`, `evict` and `release` commands: one record, read through the library's store,
+//! changed only by conditional writes.
+
+use std::collections::HashMap;
+use std::time::SystemTime;
+
+use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
+use lambda_idempotency::key::IdempotencyKey;
+use lambda_idempotency::record::{Record, Status};
+use lambda_idempotency::store::{DynamoDbStore, Fenced, Store};
+
+use crate::view::{self, lease_live, parse_item};
+use crate::CliError;
+
+fn not_found(store: &DynamoDbStore, id: &str) -> CliError {
+    CliError::NotFound {
+        id: id.to_string(),
+        table: store.table().to_string(),
+    }
+}
+
+/// The record stored under `id` (a strongly consistent read by the library's
+/// [`Store::get`]), or [`CliError::NotFound`].
+pub async fn get(store: &DynamoDbStore, id: &str) -> Result<Record, CliError> {
+    store
+        .get(&IdempotencyKey::from_stored(id))
+        .await?
+        .ok_or_else(|| not_found(store, id))
+}
+
+/// The condition of `evict`: only a finished record is deleted.
+pub const EVICT_CONDITION: &str = "#status IN (:completed, :failed)";
+
+/// Deletes the `COMPLETED` or `FAILED` record under `id` with one conditional `DeleteItem`
+/// ([`EVICT_CONDITION`]), so that the next delivery of its message runs the handler again.
+/// Returns the record deleted. An `INPROGRESS` record is refused ([`CliError::Refused`]: use
+/// `release`), and an absent one is [`CliError::NotFound`]; neither changes anything.
+pub async fn evict(store: &DynamoDbStore, id: &str) -> Result<Record, CliError> {
+    let names = store.attribute_names();
+    let result = store
+        .client()
+        .delete_item()
+        .table_name(store.table())
+        .key(&names.key, AttributeValue::S(id.to_string()))
+        .condition_expression(EVICT_CONDITION)
+        .expression_attribute_names("#status", &names.status)
+        .expression_attribute_values(":completed", s(Status::Completed.as_str()))
+        .expression_attribute_values(":failed", s(Status::Failed.as_str()))
+        .return_values(ReturnValue::AllOld)
+        .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+        .send()
+        .await;
+    let err = match result {
+        Ok(output) => {
+            let item = output.attributes.unwrap_or_default();
+            return parse_item(names, &item);
+        }
+        Err(err) => err,
+    };
+    let old: Option<HashMap<String, AttributeValue>> = match err.as_service_error() {
+        Some(DeleteItemError::ConditionalCheckFailedException(ccf)) => ccf.item().cloned(),
+        _ => return Err(CliError::aws("DeleteItem", err)),
+    };
+    let Some(old) = old else {
+        return Err(not_found(store, id));
+    };
+    let status = old
+        .get(&names.status)
+        .and_then(|v| v.as_s().ok())
+        .map_or("no status", String::as_str);
+    Err(CliError::Refused(format!(
+        "record {id:?} is {status}, not COMPLETED or FAILED: evict only deletes finished \
+         records; for a stuck INPROGRESS record use `release`"
+    )))
+}
+
+fn s(value: &str) -> AttributeValue {
+    AttributeValue::S(value.to_string())
+}
+
+/// Releases the `INPROGRESS` record under `id` as the library's own release does: the
+/// record is deleted, so the next delivery takes a fresh lease and runs the handler.
+///
+/// Reads the record first. Refused ([`CliError::Refused`]) when it is not `INPROGRESS`, or
+/// when its lease is live at `now` ([`view::lease_live`]) and `force` is false. The delete
+/// is then [`release_held`]: conditioned on the status and the owner that were read.
+pub async fn release(
+    store: &DynamoDbStore,
+    id: &str,
+    force: bool,
+    now: SystemTime,
+) -> Result<Record, CliError> {
+    let record = get(store, id).await?;
+    if record.status != Status::InProgress {
+        return Err(CliError::Refused(format!(
+            "record {id:?} is {}, not INPROGRESS: release only frees leases; to make a \
+             finished record run again use `evict`",
+            record.status
+        )));
+    }
+    if lease_live(&record, now) && !force {
+        let until = record.lease_expiration_ms.map_or_else(
+            || "it has no lease end, so it never elapses".to_string(),
+            |ms| {
+                format!(
+                    "it ends {} ({})",
+                    view::rfc3339_ms(ms),
+                    view::relative(view::from_epoch_ms(ms), now)
+                )
+            },
+        );
+        return Err(CliError::Refused(format!(
+            "the lease of {id:?} is live ({until}); its holder may still be running: wait for \
+             it to elapse, or pass --force only if the holder is surely dead"
+        )));
+    }
+    release_held(store, &record).await?;
+    Ok(record)
+}
+
+/// Deletes `record` only if it is still `INPROGRESS` under the owner it was read with: the
+/// library's [`Store::release`] (`#status = :inprogress AND #owner = :owner`). A record
+/// taken over by another owner, completed or deleted since it was read is left alone and
+/// reported as [`CliError::Changed`].
+///
+/// A record without an owner (written by another tool) is deleted under
+/// `#status = :inprogress AND attribute_not_exists(#owner)` instead, and only if its lease
+/// end is still the one read.
+pub async fn release_held(store: &DynamoDbStore, record: &Record) -> Result<(), CliError> {
+    let fenced = match &record.owner {
+        Some(owner) => store.release(&record.key, owner).await?,
+        None => release_unowned(store, record).await?,
+    };
+    match fenced {
+        Fenced::Applied => Ok(()),
+        Fenced::LeaseLost => {
+            let now = match store.get(&record.key).await {
+                Ok(Some(current)) => format!(
+                    "it is now {} under owner {}",
+                    current.status,
+                    current.owner.as_ref().map_or("(none)", |o| o.as_str())
+                ),
+                Ok(None) => "it is gone".to_string(),
+                Err(err) => format!("re-reading it failed: {err}"),
+            };
+            Err(CliError::Changed(format!(
+                "record {:?} is no longer INPROGRESS under owner {} ({now})",
+                record.key.as_str(),
+                record.owner.as_ref().map_or("(none)", |o| o.as_str()),
+            )))
+        }
+    }
+}
+
+async fn release_unowned(store: &DynamoDbStore, record: &Record) -> Result<Fenced, CliError> {
+    let names = store.attribute_names();
+    let mut condition = "#status = :inprogress AND attribute_not_exists(#owner)".to_string();
+    let mut request = store
+        .client()
+        .delete_item()
+        .table_name(store.table())
+        .key(&names.key, s(record.key.as_str()))
+        .expression_attribute_names("#status", &names.status)
+        .expression_attribute_names("#owner", &names.owner)
+        .expression_attribute_names("#ipe", &names.in_progress_expiration)
+        .expression_attribute_values(":inprogress", s(Status::InProgress.as_str()));
+    match record.lease_expiration_ms {
+        Some(ms) => {
+            condition.push_str(" AND #ipe = :ipe");
+            request =
+                request.expression_attribute_values(":ipe", AttributeValue::N(ms.to_string()));
+        }
+        None => condition.push_str(" AND attribute_not_exists(#ipe)"),
+    }
+    match request.condition_expression(condition).send().await {
+        Ok(_) => Ok(Fenced::Applied),
+        Err(err) => match err.as_service_error() {
+            Some(DeleteItemError::ConditionalCheckFailedException(_)) => Ok(Fenced::LeaseLost),
+            _ => Err(CliError::aws("DeleteItem", err)),
+        },
+    }
+}

@@ -1,0 +1,7 @@
+//! The `lambda-idempotency` binary against DynamoDB Local, on records the library itself
+//! wrote (skipped without DynamoDB Local, failed when it is required: see
+//! `lambda_idempotency_test_support::dynamodb`).
+mod common;
+mod key;
+mod list;
+mod records;
