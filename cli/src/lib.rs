@@ -1,7 +1,8 @@
 //! `lambda-idempotency`, the operator CLI of the `lambda-idempotency` library: derive the
 //! stored id of a message ([`key`]), show, evict and release one record ([`records`]), and
 //! list records ([`list`]). Records are read through the library's [`DynamoDbStore`] and
-//! changed only by conditional writes. RUNBOOK.md beside this crate's manifest has the operator's guide.
+//! changed only by conditional writes. The repository README
+//! ("Operate it") has the operator's guide and runbook.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 

@@ -1,5 +1,5 @@
-//! `lambda-idempotency`: the operator CLI. See the library part (`src/lib.rs`) and
-//! RUNBOOK.md.
+//! `lambda-idempotency`: the operator CLI. See the library part (`src/lib.rs`) and the
+//! README's "Operate it" section.
 
 use std::io::Write;
 use std::process::ExitCode;

@@ -67,7 +67,8 @@ pub fn credit(
 const CHANGE_MATERIAL_TAG: u8 = 0xFE;
 
 /// The key of a DynamoDB Streams record: an `INSERT`'s `eventId`; another change's own
-/// stream `eventID`, after [`CHANGE_MATERIAL_TAG`] (it is acknowledged without effect, once).
+/// stream `eventID`, after a tag byte no text begins with (it is acknowledged without effect,
+/// once).
 pub fn dynamodb_key(record: &EventRecord) -> Result<Vec<u8>, KeyError> {
     if record.event_name == "INSERT" {
         JsonPointer::new("/eventId").key_material(record)
