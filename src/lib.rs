@@ -102,8 +102,9 @@
 //! - `http`: HTTP APIs through `lambda_http` (API Gateway REST and HTTP APIs, Function URLs,
 //!   ALB).
 //! - `metrics`: outcomes, latencies and DynamoDB calls through the `metrics` facade.
-//! - `testing`: helpers for tests: `clock::ManualClock`, `clock::epoch_ms`/`epoch_secs`,
-//!   `InMemoryStore::set_unavailable`.
+//! - `testing`: the testing kit for your handlers (`testing`: event builders for each
+//!   trigger, invocations, the store contract suites), `clock::ManualClock`,
+//!   `clock::epoch_ms`/`epoch_secs`, `InMemoryStore::set_unavailable`.
 #![forbid(unsafe_code)]
 #![warn(
     missing_docs,
@@ -134,6 +135,8 @@ mod processed;
 pub mod record;
 pub mod sqs;
 pub mod store;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod validation;
 
 mod canonical;

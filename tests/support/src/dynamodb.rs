@@ -12,9 +12,6 @@ use std::time::Duration;
 use aws_config::BehaviorVersion;
 use aws_sdk_dynamodb::config::interceptors::BeforeSerializationInterceptorContextRef;
 use aws_sdk_dynamodb::config::{ConfigBag, Intercept};
-use aws_sdk_dynamodb::types::{
-    AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
-};
 use aws_sdk_dynamodb::Client;
 use lambda_idempotency::store::DynamoDbStore;
 
@@ -247,31 +244,9 @@ pub async fn create_table(client: &Client) -> String {
     create_table_keyed(client, "idempotency", "id").await
 }
 
-/// Creates a fresh on-demand table with a string partition key `key`.
+/// Creates a fresh on-demand table with a string partition key `key` (the testing kit's).
 pub async fn create_table_keyed(client: &Client, prefix: &str, key: &str) -> String {
-    let table = format!("{prefix}-{}", uuid::Uuid::new_v4().simple());
-    client
-        .create_table()
-        .table_name(&table)
-        .attribute_definitions(
-            AttributeDefinition::builder()
-                .attribute_name(key)
-                .attribute_type(ScalarAttributeType::S)
-                .build()
-                .unwrap(),
-        )
-        .key_schema(
-            KeySchemaElement::builder()
-                .attribute_name(key)
-                .key_type(KeyType::Hash)
-                .build()
-                .unwrap(),
-        )
-        .billing_mode(BillingMode::PayPerRequest)
-        .send()
-        .await
-        .expect("create table");
-    table
+    lambda_idempotency::testing::dynamodb::create_table(client, prefix, key).await
 }
 
 /// A store on a fresh table in DynamoDB Local, or `None` when skipped.
@@ -283,18 +258,5 @@ pub async fn fresh_store() -> Option<DynamoDbStore> {
 
 /// The `balance` of `account` in a ledger table (0 when the item does not exist).
 pub async fn balance(client: &Client, table: &str, account: &str) -> i64 {
-    let item = client
-        .get_item()
-        .table_name(table)
-        .key(
-            "account",
-            aws_sdk_dynamodb::types::AttributeValue::S(account.into()),
-        )
-        .consistent_read(true)
-        .send()
-        .await
-        .expect("read ledger")
-        .item;
-    item.and_then(|i| i.get("balance").and_then(|b| b.as_n().ok().cloned()))
-        .map_or(0, |n| n.parse().expect("numeric balance"))
+    lambda_idempotency::testing::dynamodb::balance(client, table, account).await
 }

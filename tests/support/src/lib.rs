@@ -5,8 +5,9 @@
 //! - this module: invocations and contexts, the sample events of `events/`, each record's
 //!   outcome and the reported failures;
 //! - [`faulty_store`]: a store wrapper that injects one fault at a chosen call;
-//! - [`contract`] and [`transactional_contract`]: the store contract suites, run against every
-//!   store with [`store_contract_suite!`] and [`transactional_contract_suite!`];
+//! - [`contract`] and [`transactional_contract`]: the store contract suites (the library's
+//!   testing kit, `lambda_idempotency::testing`), run against every store with
+//!   [`store_contract_suite!`] and [`transactional_contract_suite!`];
 //! - [`dynamodb`]: clients and fresh tables on DynamoDB Local.
 //!
 //! The heavy harness, behind the `harness` feature, for the tests that drive a real
@@ -16,19 +17,19 @@
 
 #![warn(missing_docs)]
 
-pub mod contract;
 pub mod dynamodb;
 pub mod faulty_store;
 #[cfg(feature = "harness")]
 pub mod harness;
-pub mod transactional_contract;
+
+pub use lambda_idempotency::testing::{contract, transactional as transactional_contract};
+pub use lambda_idempotency::{store_contract_suite, transactional_contract_suite};
 
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
 use aws_lambda_events::sqs::SqsEvent;
 use lambda_idempotency::batch::BatchReport;
-use lambda_idempotency::clock::epoch_ms;
 use lambda_idempotency::Outcome;
 use lambda_runtime::{Context, LambdaEvent};
 
@@ -49,18 +50,15 @@ pub fn load_event(name: &str) -> SqsEvent {
     serde_json::from_value(load_event_json(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
 }
 
-/// A Lambda context whose deadline is `remaining` after `now`.
+/// A Lambda context whose deadline is `remaining` after `now`, with a fresh request id (the
+/// testing kit's).
 pub fn context_at(now: SystemTime, remaining: Duration) -> Context {
-    let mut context = Context::default();
-    // A fresh request id per invocation, as Lambda gives.
-    context.request_id = uuid::Uuid::new_v4().to_string();
-    context.deadline = epoch_ms(now + remaining);
-    context
+    lambda_idempotency::testing::context_at(now, remaining)
 }
 
 /// An invocation of `event` at `now` with `remaining` time before its deadline.
 pub fn invocation(event: SqsEvent, now: SystemTime, remaining: Duration) -> LambdaEvent<SqsEvent> {
-    LambdaEvent::new(event, context_at(now, remaining))
+    lambda_idempotency::testing::invocation_at(event, now, remaining)
 }
 
 /// Each record's outcome, in event order.

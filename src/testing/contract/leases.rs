@@ -2,9 +2,9 @@
 
 use std::time::Duration;
 
-use lambda_idempotency::clock::{epoch_ms, epoch_secs, Clock, ManualClock};
-use lambda_idempotency::record::{decide, Decision, OwnerToken, Record, Status};
-use lambda_idempotency::store::{Acquire, ExtendRequest, Fenced, Store};
+use crate::clock::{epoch_ms, epoch_secs, Clock, ManualClock};
+use crate::record::{decide, Decision, OwnerToken, Record, Status};
+use crate::store::{Acquire, ExtendRequest, Fenced, Store};
 
 use super::{acquire_request, complete_request, key, Seed, HOUR, LEASE};
 

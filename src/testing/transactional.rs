@@ -1,15 +1,16 @@
 //! The transactional store contract: `commit` (lease mode) and `commit_fresh` (optimistic
-//! mode), one suite run against every `TransactionalStore` (`tests/store_memory.rs`,
-//! the library's `tests/store_dynamodb.rs`).
+//! mode), one suite every [`TransactionalStore`] must pass, run here against
+//! [`InMemoryStore`] and `DynamoDbStore`, and exported for third-party stores: implement
+//! [`Ledger`] and call [`transactional_contract_suite!`](crate::transactional_contract_suite).
 
 use std::future::Future;
 use std::time::Duration;
 
-use lambda_idempotency::clock::{epoch_ms, epoch_secs, Clock, ManualClock};
-use lambda_idempotency::key::IdempotencyKey;
-use lambda_idempotency::record::{OwnerToken, Status};
-use lambda_idempotency::store::{
-    Acquire, AcquireRequest, Attr, Commit, CommitRequest, DynamoDbStore, InMemoryStore, StoreError,
+use crate::clock::{epoch_ms, epoch_secs, Clock, ManualClock};
+use crate::key::IdempotencyKey;
+use crate::record::{OwnerToken, Status};
+use crate::store::{
+    Acquire, AcquireRequest, Attr, Commit, CommitRequest, InMemoryStore, StoreError,
     TransactionalStore, Write,
 };
 
@@ -40,13 +41,14 @@ impl Ledger for InMemoryStore {
     }
 }
 
-impl Ledger for DynamoDbStore {
+#[cfg(feature = "dynamodb")]
+impl Ledger for crate::store::DynamoDbStore {
     async fn ledger(&self) -> String {
-        crate::dynamodb::create_table_keyed(self.client(), "ledger", "account").await
+        super::dynamodb::create_table(self.client(), "ledger", "account").await
     }
 
     async fn balance(&self, table: &str, account: &str) -> i64 {
-        crate::dynamodb::balance(self.client(), table, account).await
+        super::dynamodb::balance(self.client(), table, account).await
     }
 }
 
@@ -279,8 +281,9 @@ pub async fn writes_nested_too_deep_are_refused_before_they_are_walked<S: Ledger
     assert_eq!(store.get(&k).await.unwrap(), None);
 }
 
-/// Generates one `#[tokio::test]` per transactional contract case; `$store` is an
-/// expression giving an `Option<impl Ledger>` (None: skipped).
+/// Generates one `#[tokio::test]` per [transactional contract](crate::testing::transactional)
+/// case, in a module `transactional`; `$store` is an expression giving an
+/// `Option<impl Ledger>` (`None` skips the cases). Needs `tokio` with `macros` and `rt`.
 #[macro_export]
 macro_rules! transactional_contract_suite {
     ($store:expr) => {
@@ -300,7 +303,7 @@ macro_rules! transactional_contract_suite {
                 #[tokio::test]
                 async fn $case() {
                     if let Some(store) = $store {
-                        $crate::transactional_contract::$case(&store).await;
+                        $crate::testing::transactional::$case(&store).await;
                     }
                 }
             )*

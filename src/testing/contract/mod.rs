@@ -1,5 +1,10 @@
-//! The store contract: one suite, run against every `Store` implementation
-//! (the library's `tests/store_memory.rs` and `tests/store_dynamodb.rs`).
+//! The store contract: one suite of cases every [`Store`] must pass, run here against
+//! [`InMemoryStore`] and [`DynamoDbStore`] (DynamoDB Local), and exported for third-party
+//! stores: implement [`Seed`] for your store, then call [`store_contract_suite!`](crate::store_contract_suite)
+//! in a test file (add [`transactional_contract_suite!`](crate::transactional_contract_suite)
+//! for a [`TransactionalStore`](crate::store::TransactionalStore), with
+//! [`Ledger`](super::transactional::Ledger)). Each case is also a function of this module, to
+//! call from your own tests.
 
 mod completion;
 mod item_size;
@@ -20,17 +25,19 @@ pub use leases::{
     release_lets_the_next_acquire_win, the_same_owner_acquiring_twice_holds_one_lease,
 };
 
+#[cfg(feature = "dynamodb")]
 use std::collections::HashMap;
 use std::future::Future;
 use std::time::Duration;
 
+use crate::clock::{epoch_ms, epoch_secs, Clock, ManualClock};
+use crate::key::IdempotencyKey;
+use crate::record::{OwnerToken, Record, Status};
+#[cfg(feature = "dynamodb")]
+use crate::store::DynamoDbStore;
+use crate::store::{AcquireRequest, CompleteRequest, InMemoryStore, Store};
+#[cfg(feature = "dynamodb")]
 use aws_sdk_dynamodb::types::AttributeValue;
-use lambda_idempotency::clock::{epoch_ms, epoch_secs, Clock, ManualClock};
-use lambda_idempotency::key::IdempotencyKey;
-use lambda_idempotency::record::{OwnerToken, Record, Status};
-use lambda_idempotency::store::{
-    AcquireRequest, CompleteRequest, DynamoDbStore, InMemoryStore, Store,
-};
 
 /// Writes a record as it is, bypassing the protocol (as another tool might have).
 pub trait Seed: Store {
@@ -44,6 +51,7 @@ impl Seed for InMemoryStore {
     }
 }
 
+#[cfg(feature = "dynamodb")]
 impl Seed for DynamoDbStore {
     async fn seed(&self, record: &Record) {
         let n = self.attribute_names();
@@ -122,8 +130,14 @@ fn complete_request(
 const LEASE: Duration = Duration::from_secs(30);
 const HOUR: Duration = Duration::from_secs(3600);
 
-/// Generates one `#[tokio::test]` per contract case; `$store` is an expression giving an
-/// `Option<impl Store>` (None: skipped).
+/// Generates one `#[tokio::test]` per [contract](crate::testing::contract) case; `$store` is
+/// an expression giving an `Option<impl Seed>` (`None` skips the cases). The crate that calls
+/// it needs `tokio` with the `macros` and `rt` features among its dev-dependencies.
+///
+/// ```ignore
+/// // tests/my_store_contract.rs
+/// lambda_idempotency::store_contract_suite!(Some(my_store::MyStore::for_tests()));
+/// ```
 #[macro_export]
 macro_rules! store_contract_suite {
     ($store:expr) => {
@@ -149,7 +163,7 @@ macro_rules! store_contract_suite {
             #[tokio::test]
             async fn $case() {
                 if let Some(store) = $store {
-                    $crate::contract::$case(&store).await;
+                    $crate::testing::contract::$case(&store).await;
                 }
             }
         )*

@@ -2,10 +2,10 @@
 
 use std::time::Duration;
 
-use lambda_idempotency::clock::{epoch_ms, epoch_secs, Clock, ManualClock};
-use lambda_idempotency::record::{decide, Decision, OwnerToken, Status};
-use lambda_idempotency::store::{Acquire, CompleteRequest, ExtendRequest, Fenced, Store};
-use lambda_idempotency::validation::PayloadHash;
+use crate::clock::{epoch_ms, epoch_secs, Clock, ManualClock};
+use crate::record::{decide, Decision, OwnerToken, Status};
+use crate::store::{Acquire, CompleteRequest, ExtendRequest, Fenced, Store};
+use crate::validation::PayloadHash;
 
 use super::{acquire_request, complete_request, key, Seed, HOUR, LEASE};
 

@@ -1,8 +1,8 @@
 //! Contract cases on the 400 KB item limit: refused unchanged, at one size on every store.
 
-use lambda_idempotency::clock::ManualClock;
-use lambda_idempotency::record::{OwnerToken, Status};
-use lambda_idempotency::store::{CompleteRequest, Fenced, Store, StoreError, MAX_ITEM_BYTES};
+use crate::clock::ManualClock;
+use crate::record::{OwnerToken, Status};
+use crate::store::{CompleteRequest, Fenced, Store, StoreError, MAX_ITEM_BYTES};
 
 use super::{acquire_request, complete_request, key, Seed, HOUR, LEASE};
 
@@ -20,7 +20,7 @@ pub async fn a_result_over_the_item_limit_is_refused_and_changes_nothing<S: Stor
         .complete(&complete_request(&clock, &k, &a, &huge, HOUR))
         .await
     {
-        Err(lambda_idempotency::store::StoreError::ItemTooLarge { limit_bytes, .. }) => {
+        Err(crate::store::StoreError::ItemTooLarge { limit_bytes, .. }) => {
             assert_eq!(limit_bytes, 400 * 1024)
         }
         other => panic!("expected ItemTooLarge, got {other:?}"),

@@ -1,0 +1,50 @@
+//! Tables in DynamoDB Local (or any DynamoDB) for tests: a fresh table per test, and the
+//! ledger balance the transactional contract reads.
+
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
+    ScalarAttributeType,
+};
+use aws_sdk_dynamodb::Client;
+
+/// Creates a fresh on-demand table named `<prefix>-<random>` with the string partition key
+/// `key`, and answers its name. Panics when the table cannot be created (a test helper).
+pub async fn create_table(client: &Client, prefix: &str, key: &str) -> String {
+    let table = format!("{prefix}-{}", uuid::Uuid::new_v4().simple());
+    let definition = AttributeDefinition::builder()
+        .attribute_name(key)
+        .attribute_type(ScalarAttributeType::S)
+        .build()
+        .expect("a complete attribute definition");
+    let schema = KeySchemaElement::builder()
+        .attribute_name(key)
+        .key_type(KeyType::Hash)
+        .build()
+        .expect("a complete key schema");
+    client
+        .create_table()
+        .table_name(&table)
+        .attribute_definitions(definition)
+        .key_schema(schema)
+        .billing_mode(BillingMode::PayPerRequest)
+        .send()
+        .await
+        .unwrap_or_else(|err| panic!("create table {table}: {err:?}"));
+    table
+}
+
+/// The numeric `balance` of the item with partition key `account` = `account` in `table`
+/// (0 when there is no item), read consistently. Panics when it cannot be read.
+pub async fn balance(client: &Client, table: &str, account: &str) -> i64 {
+    let item = client
+        .get_item()
+        .table_name(table)
+        .key("account", AttributeValue::S(account.into()))
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap_or_else(|err| panic!("read {table}: {err:?}"))
+        .item;
+    item.and_then(|i| i.get("balance").and_then(|b| b.as_n().ok().cloned()))
+        .map_or(0, |n| n.parse().expect("a numeric balance"))
+}
