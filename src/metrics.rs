@@ -7,8 +7,8 @@
 //!
 //! | metric | kind | unit | what |
 //! | --- | --- | --- | --- |
-//! | `Records<Outcome>` ([`Outcome::metric_name`]) | counter | count | records that ended in that outcome: batch records, whole invocations and HTTP requests (not [`IdempotentFn`](crate::function::IdempotentFn) calls) |
-//! | [`HANDLER_LATENCY`] | histogram | milliseconds | each run of a handler (not replays), by the layer's clock |
+//! | `Records<Outcome>` ([`Outcome::metric_name`]) | counter | count | records that ended in that outcome: batch records, whole invocations and the HTTP requests whose method the layer protects (not [`IdempotentFn`](crate::function::IdempotentFn) calls) |
+//! | [`HANDLER_LATENCY`] | histogram | milliseconds | each run of a handler (not replays), and of an [`IdempotentFn`](crate::function::IdempotentFn) inside one, by the layer's clock |
 //! | [`BATCH_LATENCY`] | histogram | milliseconds | each batch, from its start to its response, by the processor's clock |
 //! | [`DYNAMODB_CALLS`] | counter | count | requests the DynamoDB store sent (each send of a retried request counts; the SDK's own retries inside one send do not) |
 //!

@@ -44,8 +44,8 @@ pub enum Command {
     },
     /// Release (delete) an INPROGRESS record, as the library's own release does, so the
     /// next delivery takes a fresh lease. Refused while the lease is live unless --force;
-    /// the delete requires the status and owner that were read, so a record taken over or
-    /// completed in between is left alone (exit 1).
+    /// the delete requires the status, owner and (without --force) lease end that were read,
+    /// so a record taken over, extended or completed in between is left alone (exit 1).
     Release {
         /// The stored id.
         id: String,

@@ -84,7 +84,8 @@ fn s(value: &str) -> AttributeValue {
 ///
 /// Reads the record first. Refused ([`CliError::Refused`]) when it is not `INPROGRESS`, or
 /// when its lease is live at `now` ([`view::lease_live`]) and `force` is false. The delete
-/// is then [`release_held`]: conditioned on the status and the owner that were read.
+/// is then [`release_held`]: conditioned on the status, the owner and (without `force`) the
+/// lease end that were read.
 pub async fn release(
     store: &DynamoDbStore,
     id: &str,
@@ -115,37 +116,45 @@ pub async fn release(
              it to elapse, or pass --force only if the holder is surely dead"
         )));
     }
-    release_held(store, &record).await?;
+    release_held(store, &record, force).await?;
     Ok(record)
 }
 
-/// Deletes `record` only if it is still `INPROGRESS` under the owner it was read with: the
-/// library's [`Store::release`] (`#status = :inprogress AND #owner = :owner`). A record
-/// taken over by another owner, completed or deleted since it was read is left alone and
-/// reported as [`CliError::Changed`].
+/// Deletes `record` only if it is still `INPROGRESS` under the owner it was read with and,
+/// without `force`, with the lease end it was read with: a holder whose heartbeat extended an
+/// elapsed lease after the read keeps it. With `force` the delete is the library's
+/// [`Store::release`] (`#status = :inprogress AND #owner = :owner`). A record taken over by
+/// another owner, extended (without `force`), completed or deleted since it was read is left
+/// alone and reported as [`CliError::Changed`].
 ///
 /// A record without an owner (written by another tool) is deleted under
-/// `#status = :inprogress AND attribute_not_exists(#owner)` instead, and only if its lease
-/// end is still the one read.
-pub async fn release_held(store: &DynamoDbStore, record: &Record) -> Result<(), CliError> {
+/// `#status = :inprogress AND attribute_not_exists(#owner)` and its lease end as read.
+pub async fn release_held(
+    store: &DynamoDbStore,
+    record: &Record,
+    force: bool,
+) -> Result<(), CliError> {
     let fenced = match &record.owner {
-        Some(owner) => store.release(&record.key, owner).await?,
-        None => release_unowned(store, record).await?,
+        Some(owner) if force => store.release(&record.key, owner).await?,
+        _ => release_as_read(store, record).await?,
     };
     match fenced {
         Fenced::Applied => Ok(()),
         Fenced::LeaseLost => {
             let now = match store.get(&record.key).await {
                 Ok(Some(current)) => format!(
-                    "it is now {} under owner {}",
+                    "it is now {} under owner {}, lease end {}",
                     current.status,
-                    current.owner.as_ref().map_or("(none)", |o| o.as_str())
+                    current.owner.as_ref().map_or("(none)", |o| o.as_str()),
+                    current
+                        .lease_expiration_ms
+                        .map_or("(none)".to_string(), view::rfc3339_ms),
                 ),
                 Ok(None) => "it is gone".to_string(),
                 Err(err) => format!("re-reading it failed: {err}"),
             };
             Err(CliError::Changed(format!(
-                "record {:?} is no longer INPROGRESS under owner {} ({now})",
+                "record {:?} is no longer INPROGRESS under owner {} with the lease end read ({now})",
                 record.key.as_str(),
                 record.owner.as_ref().map_or("(none)", |o| o.as_str()),
             )))
@@ -153,9 +162,11 @@ pub async fn release_held(store: &DynamoDbStore, record: &Record) -> Result<(), 
     }
 }
 
-async fn release_unowned(store: &DynamoDbStore, record: &Record) -> Result<Fenced, CliError> {
+/// Deletes `record` if it is still exactly as read: `INPROGRESS`, the same owner (or none),
+/// the same lease end (or none).
+async fn release_as_read(store: &DynamoDbStore, record: &Record) -> Result<Fenced, CliError> {
     let names = store.attribute_names();
-    let mut condition = "#status = :inprogress AND attribute_not_exists(#owner)".to_string();
+    let mut condition = "#status = :inprogress".to_string();
     let mut request = store
         .client()
         .delete_item()
@@ -165,6 +176,13 @@ async fn release_unowned(store: &DynamoDbStore, record: &Record) -> Result<Fence
         .expression_attribute_names("#owner", &names.owner)
         .expression_attribute_names("#ipe", &names.in_progress_expiration)
         .expression_attribute_values(":inprogress", s(Status::InProgress.as_str()));
+    match &record.owner {
+        Some(owner) => {
+            condition.push_str(" AND #owner = :owner");
+            request = request.expression_attribute_values(":owner", s(owner.as_str()));
+        }
+        None => condition.push_str(" AND attribute_not_exists(#owner)"),
+    }
     match record.lease_expiration_ms {
         Some(ms) => {
             condition.push_str(" AND #ipe = :ipe");

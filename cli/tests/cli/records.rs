@@ -173,7 +173,7 @@ async fn release_of_a_record_changed_since_the_read_is_refused() {
         rig.store.acquire(&takeover).await.unwrap(),
         Acquire::Acquired
     );
-    let err = release_held(&rig.store, &read).await.unwrap_err();
+    let err = release_held(&rig.store, &read, false).await.unwrap_err();
     assert!(matches!(err, CliError::Changed(_)), "{err}");
     assert_eq!(err.exit_code(), 1);
     assert!(err.to_string().contains(new_owner.as_str()), "{err}");
@@ -199,10 +199,42 @@ async fn release_of_a_record_changed_since_the_read_is_refused() {
         expiration_secs: epoch_ms(expires) / 1000,
     };
     rig.store.complete(&complete).await.unwrap();
-    let err = release_held(&rig.store, &read).await.unwrap_err();
+    let err = release_held(&rig.store, &read, false).await.unwrap_err();
     assert!(err.to_string().contains("COMPLETED"), "{err}");
     let kept = rig.store.get(&done).await.unwrap().unwrap();
     assert_eq!(kept.status, Status::Completed);
     // `completed` is the helper the list tests use; keep it exercised here too.
     completed(&rig.store, &key_of("m-other"), expires).await;
+}
+
+#[tokio::test]
+async fn release_refuses_a_lease_its_holder_extended_after_the_read() {
+    let Some(rig) = rig().await else {
+        return;
+    };
+    let key = key_of("m-extended");
+    let owner = acquire(&rig.store, &key, SystemTime::now() - Duration::from_secs(1)).await;
+    let read = rig.store.get(&key).await.unwrap().unwrap();
+    assert!(!lambda_idempotency_cli::view::lease_live(
+        &read,
+        SystemTime::now()
+    ));
+    // The holder's late heartbeat extends the elapsed lease between the read and the delete.
+    let extend = lambda_idempotency::store::ExtendRequest {
+        key: key.clone(),
+        owner: owner.clone(),
+        lease_expiration_ms: epoch_ms(SystemTime::now() + Duration::from_secs(600)),
+        expiration_secs: epoch_ms(SystemTime::now()) / 1000 + 3600,
+    };
+    assert_eq!(
+        rig.store.extend(&extend).await.unwrap(),
+        lambda_idempotency::store::Fenced::Applied
+    );
+    let err = release_held(&rig.store, &read, false).await.unwrap_err();
+    assert!(matches!(err, CliError::Changed(_)), "{err}");
+    let kept = rig.store.get(&key).await.unwrap().unwrap();
+    assert_eq!(kept.owner, Some(owner.clone()), "the live lease is kept");
+    // With --force the read owner's record goes, extended or not.
+    release_held(&rig.store, &read, true).await.unwrap();
+    assert!(rig.store.get(&key).await.unwrap().is_none());
 }
