@@ -198,7 +198,10 @@ impl Config {
     /// [`Processed::ReplayedWithoutResult`](crate::Processed::ReplayedWithoutResult)). Not
     /// called when no result is stored, nor for a stored permanent failure. Powertools for
     /// AWS Lambda calls this a response hook. For an HTTP API the JSON is the stored response
-    /// (`status`, `headers`, `body`). See [`hooks`](crate::hooks).
+    /// (`status`, `headers`, `body`). The JSON is a `serde_json::Value`: an integer past 64
+    /// bits arrives as a float, so a hook that changes a result holding one loses its
+    /// precision (an answer equal to the JSON it got replays the stored result exactly).
+    /// See [`hooks`](crate::hooks).
     pub fn with_response_hook<F>(mut self, hook: F) -> Self
     where
         F: Fn(serde_json::Value, &Replay<'_>) -> serde_json::Value + Send + Sync + 'static,
@@ -207,10 +210,12 @@ impl Config {
         self
     }
 
-    /// Calls `hook` each time this process writes a record for a key (a lease before the
-    /// handler runs, or, in optimistic mode, the record with its result), for example for an
-    /// audit log. Not called for a record that existed already (a duplicate, a locked
-    /// record). See [`hooks`](crate::hooks).
+    /// Calls `hook` each time a write of this process is confirmed to have created the record
+    /// for a key (a lease before the handler runs, or, in optimistic mode, the record with its
+    /// result), for example for an audit log. Not called for a record that existed already (a
+    /// duplicate, a locked record), nor for a write whose answer was lost and could not be
+    /// confirmed (a lease that may have been taken is then released). See
+    /// [`hooks`](crate::hooks).
     pub fn with_record_created_hook<F>(mut self, hook: F) -> Self
     where
         F: Fn(&Created<'_>) + Send + Sync + 'static,

@@ -8,9 +8,10 @@ use crate::outcome::Outcome;
 pub enum Processed<T> {
     /// The handler ran now and its result was stored.
     Executed(T),
-    /// The handler did not run: the result stored by an earlier run was returned.
+    /// The result stored by an earlier run was returned. In lease mode the handler did not
+    /// run; in optimistic mode it may have run, its writes not committed (another run's were).
     Replayed(T),
-    /// The handler did not run: an earlier run completed, but its result is not available
+    /// An earlier run completed (see [`Replayed`](Processed::Replayed)), but its result is not available
     /// (it was too large to store even compressed, could not be serialized, or no longer
     /// decodes as the result type). The message is a duplicate and is acknowledged.
     ReplayedWithoutResult,
@@ -36,7 +37,8 @@ impl<T> Processed<T> {
         }
     }
 
-    /// The handler did not run: the result comes from an earlier run.
+    /// The result comes from an earlier run (in lease mode the handler did not run; in
+    /// optimistic mode it may have, its writes not committed).
     pub fn is_replay(&self) -> bool {
         matches!(
             self,

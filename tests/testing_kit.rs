@@ -13,7 +13,7 @@ use aws_lambda_events::sqs::SqsMessage;
 use lambda_idempotency::batch::BatchProcessor;
 use lambda_idempotency::clock::Clock;
 use lambda_idempotency::input::Input;
-use lambda_idempotency::key::{JsonPointer, MessageAttribute};
+use lambda_idempotency::key::{JsonPointer, KeyExtractor, MessageAttribute};
 use lambda_idempotency::testing::events::{
     dynamodb_change, dynamodb_event, dynamodb_insert, kinesis_event, kinesis_record, sqs_event,
     sqs_fifo_message, sqs_message, with_string_attribute,
@@ -141,10 +141,27 @@ async fn dynamodb_stream_builders_give_images_as_bodies() {
         });
     let processor = BatchProcessor::dynamodb_streams(handler).with_clock(clock.clone());
     let event = dynamodb_event([
-        dynamodb_insert("1", json!({"orderId": "o-1", "amount": 5})),
-        dynamodb_change("MODIFY", "2", json!({"orderId": "o-1", "amount": 5})),
-        dynamodb_change("REMOVE", "3", json!({"orderId": "o-2"})),
+        dynamodb_insert(
+            "1",
+            json!({"orderId": "o-1"}),
+            json!({"orderId": "o-1", "amount": 5}),
+        ),
+        dynamodb_change(
+            "MODIFY",
+            "2",
+            json!({"orderId": "o-1"}),
+            json!({"orderId": "o-1", "amount": 5}),
+        ),
+        dynamodb_change(
+            "REMOVE",
+            "3",
+            json!({"orderId": "o-2"}),
+            json!({"orderId": "o-2"}),
+        ),
     ]);
+    // The keys are the record's attributes, as Lambda sends them.
+    let keyed = MessageAttribute::new("orderId").key_material(&event.records[0]);
+    assert_eq!(keyed.unwrap(), b"o-1");
     let body = event.records[0].body().expect("the new image");
     let image: serde_json::Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(image, json!({"orderId": "o-1", "amount": 5}));

@@ -18,10 +18,11 @@ pub struct RecordReport<T> {
     pub item_identifier: Option<String>,
     /// The outcome.
     pub outcome: Outcome,
-    /// The record was answered from an earlier delivery's stored record without running the
-    /// handler: a replayed result, or a replayed permanent failure (an outcome of
-    /// [`FailedPermanently`](Outcome::FailedPermanently) that is replayed was stored by an
-    /// earlier delivery; one that is not failed now).
+    /// The record was answered with what an earlier delivery stored, not with this
+    /// delivery's own result: a replayed result, or a replayed permanent failure (an outcome
+    /// of [`FailedPermanently`](Outcome::FailedPermanently) that is replayed was stored by an
+    /// earlier delivery; one that is not failed now). In lease mode the handler did not run;
+    /// in optimistic mode it may have run, its writes not committed.
     pub replayed: bool,
     /// The handler's result, executed or replayed.
     pub value: Option<T>,

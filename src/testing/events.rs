@@ -73,39 +73,50 @@ pub fn kinesis_event(
     event
 }
 
-/// A DynamoDB Streams `INSERT` of `new_image` (plain JSON: an object, converted to DynamoDB's
-/// attribute values) with `sequence_number`; its `eventID` is derived from the sequence
-/// number. Panics when `new_image` is not a JSON object.
+/// A DynamoDB Streams `INSERT` of the item `new_image` (plain JSON: an object, converted to
+/// DynamoDB's attribute values) whose key attributes are `keys` (an object of the table's key
+/// attributes, e.g. `{"orderId": "o-1"}`), with `sequence_number`; its `eventID` is derived
+/// from the sequence number. Panics when `keys` or `new_image` is not a JSON object.
 #[cfg(feature = "dynamodb-streams")]
 pub fn dynamodb_insert(
     sequence_number: &str,
+    keys: serde_json::Value,
     new_image: serde_json::Value,
 ) -> aws_lambda_events::event::dynamodb::EventRecord {
-    dynamodb_change("INSERT", sequence_number, new_image)
+    dynamodb_change("INSERT", sequence_number, keys, new_image)
 }
 
-/// A DynamoDB Streams change (`event_name`: `INSERT`, `MODIFY` or `REMOVE`) whose image is
-/// `image` (plain JSON: the new image, or the old one for `REMOVE`).
+/// A DynamoDB Streams change (`event_name`: `INSERT`, `MODIFY` or `REMOVE`) of the item with
+/// key attributes `keys`, as a `NEW_AND_OLD_IMAGES` stream sends it with one image: `image`
+/// (plain JSON) is the new image of an `INSERT` or `MODIFY` and the old image of a `REMOVE`.
+/// Like Lambda, the record always has `Keys` (the layer reads them as the record's
+/// attributes, and as its body when there is no image).
 #[cfg(feature = "dynamodb-streams")]
 pub fn dynamodb_change(
     event_name: &str,
     sequence_number: &str,
+    keys: serde_json::Value,
     image: serde_json::Value,
 ) -> aws_lambda_events::event::dynamodb::EventRecord {
-    let item: serde_dynamo::Item =
-        serde_dynamo::to_item(image).expect("the image is a JSON object");
-    let mut record = aws_lambda_events::event::dynamodb::EventRecord::default();
+    use aws_lambda_events::event::dynamodb::{EventRecord, StreamViewType};
+    let item = |json: serde_json::Value| -> serde_dynamo::Item {
+        serde_dynamo::to_item(json).expect("a JSON object")
+    };
+    let mut record = EventRecord::default();
     record.event_id = format!("event-{sequence_number}");
     record.event_name = event_name.to_string();
     record.event_source = Some("aws:dynamodb".to_string());
+    record.event_version = Some("1.1".to_string());
     record.aws_region = "us-east-1".to_string();
     record.event_source_arn =
         Some("arn:aws:dynamodb:us-east-1:123456789012:table/orders/stream/2026-01-01".into());
     record.change.sequence_number = Some(sequence_number.to_string());
+    record.change.stream_view_type = Some(StreamViewType::NewAndOldImages);
+    record.change.keys = item(keys);
     if event_name == "REMOVE" {
-        record.change.old_image = item;
+        record.change.old_image = item(image);
     } else {
-        record.change.new_image = item;
+        record.change.new_image = item(image);
     }
     record
 }

@@ -221,3 +221,31 @@ async fn the_created_hook_sees_optimistic_records_with_their_final_status() {
     ));
     assert_eq!(created.lock().unwrap().len(), 2, "replays write no record");
 }
+
+#[tokio::test]
+async fn an_unchanged_answer_replays_the_stored_result_exactly() {
+    // Past u64: serde_json::Value holds such a number as f64, so the hook's JSON cannot carry
+    // it; a hook that hands the JSON back unchanged must not lose the result.
+    let replayed = |config: lambda_idempotency::Config| async move {
+        let clock = lambda_idempotency::clock::ManualClock::starting_now();
+        let handler = IdempotencyLayer::new(lambda_idempotency::store::InMemoryStore::new())
+            .with_clock(clock.clone())
+            .with_config(config.with_key_prefix("p"))
+            .handler(|_: SqsMessage| async { Ok::<u128, lambda_idempotency::BoxError>(u128::MAX) });
+        let processor = BatchProcessor::new(handler).with_clock(clock.clone());
+        let event = || invocation(load_event("producer_retry.json"), clock.now(), REMAINING);
+        assert_eq!(
+            processor.process(event()).await.records[0].outcome,
+            Outcome::Executed
+        );
+        let again = processor.process(event()).await;
+        assert_eq!(again.records[0].outcome, Outcome::Replayed);
+        again.records[0].value
+    };
+    assert_eq!(
+        replayed(lambda_idempotency::Config::new()).await,
+        Some(u128::MAX)
+    );
+    let identity = lambda_idempotency::Config::new().with_response_hook(|json, _| json);
+    assert_eq!(replayed(identity).await, Some(u128::MAX));
+}
