@@ -249,3 +249,40 @@ async fn an_unchanged_answer_replays_the_stored_result_exactly() {
     let identity = lambda_idempotency::Config::new().with_response_hook(|json, _| json);
     assert_eq!(replayed(identity).await, Some(u128::MAX));
 }
+
+#[tokio::test]
+async fn a_duplicate_waiting_on_the_running_copy_is_hooked_as_same_process() {
+    let calls = Calls::default();
+    let seen = Arc::clone(&calls);
+    let clock = lambda_idempotency::clock::ManualClock::starting_now();
+    let handler = IdempotencyLayer::new(lambda_idempotency::store::InMemoryStore::new())
+        .with_key(order_consumer::order_key())
+        .with_clock(clock.clone())
+        .with_config(
+            lambda_idempotency::Config::new()
+                .with_key_prefix("orders")
+                .with_response_hook(move |json, replay| {
+                    seen.lock().unwrap().push(replay.source);
+                    json
+                }),
+        )
+        .handler(|_: SqsMessage| async {
+            // Still running when its duplicate arrives.
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            Ok::<u32, lambda_idempotency::BoxError>(7)
+        });
+    let processor = BatchProcessor::new(handler).with_clock(clock.clone());
+    let report = processor
+        .process(invocation(
+            load_event("same_key_in_batch.json"),
+            clock.now(),
+            REMAINING,
+        ))
+        .await;
+    assert_eq!(
+        outcomes(&report),
+        [Outcome::Executed, Outcome::Replayed, Outcome::Executed]
+    );
+    assert_eq!(report.records[1].value, Some(7));
+    assert_eq!(*calls.lock().unwrap(), [ReplaySource::SameProcess]);
+}
