@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The project's test command (README Quickstart, and CI through .ci/run):
 # installs what is missing (DynamoDB Local, the Python-packaged tools), lints template.yaml,
-# starts DynamoDB Local, then runs the format check, clippy, the docs build and every test of
+# starts DynamoDB Local and Redis (Debian's redis-server, installed if missing), then runs
+# the format check, clippy, the docs build and every test of
 # the workspace (the library, the examples, the CLI, bench, tests/support), the DynamoDB
 # Local ones included, and stops it; then runs scripts/run-local.sh, which must PASS, and
 # again against a corrupted ledger, where it must FAIL.
@@ -9,9 +10,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/dynamodb-local.sh
 source scripts/dynamodb-local.sh
+# shellcheck source=scripts/redis.sh
+source scripts/redis.sh
 # shellcheck source=scripts/tools.sh
 source scripts/tools.sh
-trap 'status=$?; ddb_stop; exit $status' EXIT
+trap 'status=$?; ddb_stop; redis_stop; exit $status' EXIT
 
 tools_install cargo-lambda sam
 echo "== template.yaml: cfn-lint, sam validate --lint, key settings"
@@ -28,8 +31,10 @@ fi
 rm -f "$short_window"
 
 ddb_start
-# Tests that need DynamoDB Local fail, rather than skip, when it is unreachable.
+redis_start
+# Tests that need DynamoDB Local or Redis fail, rather than skip, when it is unreachable.
 export LAMBDA_IDEMPOTENCY_REQUIRE_DYNAMODB=1
+export LAMBDA_IDEMPOTENCY_REQUIRE_REDIS=1
 
 echo "== rust-version covers every dependency of the library"
 python3 scripts/check_msrv.py
@@ -37,10 +42,11 @@ echo "== cargo fmt --check"
 cargo fmt --all --check
 echo "== cargo clippy --workspace --all-targets -- -D warnings"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
-echo "== the library without the DynamoDB store, with HTTP alone, and with the test helpers"
+echo "== the library without the DynamoDB store, with HTTP alone, with the test helpers, with Redis alone"
 cargo clippy -p lambda-idempotency --no-default-features --quiet -- -D warnings
 cargo clippy -p lambda-idempotency --no-default-features --features http --quiet -- -D warnings
 cargo clippy -p lambda-idempotency --features testing --quiet -- -D warnings
+cargo clippy -p lambda-idempotency --no-default-features --features redis --quiet -- -D warnings
 echo "== cargo doc --workspace --no-deps (warnings denied)"
 RUSTDOCFLAGS=-Dwarnings cargo doc --workspace --no-deps --quiet
 echo "== cargo package -p lambda-idempotency (the library as it would be published builds on its own)"

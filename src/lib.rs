@@ -101,6 +101,8 @@
 //! - `kinesis`, `dynamodb-streams` (default): Kinesis and DynamoDB Streams batches.
 //! - `http`: HTTP APIs through `lambda_http` (API Gateway REST and HTTP APIs, Function URLs,
 //!   ALB).
+//! - `redis`: `store::RedisStore`, the records in Redis or Valkey (one Lua script per
+//!   transition), on the `redis` crate's tokio connections.
 //! - `metrics`: outcomes, latencies and DynamoDB calls through the `metrics` facade.
 //! - `testing`: the testing kit for your handlers (`testing`: event builders for each
 //!   trigger, invocations, the store contract suites), `clock::ManualClock`,

@@ -1,7 +1,8 @@
 //! Stores of idempotency records: the [`Store`] trait (and [`TransactionalStore`] for
 //! handlers whose writes commit with the record), the requests and answers they exchange,
 //! the limits every store enforces, and the stores themselves: [`InMemoryStore`] (embedded)
-//! and, with the `dynamodb` feature (on by default), [`DynamoDbStore`].
+//! and, with the `dynamodb` feature (on by default), [`DynamoDbStore`]; with the `redis`
+//! feature, `RedisStore` (module `redis`).
 
 mod attribute_names;
 #[cfg(feature = "dynamodb")]
@@ -9,6 +10,8 @@ mod dynamodb;
 mod error;
 pub(crate) mod item_size;
 mod memory;
+#[cfg(feature = "redis")]
+pub mod redis;
 mod request;
 mod write;
 
@@ -18,6 +21,8 @@ use std::sync::Arc;
 use crate::key::IdempotencyKey;
 use crate::record::{OwnerToken, Record};
 
+#[cfg(feature = "redis")]
+pub use self::redis::RedisStore;
 pub use attribute_names::AttributeNames;
 #[cfg(feature = "dynamodb")]
 pub use dynamodb::DynamoDbStore;

@@ -88,6 +88,44 @@ impl Seed for DynamoDbStore {
     }
 }
 
+#[cfg(feature = "redis")]
+impl<C> Seed for crate::store::RedisStore<C>
+where
+    C: ::redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
+{
+    async fn seed(&self, record: &Record) {
+        let mut fields = vec![
+            ("status", record.status.as_str().to_string()),
+            ("expiration", record.expiration_secs.to_string()),
+        ];
+        if let Some(lease) = record.lease_expiration_ms {
+            fields.push(("in_progress_expiration", lease.to_string()));
+        }
+        if let Some(owner) = &record.owner {
+            fields.push(("lease_owner", owner.as_str().to_string()));
+        }
+        if let Some(data) = &record.data {
+            fields.push(("data", data.clone()));
+        }
+        if let Some(validation) = &record.validation {
+            fields.push(("validation", validation.clone()));
+        }
+        let key = self.redis_key(&record.key);
+        let mut connection = self.connection().clone();
+        let () = ::redis::cmd("DEL")
+            .arg(&key)
+            .exec_async(&mut connection)
+            .await
+            .expect("clear the record's key");
+        let () = ::redis::cmd("HSET")
+            .arg(&key)
+            .arg(fields)
+            .exec_async(&mut connection)
+            .await
+            .expect("seed a record");
+    }
+}
+
 fn key(name: &str) -> IdempotencyKey {
     IdempotencyKey::derive("contract", name.as_bytes())
 }

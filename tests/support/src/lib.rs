@@ -8,7 +8,8 @@
 //! - [`contract`] and [`transactional_contract`]: the store contract suites (the library's
 //!   testing kit, `lambda_idempotency::testing`), run against every store with
 //!   [`store_contract_suite!`] and [`transactional_contract_suite!`];
-//! - [`dynamodb`]: clients and fresh tables on DynamoDB Local.
+//! - [`dynamodb`]: clients and fresh tables on DynamoDB Local; [`redis`]: stores on the test
+//!   Redis.
 //!
 //! The heavy harness, behind the `harness` feature, for the tests that drive a real
 //! function binary or a misbehaving network: `harness::runtime_api` (a Lambda Runtime API
@@ -21,6 +22,7 @@ pub mod dynamodb;
 pub mod faulty_store;
 #[cfg(feature = "harness")]
 pub mod harness;
+pub mod redis;
 
 pub use lambda_idempotency::testing::{contract, transactional as transactional_contract};
 pub use lambda_idempotency::{store_contract_suite, transactional_contract_suite};

@@ -1,0 +1,48 @@
+# shellcheck shell=bash
+# Redis for tests: install if missing (Debian's redis-server), start on a free loopback port
+# with its data in a temporary directory and nothing persisted, stop. Source this file, then
+# call redis_start (exports LAMBDA_IDEMPOTENCY_REDIS_URL) and redis_stop.
+
+redis_install() {
+  command -v redis-server >/dev/null && return 0
+  if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
+    echo "redis-server is required: install it (Debian: apt-get install redis-server)" >&2
+    return 1
+  fi
+  echo "Installing redis-server from the Debian packages" >&2
+  { apt-get install -y -q redis-server || { apt-get update -q && apt-get install -y -q redis-server; }; } >&2 || return 1
+}
+
+redis_start() {
+  redis_install || return 1
+  local port
+  port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()')"
+  REDIS_DIR="$(mktemp -d -t lambda-idempotency-redis.XXXXXX)"
+  redis-server --bind 127.0.0.1 --port "$port" --dir "$REDIS_DIR" --save '' --appendonly no \
+    --daemonize no --logfile "$REDIS_DIR/redis.log" &
+  REDIS_PID=$!
+  export LAMBDA_IDEMPOTENCY_REDIS_URL="redis://127.0.0.1:$port/"
+  local i
+  for i in $(seq 1 100); do
+    if redis-cli -h 127.0.0.1 -p "$port" ping 2>/dev/null | grep -q PONG; then
+      echo "Redis $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p') is up at $LAMBDA_IDEMPOTENCY_REDIS_URL (pid $REDIS_PID)" >&2
+      return 0
+    fi
+    if ! kill -0 "$REDIS_PID" 2>/dev/null; then
+      echo "redis-server exited; its log:" >&2; cat "$REDIS_DIR/redis.log" >&2; return 1
+    fi
+    sleep 0.1
+  done
+  echo "redis-server did not answer within 10 s" >&2
+  return 1
+}
+
+redis_stop() {
+  if [ -n "${REDIS_PID:-}" ] && kill -0 "$REDIS_PID" 2>/dev/null; then
+    kill "$REDIS_PID" 2>/dev/null || true
+    wait "$REDIS_PID" 2>/dev/null || true
+  fi
+  REDIS_PID=
+  [ -n "${REDIS_DIR:-}" ] && rm -rf "$REDIS_DIR"
+  return 0
+}

@@ -1,0 +1,37 @@
+//! Redis for the store tests: a [`RedisStore`] on the server `scripts/test.sh` starts
+//! (`LAMBDA_IDEMPOTENCY_REDIS_URL`), each under a fresh namespace so tests never share a key.
+
+use lambda_idempotency::store::RedisStore;
+
+fn required() -> bool {
+    std::env::var("LAMBDA_IDEMPOTENCY_REQUIRE_REDIS").is_ok_and(|v| v == "1")
+        || std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false")
+}
+
+/// A store on the test Redis under a fresh namespace, or `None` (test skipped) when no server
+/// is configured and Redis is not required. Panics when the server is required and missing
+/// or unreachable.
+pub async fn fresh_store() -> Option<RedisStore> {
+    let url = match std::env::var("LAMBDA_IDEMPOTENCY_REDIS_URL") {
+        Ok(url) if !url.is_empty() => url,
+        _ if required() => panic!(
+            "LAMBDA_IDEMPOTENCY_REDIS_URL is not set but Redis is required: run scripts/test.sh"
+        ),
+        _ => {
+            eprintln!(
+                "SKIPPED: LAMBDA_IDEMPOTENCY_REDIS_URL is not set (scripts/test.sh starts Redis)"
+            );
+            return None;
+        }
+    };
+    let client = redis::Client::open(url.as_str()).unwrap_or_else(|e| panic!("{url}: {e}"));
+    let connection = client
+        .get_connection_manager()
+        .await
+        .unwrap_or_else(|e| panic!("Redis at {url} is unreachable: {e}"));
+    let namespace = format!(
+        "test-{}:",
+        lambda_idempotency::record::OwnerToken::generate()
+    );
+    Some(RedisStore::new(connection).with_namespace(namespace))
+}
