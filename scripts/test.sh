@@ -15,6 +15,9 @@ source scripts/redis.sh
 # shellcheck source=scripts/tools.sh
 source scripts/tools.sh
 trap 'status=$?; ddb_stop; redis_stop; exit $status' EXIT
+# No incremental compilation caches: this script builds every crate once, and the caches
+# only cost disk.
+export CARGO_INCREMENTAL=0
 
 tools_install cargo-lambda sam
 echo "== template.yaml: cfn-lint, sam validate --lint, key settings"
