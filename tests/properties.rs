@@ -215,6 +215,7 @@ proptest! {
                         status: Status::Completed,
                         data: data.clone(),
                         expiration_secs: now_secs + window_secs,
+                        now,
                     })).unwrap();
                     let held = model.as_ref().is_some_and(|m| !m.completed && m.owner == owner);
                     // Completed by this owner already (a resent completion): applied, as it was.

@@ -11,8 +11,11 @@ use std::time::{Duration, SystemTime};
 use aws_lambda_events::sqs::SqsMessage;
 use lambda_idempotency::batch::BatchProcessor;
 use lambda_idempotency::clock::{epoch_ms, epoch_secs};
+use lambda_idempotency::key::IdempotencyKey;
 use lambda_idempotency::record::{OwnerToken, Status};
-use lambda_idempotency::store::{Acquire, AcquireRequest, Store};
+use lambda_idempotency::store::{
+    Acquire, AcquireRequest, CompleteRequest, ExtendRequest, Fenced, RedisStore, Store, StoreError,
+};
 use lambda_idempotency::{BoxError, Config, IdempotencyLayer, Outcome};
 use support::{invocation, load_event, outcomes};
 
@@ -86,4 +89,174 @@ async fn the_ttl_comes_after_the_record_expires() {
         expire_at_ms >= (expiration_secs + 1) * 1000 + 300_000,
         "{expire_at_ms}"
     );
+}
+
+fn acquire_at(key: &IdempotencyKey, owner: &OwnerToken, now: SystemTime) -> AcquireRequest {
+    AcquireRequest {
+        key: key.clone(),
+        owner: owner.clone(),
+        now,
+        lease_expiration_ms: epoch_ms(now + Duration::from_secs(30)),
+        expiration_secs: epoch_secs(now + Duration::from_secs(60)),
+        validation: None,
+    }
+}
+
+async fn pttl_ms(store: &RedisStore, key: &IdempotencyKey) -> i64 {
+    redis::cmd("PTTL")
+        .arg(store.redis_key(key))
+        .query_async(&mut store.connection().clone())
+        .await
+        .unwrap()
+}
+
+/// A function whose clock is a day behind the server's (or a manual clock in a test) keeps
+/// its records: the TTL runs from the caller's now, not to an instant on the server's clock.
+/// (With `PEXPIREAT` at the caller's times, the server deleted each record as it was written,
+/// and every delivery ran the handler again.)
+#[tokio::test]
+async fn a_caller_clock_behind_the_server_keeps_its_records() {
+    let Some(store) = support::redis::fresh_store().await else {
+        return;
+    };
+    let now = SystemTime::now() - Duration::from_secs(86_400);
+    let key = IdempotencyKey::derive("skew", b"k");
+    let owner = OwnerToken::generate();
+    assert_eq!(
+        store.acquire(&acquire_at(&key, &owner, now)).await.unwrap(),
+        Acquire::Acquired
+    );
+    let held = store
+        .get(&key)
+        .await
+        .unwrap()
+        .expect("the in-progress record");
+    assert_eq!(held.status, Status::InProgress);
+    assert_eq!(held.owner.as_ref(), Some(&owner));
+    // 60 s of record, 1 s rounding and 5 min of grace, from the caller's now.
+    let ttl = pttl_ms(&store, &key).await;
+    assert!((360_000 - 5_000..=361_000).contains(&ttl), "{ttl}");
+
+    let extend = ExtendRequest {
+        key: key.clone(),
+        owner: owner.clone(),
+        lease_expiration_ms: epoch_ms(now + Duration::from_secs(90)),
+        expiration_secs: epoch_secs(now + Duration::from_secs(120)),
+        now,
+    };
+    assert_eq!(store.extend(&extend).await.unwrap(), Fenced::Applied);
+    let ttl = pttl_ms(&store, &key).await;
+    assert!((420_000 - 5_000..=421_000).contains(&ttl), "{ttl}");
+
+    let complete = CompleteRequest {
+        key: key.clone(),
+        owner: owner.clone(),
+        status: Status::Completed,
+        data: "7".into(),
+        expiration_secs: epoch_secs(now + Duration::from_secs(3_600)),
+        now,
+    };
+    assert_eq!(store.complete(&complete).await.unwrap(), Fenced::Applied);
+    let done = store
+        .get(&key)
+        .await
+        .unwrap()
+        .expect("the completed record");
+    assert_eq!(done.status, Status::Completed);
+    assert_eq!(done.data.as_deref(), Some("7"));
+    let ttl = pttl_ms(&store, &key).await;
+    assert!((3_901_000 - 5_000..=3_901_000).contains(&ttl), "{ttl}");
+    // A duplicate from the same clock is answered by the record, not let through.
+    let duplicate = store
+        .acquire(&acquire_at(&key, &OwnerToken::generate(), now))
+        .await
+        .unwrap();
+    assert!(matches!(duplicate, Acquire::Existing(r) if r.status == Status::Completed));
+}
+
+async fn raw(store: &RedisStore, command: &[&[u8]]) {
+    let mut cmd = redis::cmd(std::str::from_utf8(command[0]).unwrap());
+    for arg in &command[1..] {
+        cmd.arg(*arg);
+    }
+    let () = cmd
+        .query_async(&mut store.connection().clone())
+        .await
+        .unwrap();
+}
+
+fn malformed<T: std::fmt::Debug>(answer: Result<T, StoreError>) {
+    assert!(
+        matches!(answer, Err(StoreError::Malformed { .. })),
+        "{answer:?}"
+    );
+}
+
+/// Keys the store did not write are reported malformed (a typed error: the record fails
+/// alone and reaches the dead-letter queue) and are never overwritten while they could count.
+#[tokio::test]
+async fn foreign_keys_are_malformed_and_left_as_they_are() {
+    let Some(store) = support::redis::fresh_store().await else {
+        return;
+    };
+    let now = SystemTime::now();
+    let owner = OwnerToken::generate();
+    let later = epoch_secs(now + Duration::from_secs(3_600)).to_string();
+
+    // A hash without a status that has not expired: DynamoDB's condition refuses it too.
+    let no_status = IdempotencyKey::derive("foreign", b"no-status");
+    let name = store.redis_key(&no_status);
+    raw(
+        &store,
+        &[
+            b"HSET",
+            name.as_bytes(),
+            b"expiration",
+            later.as_bytes(),
+            b"data",
+            b"1",
+        ],
+    )
+    .await;
+    malformed(store.acquire(&acquire_at(&no_status, &owner, now)).await);
+    let left: Vec<String> = redis::cmd("HGETALL")
+        .arg(&name)
+        .query_async(&mut store.connection().clone())
+        .await
+        .unwrap();
+    assert_eq!(left, ["expiration", later.as_str(), "data", "1"]);
+
+    // A string where a hash belongs (WRONGTYPE from the server).
+    let string = IdempotencyKey::derive("foreign", b"string");
+    raw(&store, &[b"SET", store.redis_key(&string).as_bytes(), b"x"]).await;
+    malformed(store.acquire(&acquire_at(&string, &owner, now)).await);
+    malformed(store.get(&string).await);
+    malformed(store.release(&string, &owner).await);
+
+    // Text that is not UTF-8.
+    let bytes = IdempotencyKey::derive("foreign", b"bytes");
+    let name = store.redis_key(&bytes);
+    raw(
+        &store,
+        &[
+            b"HSET",
+            name.as_bytes(),
+            b"status",
+            b"COMPLETED",
+            b"expiration",
+            later.as_bytes(),
+            b"data",
+            b"\xff",
+        ],
+    )
+    .await;
+    malformed(store.get(&bytes).await);
+    malformed(store.acquire(&acquire_at(&bytes, &owner, now)).await);
+}
+
+#[test]
+#[should_panic(expected = "braces")]
+fn namespaces_cannot_hold_braces() {
+    let client = redis::Client::open("redis://127.0.0.1:1/").unwrap();
+    let _ = RedisStore::new(client).with_namespace("a{b}");
 }

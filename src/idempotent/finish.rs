@@ -71,6 +71,7 @@ where
             status: request.status,
             data: request.data.clone(),
             expiration_secs: request.expiration_secs,
+            now: request.now,
         };
         Ok(match store.complete(&complete).await? {
             Fenced::Applied => Commit::Applied,
@@ -250,6 +251,7 @@ pub(crate) async fn store_failure<St: Store, C: Clock>(
         status: Status::Failed,
         data: serde_json::Value::String(stored_failure_message(config, err)).to_string(),
         expiration_secs: later_secs(clock.now(), config.expires_after),
+        now: clock.now(),
     };
     match complete(store, clock, config, &request, deadline).await {
         Ok(Fenced::Applied) => Error::Permanent {

@@ -69,6 +69,7 @@ impl<St: Store, C: Clock> Heartbeat<'_, St, C> {
                     owner: self.owner.clone(),
                     lease_expiration_ms: lease_ms,
                     expiration_secs: expiration_for(self.config, now, lease_ms),
+                    now,
                 };
                 let lapses = UNIX_EPOCH + Duration::from_millis(held_until_ms);
                 let extended = tokio::select! {

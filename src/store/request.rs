@@ -52,6 +52,9 @@ pub struct CompleteRequest {
     pub data: String,
     /// When the record expires, in epoch seconds.
     pub expiration_secs: u64,
+    /// The current time (stores that garbage-collect by a time-to-live measure it from here,
+    /// not from their own clock).
+    pub now: SystemTime,
 }
 
 /// A request to extend a held lease (heartbeat).
@@ -65,6 +68,9 @@ pub struct ExtendRequest {
     pub lease_expiration_ms: u64,
     /// The new record expiry, in epoch seconds (never before the lease ends).
     pub expiration_secs: u64,
+    /// The current time (stores that garbage-collect by a time-to-live measure it from here,
+    /// not from their own clock).
+    pub now: SystemTime,
 }
 
 /// A request to commit a handler's writes together with the record's final state, in one

@@ -169,6 +169,7 @@ async fn a_record_hashed_in_the_old_format_still_replays_its_own_payload() {
             status: Status::Completed,
             data: "null".into(),
             expiration_secs: lambda_idempotency::clock::epoch_secs(now + Duration::from_secs(3600)),
+            now,
         })
         .await
         .unwrap();

@@ -157,6 +157,7 @@ pub async fn completed(store: &DynamoDbStore, key: &IdempotencyKey, expires: Sys
         status: Status::Completed,
         data: r#"{"ok":true}"#.into(),
         expiration_secs: epoch_ms(expires) / 1000,
+        now: std::time::SystemTime::now(),
     };
     assert_eq!(store.complete(&request).await.unwrap(), Fenced::Applied);
 }

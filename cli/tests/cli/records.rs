@@ -197,6 +197,7 @@ async fn release_of_a_record_changed_since_the_read_is_refused() {
         status: Status::Completed,
         data: "1".into(),
         expiration_secs: epoch_ms(expires) / 1000,
+        now: SystemTime::now(),
     };
     rig.store.complete(&complete).await.unwrap();
     let err = release_held(&rig.store, &read, false).await.unwrap_err();
@@ -225,6 +226,7 @@ async fn release_refuses_a_lease_its_holder_extended_after_the_read() {
         owner: owner.clone(),
         lease_expiration_ms: epoch_ms(SystemTime::now() + Duration::from_secs(600)),
         expiration_secs: epoch_ms(SystemTime::now()) / 1000 + 3600,
+        now: SystemTime::now(),
     };
     assert_eq!(
         rig.store.extend(&extend).await.unwrap(),

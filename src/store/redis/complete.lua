@@ -1,5 +1,5 @@
 -- Completes KEYS[1] if it is in progress under ARGV[1] (owner-fenced). ARGV: owner, status,
--- data, expiration_secs, gc_at_ms ("0": no TTL). Answers 1 (applied: now, or by an earlier
+-- data, expiration_secs, ttl_ms ("0": no TTL). Answers 1 (applied: now, or by an earlier
 -- send whose answer was lost) or 0 (the lease is lost).
 local key = KEYS[1]
 local r = redis.call('HMGET', key, 'status', 'lease_owner', 'data')
@@ -7,7 +7,7 @@ if r[1] == 'INPROGRESS' and r[2] == ARGV[1] then
   redis.call('HSET', key, 'status', ARGV[2], 'data', ARGV[3], 'expiration', ARGV[4])
   redis.call('HDEL', key, 'in_progress_expiration')
   if ARGV[5] ~= '0' then
-    redis.call('PEXPIREAT', key, ARGV[5])
+    redis.call('PEXPIRE', key, ARGV[5])
   else
     redis.call('PERSIST', key)
   end

@@ -8,9 +8,14 @@
 //! store works on Redis Cluster as on a single node.
 //!
 //! As on DynamoDB, the record's own times decide: each script compares them with the times
-//! the caller passes (the layer's clock), never the server's. The key's TTL (`PEXPIREAT`) is
-//! garbage collection only, set [`GC_GRACE`] after the record expires, so a server clock
-//! ahead of the function's by less than that never deletes a record that still counts.
+//! the caller passes (the layer's clock), never the server's. The key's TTL is garbage
+//! collection only: it is set relative to the caller's clock (`PEXPIRE`, the time from now
+//! until [`GC_GRACE`] after the record expires), so neither a server clock nor a function
+//! clock that runs ahead or behind deletes a record that still counts.
+//!
+//! A key the store did not write (another type, a hash without a status, times that are not
+//! integers, text that is not UTF-8) is never taken over while it could count: calls on it
+//! answer [`StoreError::Malformed`].
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
@@ -26,9 +31,8 @@
 //! ```
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::sync::LazyLock;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use ::redis::aio::{ConnectionLike, ConnectionManager};
 use ::redis::Script;
@@ -81,8 +85,18 @@ impl<C> RedisStore<C> {
     }
 
     /// Puts the records under `namespace` instead (a prefix of every Redis key).
+    ///
+    /// # Panics
+    ///
+    /// If `namespace` contains `{` or `}`: the store's braces around the stored key are what
+    /// keeps the keys of two namespaces apart (and the key's Redis Cluster hash tag).
     pub fn with_namespace(mut self, namespace: impl Into<String>) -> Self {
-        self.namespace = namespace.into();
+        let namespace = namespace.into();
+        assert!(
+            !namespace.contains(['{', '}']),
+            "a RedisStore namespace cannot contain braces: {namespace:?}"
+        );
+        self.namespace = namespace;
         self
     }
 
@@ -97,24 +111,34 @@ impl<C> RedisStore<C> {
     }
 }
 
-/// When the key of a record expiring at `expiration_secs` is deleted, in epoch milliseconds
-/// (`0`: never): a whole second after the record stops counting, plus [`GC_GRACE`].
-fn gc_at_ms(expiration_secs: u64) -> u64 {
+/// How long from `now` the key of a record expiring at `expiration_secs` lives, in
+/// milliseconds (`0`: no TTL): until a whole second after the record stops counting, plus
+/// [`GC_GRACE`]; at least 1 ms (a record already past that is deleted at once); no TTL past
+/// the end of year 9999.
+fn ttl_ms(now: SystemTime, expiration_secs: u64) -> u64 {
     let grace_ms = u64::try_from(GC_GRACE.as_millis()).unwrap_or(u64::MAX);
     expiration_secs
         .checked_add(1)
         .and_then(|secs| secs.checked_mul(1000))
         .and_then(|ms| ms.checked_add(grace_ms))
         .filter(|ms| *ms <= LATEST_TTL_MS)
-        .unwrap_or(0)
+        .map_or(0, |gc_at_ms| gc_at_ms.saturating_sub(epoch_ms(now)).max(1))
 }
 
-fn unavailable(err: ::redis::RedisError) -> StoreError {
+/// The error of a call on `key`: a key of another type is malformed, anything else leaves
+/// the store unavailable.
+fn store_error(key: &IdempotencyKey, err: ::redis::RedisError) -> StoreError {
+    if err.code() == Some("WRONGTYPE") {
+        return StoreError::Malformed {
+            key: key.as_str().to_string(),
+            reason: "the Redis key holds another type than a hash".into(),
+        };
+    }
     StoreError::Unavailable(Box::new(err))
 }
 
 /// The record in the hash `fields` (field, value, field, value, ...) stored under `key`.
-fn parse(key: &IdempotencyKey, fields: &[String]) -> Result<Record, StoreError> {
+fn parse(key: &IdempotencyKey, fields: &[Vec<u8>]) -> Result<Record, StoreError> {
     let malformed = |reason: String| StoreError::Malformed {
         key: key.as_str().to_string(),
         reason,
@@ -122,10 +146,12 @@ fn parse(key: &IdempotencyKey, fields: &[String]) -> Result<Record, StoreError> 
     if !fields.len().is_multiple_of(2) {
         return Err(malformed("an odd number of hash fields".into()));
     }
-    let map: HashMap<&str, &str> = fields
-        .chunks(2)
-        .map(|pair| (pair[0].as_str(), pair[1].as_str()))
-        .collect();
+    let texts = fields
+        .iter()
+        .map(|bytes| std::str::from_utf8(bytes))
+        .collect::<Result<Vec<&str>, _>>()
+        .map_err(|_| malformed("a hash field is not UTF-8".into()))?;
+    let map: HashMap<&str, &str> = texts.chunks(2).map(|pair| (pair[0], pair[1])).collect();
     let number = |name: &str| -> Result<Option<u64>, StoreError> {
         map.get(name)
             .map(|raw| {
@@ -150,105 +176,6 @@ fn parse(key: &IdempotencyKey, fields: &[String]) -> Result<Record, StoreError> 
     })
 }
 
-impl<C> RedisStore<C>
-where
-    C: ConnectionLike + Clone + Send + Sync + 'static,
-{
-    async fn acquire_inner(&self, request: &AcquireRequest) -> Result<Acquire, StoreError> {
-        // The same item size limit, counted the same way, as DynamoDB.
-        check_item_size(record_size_bytes(
-            &AttributeNames::default(),
-            &request.record(),
-        ))?;
-        let mut connection = self.connection.clone();
-        let answer: Vec<String> = ACQUIRE
-            .key(self.redis_key(&request.key))
-            .arg(request.owner.as_str())
-            .arg(epoch_ms(request.now))
-            .arg(epoch_secs(request.now))
-            .arg(request.lease_expiration_ms)
-            .arg(request.expiration_secs)
-            .arg(gc_at_ms(request.expiration_secs))
-            .arg(if request.validation.is_some() {
-                "1"
-            } else {
-                "0"
-            })
-            .arg(request.validation.as_deref().unwrap_or(""))
-            .invoke_async(&mut connection)
-            .await
-            .map_err(unavailable)?;
-        match answer.split_first() {
-            Some((tag, [])) if tag == "acquired" => Ok(Acquire::Acquired),
-            Some((tag, fields)) if tag == "existing" => {
-                Ok(Acquire::Existing(parse(&request.key, fields)?))
-            }
-            _ => Err(StoreError::Malformed {
-                key: request.key.as_str().to_string(),
-                reason: format!("unexpected acquire answer {answer:?}"),
-            }),
-        }
-    }
-
-    async fn complete_inner(&self, request: &CompleteRequest) -> Result<Fenced, StoreError> {
-        check_item_size(completed_size_bytes(&AttributeNames::default(), request))?;
-        let mut connection = self.connection.clone();
-        let applied: i64 = COMPLETE
-            .key(self.redis_key(&request.key))
-            .arg(request.owner.as_str())
-            .arg(request.status.as_str())
-            .arg(&request.data)
-            .arg(request.expiration_secs)
-            .arg(gc_at_ms(request.expiration_secs))
-            .invoke_async(&mut connection)
-            .await
-            .map_err(unavailable)?;
-        Ok(fenced(applied))
-    }
-
-    async fn extend_inner(&self, request: &ExtendRequest) -> Result<Fenced, StoreError> {
-        let mut connection = self.connection.clone();
-        let applied: i64 = EXTEND
-            .key(self.redis_key(&request.key))
-            .arg(request.owner.as_str())
-            .arg(request.lease_expiration_ms)
-            .arg(request.expiration_secs)
-            .arg(gc_at_ms(request.expiration_secs))
-            .invoke_async(&mut connection)
-            .await
-            .map_err(unavailable)?;
-        Ok(fenced(applied))
-    }
-
-    async fn release_inner(
-        &self,
-        key: &IdempotencyKey,
-        owner: &OwnerToken,
-    ) -> Result<Fenced, StoreError> {
-        let mut connection = self.connection.clone();
-        let applied: i64 = RELEASE
-            .key(self.redis_key(key))
-            .arg(owner.as_str())
-            .invoke_async(&mut connection)
-            .await
-            .map_err(unavailable)?;
-        Ok(fenced(applied))
-    }
-
-    async fn get_inner(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
-        let mut connection = self.connection.clone();
-        let fields: Vec<String> = ::redis::cmd("HGETALL")
-            .arg(self.redis_key(key))
-            .query_async(&mut connection)
-            .await
-            .map_err(unavailable)?;
-        if fields.is_empty() {
-            return Ok(None);
-        }
-        parse(key, &fields).map(Some)
-    }
-}
-
 fn fenced(applied: i64) -> Fenced {
     if applied == 1 {
         Fenced::Applied
@@ -261,40 +188,93 @@ impl<C> Store for RedisStore<C>
 where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
-    fn acquire(
-        &self,
-        request: &AcquireRequest,
-    ) -> impl Future<Output = Result<Acquire, StoreError>> + Send {
-        self.acquire_inner(request)
+    async fn acquire(&self, request: &AcquireRequest) -> Result<Acquire, StoreError> {
+        // The same item size limit, counted the same way, as DynamoDB.
+        check_item_size(record_size_bytes(
+            &AttributeNames::default(),
+            &request.record(),
+        ))?;
+        let answer: Vec<Vec<u8>> = ACQUIRE
+            .key(self.redis_key(&request.key))
+            .arg(request.owner.as_str())
+            .arg(epoch_ms(request.now))
+            .arg(epoch_secs(request.now))
+            .arg(request.lease_expiration_ms)
+            .arg(request.expiration_secs)
+            .arg(ttl_ms(request.now, request.expiration_secs))
+            .arg(if request.validation.is_some() {
+                "1"
+            } else {
+                "0"
+            })
+            .arg(request.validation.as_deref().unwrap_or(""))
+            .invoke_async(&mut self.connection.clone())
+            .await
+            .map_err(|err| store_error(&request.key, err))?;
+        match answer.split_first() {
+            Some((tag, [])) if tag == b"acquired" => Ok(Acquire::Acquired),
+            Some((tag, fields)) if tag == b"existing" => {
+                Ok(Acquire::Existing(parse(&request.key, fields)?))
+            }
+            _ => Err(StoreError::Malformed {
+                key: request.key.as_str().to_string(),
+                reason: format!("unexpected acquire answer {answer:?}"),
+            }),
+        }
     }
 
-    fn complete(
-        &self,
-        request: &CompleteRequest,
-    ) -> impl Future<Output = Result<Fenced, StoreError>> + Send {
-        self.complete_inner(request)
+    async fn complete(&self, request: &CompleteRequest) -> Result<Fenced, StoreError> {
+        check_item_size(completed_size_bytes(&AttributeNames::default(), request))?;
+        let applied: i64 = COMPLETE
+            .key(self.redis_key(&request.key))
+            .arg(request.owner.as_str())
+            .arg(request.status.as_str())
+            .arg(&request.data)
+            .arg(request.expiration_secs)
+            .arg(ttl_ms(request.now, request.expiration_secs))
+            .invoke_async(&mut self.connection.clone())
+            .await
+            .map_err(|err| store_error(&request.key, err))?;
+        Ok(fenced(applied))
     }
 
-    fn extend(
-        &self,
-        request: &ExtendRequest,
-    ) -> impl Future<Output = Result<Fenced, StoreError>> + Send {
-        self.extend_inner(request)
+    async fn extend(&self, request: &ExtendRequest) -> Result<Fenced, StoreError> {
+        let applied: i64 = EXTEND
+            .key(self.redis_key(&request.key))
+            .arg(request.owner.as_str())
+            .arg(request.lease_expiration_ms)
+            .arg(request.expiration_secs)
+            .arg(ttl_ms(request.now, request.expiration_secs))
+            .invoke_async(&mut self.connection.clone())
+            .await
+            .map_err(|err| store_error(&request.key, err))?;
+        Ok(fenced(applied))
     }
 
-    fn release(
+    async fn release(
         &self,
         key: &IdempotencyKey,
         owner: &OwnerToken,
-    ) -> impl Future<Output = Result<Fenced, StoreError>> + Send {
-        self.release_inner(key, owner)
+    ) -> Result<Fenced, StoreError> {
+        let applied: i64 = RELEASE
+            .key(self.redis_key(key))
+            .arg(owner.as_str())
+            .invoke_async(&mut self.connection.clone())
+            .await
+            .map_err(|err| store_error(key, err))?;
+        Ok(fenced(applied))
     }
 
-    fn get(
-        &self,
-        key: &IdempotencyKey,
-    ) -> impl Future<Output = Result<Option<Record>, StoreError>> + Send {
-        self.get_inner(key)
+    async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
+        let fields: Vec<Vec<u8>> = ::redis::cmd("HGETALL")
+            .arg(self.redis_key(key))
+            .query_async(&mut self.connection.clone())
+            .await
+            .map_err(|err| store_error(key, err))?;
+        if fields.is_empty() {
+            return Ok(None);
+        }
+        parse(key, &fields).map(Some)
     }
 }
 
@@ -303,18 +283,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn garbage_collection_waits_past_expiry_and_saturates() {
-        assert_eq!(gc_at_ms(1_000), 1_001_000 + 300_000);
-        assert_eq!(gc_at_ms(u64::MAX), 0);
-        assert_eq!(gc_at_ms(LATEST_TTL_MS / 1000), 0);
-        assert!(gc_at_ms(4_000_000_000) > 0);
+    fn garbage_collection_waits_past_expiry_relative_to_the_caller_and_saturates() {
+        let at = |secs| std::time::UNIX_EPOCH + Duration::from_secs(secs);
+        assert_eq!(ttl_ms(at(1_000), 1_000), 1_000 + 300_000);
+        assert_eq!(ttl_ms(at(0), 1_000), 1_001_000 + 300_000);
+        // Past its garbage collection already: deleted at once, never "no TTL".
+        assert_eq!(ttl_ms(at(2_000), 1_000), 1);
+        assert_eq!(ttl_ms(at(0), u64::MAX), 0);
+        assert_eq!(ttl_ms(at(0), LATEST_TTL_MS / 1000), 0);
+        assert!(ttl_ms(at(0), 4_000_000_000) > 0);
     }
 
     #[test]
     fn hashes_parse_back_and_damaged_ones_are_malformed() {
         let key = IdempotencyKey::from_stored("p#k");
-        let fields: Vec<String> = ["status", "COMPLETED", "expiration", "10", "data", "1"]
-            .map(String::from)
+        let fields: Vec<Vec<u8>> = ["status", "COMPLETED", "expiration", "10", "data", "1"]
+            .map(|f| f.as_bytes().to_vec())
             .into();
         let record = parse(&key, &fields).unwrap();
         assert_eq!(record.status, Status::Completed);
@@ -326,11 +310,22 @@ mod tests {
             vec!["status", "COMPLETED", "expiration", "x"],
             vec!["status"],
         ] {
-            let fields: Vec<String> = damaged.into_iter().map(String::from).collect();
+            let fields: Vec<Vec<u8>> = damaged.into_iter().map(|f| f.as_bytes().to_vec()).collect();
             assert!(matches!(
                 parse(&key, &fields),
                 Err(StoreError::Malformed { .. })
             ));
         }
+        let not_text: Vec<Vec<u8>> = vec![b"status".to_vec(), b"COMPLETED\xff".to_vec()];
+        assert!(matches!(
+            parse(&key, &not_text),
+            Err(StoreError::Malformed { .. })
+        ));
+    }
+
+    #[test]
+    #[should_panic(expected = "braces")]
+    fn a_namespace_with_braces_is_refused() {
+        let _ = RedisStore::new(()).with_namespace("tenant{a}:");
     }
 }

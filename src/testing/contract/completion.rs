@@ -233,6 +233,7 @@ pub async fn extend_and_release_leave_finished_records_alone<S: Seed>(store: &S)
             owner: a.clone(),
             lease_expiration_ms: epoch_ms(clock.now() + LEASE),
             expiration_secs: epoch_secs(clock.now() + HOUR * 2),
+            now: clock.now(),
         };
         assert_eq!(
             store.extend(&extend).await.unwrap(),

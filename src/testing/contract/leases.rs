@@ -114,6 +114,7 @@ pub async fn extend_moves_the_lease_only_for_its_holder<S: Store>(store: &S) {
         owner: owner.clone(),
         lease_expiration_ms: epoch_ms(clock.now() + until),
         expiration_secs: epoch_secs(clock.now() + HOUR),
+        now: clock.now(),
     };
     assert_eq!(
         store.extend(&extend(&b, LEASE * 4)).await.unwrap(),

@@ -162,6 +162,7 @@ fn complete_request(
         status: Status::Completed,
         data: data.to_string(),
         expiration_secs: epoch_secs(clock.now() + window),
+        now: clock.now(),
     }
 }
 
