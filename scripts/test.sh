@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The project's test command (README Quickstart, and CI through .ci/run):
 # installs what is missing (DynamoDB Local, the Python-packaged tools), lints template.yaml,
-# starts DynamoDB Local and Redis (Debian's redis-server, installed if missing), then runs
+# starts DynamoDB Local, Redis and PostgreSQL (Debian's packages, installed if missing), then runs
 # the format check, clippy, the docs build and every test of
 # the workspace (the library, the examples, the CLI, bench, tests/support), the DynamoDB
 # Local ones included, and stops it; then runs scripts/run-local.sh, which must PASS, and
@@ -12,9 +12,11 @@ cd "$(dirname "$0")/.."
 source scripts/dynamodb-local.sh
 # shellcheck source=scripts/redis.sh
 source scripts/redis.sh
+# shellcheck source=scripts/postgres.sh
+source scripts/postgres.sh
 # shellcheck source=scripts/tools.sh
 source scripts/tools.sh
-trap 'status=$?; ddb_stop; redis_stop; exit $status' EXIT
+trap 'status=$?; ddb_stop; redis_stop; postgres_stop; exit $status' EXIT
 # No incremental compilation caches: this script builds every crate once, and the caches
 # only cost disk.
 export CARGO_INCREMENTAL=0
@@ -35,10 +37,19 @@ rm -f "$short_window"
 
 ddb_start
 redis_start
-# Tests that need DynamoDB Local or Redis fail, rather than skip, when it is unreachable.
+postgres_start
+# Tests that need DynamoDB Local, Redis or PostgreSQL fail, rather than skip, when it is
+# unreachable.
 export LAMBDA_IDEMPOTENCY_REQUIRE_DYNAMODB=1
 export LAMBDA_IDEMPOTENCY_REQUIRE_REDIS=1
+export LAMBDA_IDEMPOTENCY_REQUIRE_POSTGRES=1
 
+echo "== the library with the DynamoDB feature alone compiles neither the Redis nor the PostgreSQL client"
+if cargo tree -p lambda-idempotency --no-default-features --features dynamodb -e normal --prefix none \
+  | grep -E '^(redis|tokio-postgres|deadpool-postgres) '; then
+  echo "a store client is compiled without its feature" >&2
+  exit 1
+fi
 echo "== rust-version covers every dependency of the library"
 python3 scripts/check_msrv.py
 echo "== cargo fmt --check"
@@ -50,6 +61,7 @@ cargo clippy -p lambda-idempotency --no-default-features --quiet -- -D warnings
 cargo clippy -p lambda-idempotency --no-default-features --features http --quiet -- -D warnings
 cargo clippy -p lambda-idempotency --features testing --quiet -- -D warnings
 cargo clippy -p lambda-idempotency --no-default-features --features redis --quiet -- -D warnings
+cargo clippy -p lambda-idempotency --no-default-features --features postgres --quiet -- -D warnings
 echo "== cargo doc --workspace --no-deps (warnings denied)"
 RUSTDOCFLAGS=-Dwarnings cargo doc --workspace --no-deps --quiet
 echo "== cargo package -p lambda-idempotency (the library as it would be published builds on its own)"

@@ -124,6 +124,8 @@ impl Error {
             Error::Permanent { .. } => Outcome::FailedPermanently,
             Error::ResultUnavailable => Outcome::Replayed,
             Error::Store(store) if store.is_request_fault() => Outcome::Rejected,
+            // The handler's own statements may have aborted its transaction.
+            Error::Store(StoreError::TransactionAborted(_)) => Outcome::Failed,
             Error::Store(_) => Outcome::StoreUnavailable,
             Error::Handler(_) | Error::Panic { .. } | Error::SameKeyFailed { .. } => {
                 Outcome::Failed
@@ -155,6 +157,7 @@ impl Error {
             }
             Error::Store(StoreError::InvalidWrite { .. }) => "Idempotency.InvalidWrite",
             Error::Store(StoreError::InvalidRequest { .. }) => "Idempotency.InvalidRequest",
+            Error::Store(StoreError::TransactionAborted(_)) => "Idempotency.TransactionAborted",
             Error::Permanent { .. } => "Idempotency.PermanentFailure",
             Error::ConditionFailed { .. } => "Idempotency.ConditionFailed",
             Error::ResultUnavailable => "Idempotency.ResultUnavailable",

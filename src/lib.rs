@@ -103,6 +103,9 @@
 //!   ALB).
 //! - `redis`: `store::RedisStore`, the records in Redis or Valkey (one Lua script per
 //!   transition), on the `redis` crate's tokio connections.
+//! - `postgres`: `store::PostgresStore`, the records in a PostgreSQL table (one statement per
+//!   transition), on a `deadpool-postgres` pool; handlers can write in its transaction
+//!   (`IdempotencyLayer::in_transaction`), so their PostgreSQL effects commit with the record.
 //! - `metrics`: outcomes, latencies and DynamoDB calls through the `metrics` facade.
 //! - `testing`: the testing kit for your handlers (`testing`: event builders for each
 //!   trigger, invocations, the store contract suites), `clock::ManualClock`,
@@ -146,7 +149,7 @@ mod hashing;
 
 pub use config::{Config, IdempotencyMode, MissingKey};
 pub use error::{BoxError, Error, Permanent};
-pub use idempotent::{Completion, IdempotencyLayer, Idempotent};
+pub use idempotent::{Completion, IdempotencyLayer, Idempotent, InTransaction, TransactionEvent};
 pub use input::Input;
 pub use outcome::Outcome;
 pub use processed::Processed;

@@ -14,7 +14,6 @@ use std::future::Future;
 use std::panic::AssertUnwindSafe;
 
 use futures_util::FutureExt;
-use lambda_runtime::LambdaEvent;
 use tower::{BoxError, Service};
 
 use crate::clock::Clock;
@@ -50,21 +49,22 @@ pub(crate) async fn catch_panic_async<T>(
     }
 }
 
-/// Runs the inner handler, turning its error or panic into [`Error`].
-pub(crate) async fn call_handler<S, I, C: Clock>(
+/// Runs the inner handler on `request` (the event, or the event with a transaction),
+/// turning its error or panic into [`Error`].
+pub(crate) async fn call_handler<S, R, C: Clock>(
     inner: S,
-    event: LambdaEvent<I>,
+    request: R,
     clock: &C,
 ) -> Result<S::Response, Error>
 where
-    S: Service<LambdaEvent<I>>,
+    S: Service<R>,
     S::Error: Into<BoxError>,
 {
     let mut inner = inner;
     let started = clock.now();
     let result = catch_panic_async(async move {
         inner
-            .call(event)
+            .call(request)
             .await
             .map_err(|e| Error::Handler(e.into()))
     })

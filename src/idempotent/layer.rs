@@ -6,13 +6,14 @@ use std::sync::Arc;
 use tower::Layer;
 
 use super::finish::{ResultAndWrites, ResultOnly};
+use super::in_transaction::InTransaction;
 use super::protocol::{LocalAnswers, Protocol};
 use super::record_fn::{record_fn, RecordFn};
 use super::service::Idempotent;
 use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
 use crate::key::MessageId;
-use crate::store::{Store, TransactionalStore};
+use crate::store::{Store, TransactionScope, TransactionalStore};
 
 /// Builds [`Idempotent`] services: the per-record idempotency protocol around a handler.
 ///
@@ -105,6 +106,26 @@ impl<St, K, C, M> IdempotencyLayer<St, K, C, M> {
         }
     }
 
+    /// Builds services whose handler writes in the store's own transaction: it receives the
+    /// event and the open transaction (for [`PostgresStore`](crate::store::PostgresStore), a
+    /// `PgTransaction`), and its writes commit with the record's final state or not at all,
+    /// so they are applied exactly once even if the process dies at any instant.
+    /// [`Config::with_mode`] chooses lease (the lease is kept outside the transaction) or
+    /// optimistic (the uncommitted record row is the lock) commits.
+    pub fn in_transaction(self) -> IdempotencyLayer<St, K, C, InTransaction>
+    where
+        St: TransactionScope,
+    {
+        IdempotencyLayer {
+            store: self.store,
+            key: self.key,
+            clock: self.clock,
+            config: self.config,
+            local: self.local,
+            mode: PhantomData,
+        }
+    }
+
     /// Uses `config` (this starts a fresh local cache).
     pub fn with_config(mut self, config: Config) -> Self {
         self.local = LocalAnswers::new(&config);
@@ -139,7 +160,8 @@ impl<St, K, C, M> IdempotencyLayer<St, K, C, M> {
     }
 
     /// Wraps a plain async function of one event: `async fn(E) -> Result<T, Err>` (or, with
-    /// writes, `Result<Completion<T>, Err>`).
+    /// writes, `Result<Completion<T>, Err>`; in a transaction, `async fn(E, Tx) -> Result<T,
+    /// Err>`).
     pub fn handler<F>(&self, f: F) -> Idempotent<RecordFn<F>, St, K, C, M>
     where
         St: Clone,

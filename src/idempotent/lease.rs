@@ -83,7 +83,7 @@ where
 }
 
 /// After the handler failed under a lease: store a permanent failure, or release.
-async fn settle_failure<St, K, C, T>(
+pub(crate) async fn settle_failure<St, K, C, T>(
     protocol: &Protocol<St, K, C>,
     claim: &mut Claim,
     owner: &OwnerToken,

@@ -14,7 +14,9 @@
 //!    any other failure releases the lease.
 //!
 //! Handlers with writes in optimistic mode take the `optimistic` driver instead of 2 and 3:
-//! run first, then commit with the record only if no live record exists.
+//! run first, then commit with the record only if no live record exists. Handlers that
+//! write in the store's own transaction take the `in_transaction` driver: the handler runs
+//! inside the transaction that writes the final record.
 
 mod admission;
 mod cache;
@@ -22,6 +24,7 @@ mod completion;
 mod finish;
 mod heartbeat;
 mod in_flight;
+mod in_transaction;
 mod invoke;
 mod layer;
 mod lease;
@@ -36,6 +39,7 @@ pub use admission::FALLBACK_KEY_PREFIX;
 pub use completion::Completion;
 pub use finish::{ResultAndWrites, ResultOnly, MAX_STORED_FAILURE_BYTES, UNSTORED_FAILURE_MESSAGE};
 pub(crate) use in_flight::within_batch;
+pub use in_transaction::{InTransaction, TransactionEvent};
 pub(crate) use invoke::catch_panic_async;
 pub use layer::IdempotencyLayer;
 pub use record_fn::{record_fn, RecordFn};

@@ -13,6 +13,7 @@ use tower::{BoxError, Service};
 
 use super::completion::Completion;
 use super::finish::{ResultAndWrites, ResultOnly};
+use super::in_transaction::{self, InTransaction, TransactionEvent};
 use super::protocol::Protocol;
 use super::{lease, optimistic};
 use crate::clock::{Clock, SystemClock};
@@ -21,7 +22,7 @@ use crate::error::Error;
 use crate::input::Input;
 use crate::key::{KeyExtractor, MessageId};
 use crate::processed::Processed;
-use crate::store::{Store, TransactionalStore};
+use crate::store::{Store, TransactionScope, TransactionalStore};
 
 /// A handler made idempotent: it runs at most once per key while the key's record counts,
 /// under a lease that ends at the invocation deadline, and duplicates get its stored result.
@@ -123,13 +124,18 @@ mod sealed {
     pub trait Sealed {}
     impl Sealed for super::ResultOnly {}
     impl Sealed for super::ResultAndWrites {}
+    impl Sealed for super::InTransaction {}
 }
 
 /// A completion mode of [`Idempotent`] for handler `S`, store `St`, key extractor `K`, clock
-/// `C` and event `I`: [`ResultOnly`] or [`ResultAndWrites`]. Sealed.
+/// `C` and event `I`: [`ResultOnly`], [`ResultAndWrites`] or [`InTransaction`]. Sealed.
 pub trait Mode<S, St, K, C, I>: sealed::Sealed + Sized {
     /// The result that is stored and replayed.
     type Value;
+
+    /// Polls the handler's readiness.
+    #[doc(hidden)]
+    fn poll_ready(inner: &mut S, cx: &mut Context<'_>) -> Poll<Result<(), Error>>;
 
     /// Runs the protocol for one event with the service's ready handler.
     #[doc(hidden)]
@@ -151,6 +157,10 @@ where
     I: Input + Send + Sync + 'static,
 {
     type Value = T;
+
+    fn poll_ready(inner: &mut S, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        Service::<LambdaEvent<I>>::poll_ready(inner, cx).map_err(|e| Error::Handler(e.into()))
+    }
 
     fn call(
         service: &mut Idempotent<S, St, K, C, Self>,
@@ -174,6 +184,10 @@ where
 {
     type Value = T;
 
+    fn poll_ready(inner: &mut S, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        Service::<LambdaEvent<I>>::poll_ready(inner, cx).map_err(|e| Error::Handler(e.into()))
+    }
+
     fn call(
         service: &mut Idempotent<S, St, K, C, Self>,
         event: LambdaEvent<I>,
@@ -188,10 +202,35 @@ where
     }
 }
 
+impl<S, St, K, C, I, T> Mode<S, St, K, C, I> for InTransaction
+where
+    S: Service<TransactionEvent<I, St::Transaction>, Response = T> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<BoxError>,
+    T: Serialize + DeserializeOwned + Send + 'static,
+    St: TransactionScope,
+    K: KeyExtractor<I>,
+    C: Clock,
+    I: Input + Send + Sync + 'static,
+{
+    type Value = T;
+
+    fn poll_ready(inner: &mut S, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        Service::<TransactionEvent<I, St::Transaction>>::poll_ready(inner, cx)
+            .map_err(|e| Error::Handler(e.into()))
+    }
+
+    fn call(
+        service: &mut Idempotent<S, St, K, C, Self>,
+        event: LambdaEvent<I>,
+    ) -> ResponseFuture<T> {
+        let (ready, protocol) = service.take_ready();
+        Box::pin(in_transaction::run(protocol, ready, event))
+    }
+}
+
 impl<S, St, K, C, M, I> Service<LambdaEvent<I>> for Idempotent<S, St, K, C, M>
 where
-    S: Service<LambdaEvent<I>>,
-    S::Error: Into<BoxError>,
     M: Mode<S, St, K, C, I>,
 {
     type Response = Processed<M::Value>;
@@ -199,9 +238,7 @@ where
     type Future = ResponseFuture<M::Value>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
-        self.inner
-            .poll_ready(cx)
-            .map_err(|e| Error::Handler(e.into()))
+        M::poll_ready(&mut self.inner, cx)
     }
 
     fn call(&mut self, event: LambdaEvent<I>) -> Self::Future {

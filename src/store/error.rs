@@ -46,6 +46,11 @@ pub enum StoreError {
         /// The limit.
         limit_bytes: usize,
     },
+    /// The transaction the handler wrote in could not commit (its connection failed before
+    /// the commit, or one of the handler's statements aborted it): nothing of it was
+    /// applied. Not worth sending again: the handler's writes are gone with it.
+    #[error("the handler's transaction could not commit; nothing of it was applied")]
+    TransactionAborted(#[source] BoxError),
     /// The store refused the request as invalid (DynamoDB's `ValidationException`, at the
     /// top level or as a transaction's cancellation reason): a bad expression, two
     /// operations on one item, an item over the limit. Sending it again cannot help.

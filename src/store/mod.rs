@@ -2,7 +2,8 @@
 //! handlers whose writes commit with the record), the requests and answers they exchange,
 //! the limits every store enforces, and the stores themselves: [`InMemoryStore`] (embedded)
 //! and, with the `dynamodb` feature (on by default), [`DynamoDbStore`]; with the `redis`
-//! feature, `RedisStore` (module `redis`).
+//! feature, `RedisStore` (module `redis`); with the `postgres` feature, `PostgresStore` (module
+//! `postgres`).
 
 mod attribute_names;
 #[cfg(feature = "dynamodb")]
@@ -10,9 +11,12 @@ mod dynamodb;
 mod error;
 pub(crate) mod item_size;
 mod memory;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 #[cfg(feature = "redis")]
 pub mod redis;
 mod request;
+mod transaction_scope;
 mod write;
 
 use std::future::Future;
@@ -21,6 +25,8 @@ use std::sync::Arc;
 use crate::key::IdempotencyKey;
 use crate::record::{OwnerToken, Record};
 
+#[cfg(feature = "postgres")]
+pub use self::postgres::PostgresStore;
 #[cfg(feature = "redis")]
 pub use self::redis::RedisStore;
 pub use attribute_names::AttributeNames;
@@ -31,6 +37,7 @@ pub use item_size::{MAX_ITEM_BYTES, MAX_NESTING, MAX_TRANSACTION_BYTES, MAX_TRAN
 pub use memory::InMemoryStore;
 pub(crate) use request::is_our_completion;
 pub use request::{AcquireRequest, CommitRequest, CompleteRequest, ExtendRequest};
+pub use transaction_scope::TransactionScope;
 pub use write::{Attr, Item, Write, WriteKind};
 
 /// The answer to an acquire. A failed condition is an expected outcome, not an error.

@@ -126,6 +126,37 @@ where
     }
 }
 
+#[cfg(feature = "postgres")]
+impl Seed for crate::store::PostgresStore {
+    async fn seed(&self, record: &Record) {
+        let client = self.pool().get().await.expect("a PostgreSQL connection");
+        let time = |value: u64| i64::try_from(value).unwrap_or(i64::MAX);
+        let sql = format!(
+            "INSERT INTO {table} (id, status, expiration, in_progress_expiration, lease_owner, data, validation) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (id) DO UPDATE SET \
+             status = EXCLUDED.status, expiration = EXCLUDED.expiration, \
+             in_progress_expiration = EXCLUDED.in_progress_expiration, \
+             lease_owner = EXCLUDED.lease_owner, data = EXCLUDED.data, validation = EXCLUDED.validation",
+            table = self.table()
+        );
+        client
+            .execute(
+                &sql,
+                &[
+                    &record.key.as_str(),
+                    &record.status.as_str(),
+                    &time(record.expiration_secs),
+                    &record.lease_expiration_ms.map(time),
+                    &record.owner.as_ref().map(|owner| owner.as_str()),
+                    &record.data,
+                    &record.validation,
+                ],
+            )
+            .await
+            .expect("seed a record");
+    }
+}
+
 fn key(name: &str) -> IdempotencyKey {
     IdempotencyKey::derive("contract", name.as_bytes())
 }

@@ -9,7 +9,7 @@
 //!   testing kit, `lambda_idempotency::testing`), run against every store with
 //!   [`store_contract_suite!`] and [`transactional_contract_suite!`];
 //! - [`dynamodb`]: clients and fresh tables on DynamoDB Local; [`redis`]: stores on the test
-//!   Redis.
+//!   Redis; [`postgres`]: stores on fresh tables of the test PostgreSQL.
 //!
 //! The heavy harness, behind the `harness` feature, for the tests that drive a real
 //! function binary or a misbehaving network: `harness::runtime_api` (a Lambda Runtime API
@@ -22,6 +22,7 @@ pub mod dynamodb;
 pub mod faulty_store;
 #[cfg(feature = "harness")]
 pub mod harness;
+pub mod postgres;
 pub mod redis;
 
 pub use lambda_idempotency::testing::{contract, transactional as transactional_contract};

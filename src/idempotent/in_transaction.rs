@@ -1,0 +1,299 @@
+//! The in-transaction driver, for handlers that write in the store's own transaction
+//! ([`TransactionScope`]): the handler runs inside a transaction that also writes the
+//! record's final state, so its writes commit with the record or not at all.
+//! - Lease mode: the lease is taken (and kept by the heartbeat) outside the transaction, as
+//!   the lease driver does; the final record is written in the transaction, fenced by the
+//!   owner, and committed with the handler's writes.
+//! - Optimistic mode: the in-progress record is written inside the transaction, so the
+//!   uncommitted row is the mutual exclusion: a duplicate waits on it (up to the deadline)
+//!   and then finds the final record. Nothing is visible before the commit, and a process
+//!   that dies leaves nothing behind.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lambda_runtime::LambdaEvent;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use tower::{BoxError, Service};
+
+use super::admission::{admit, Admission, Claim};
+use super::finish::{commit_error, store_fitting};
+use super::heartbeat::{self, expiration_for, lease_end_ms};
+use super::invoke::{call_handler, is_permanent};
+use super::lease;
+use super::protocol::Protocol;
+use super::stored_result;
+use crate::clock::{epoch_ms, later_secs, Clock, Deadline};
+use crate::config::IdempotencyMode;
+use crate::error::Error;
+use crate::hooks::Created;
+use crate::input::Input;
+use crate::key::KeyExtractor;
+use crate::processed::Processed;
+use crate::record::{OwnerToken, Status};
+use crate::store::{
+    Acquire, AcquireRequest, Commit, CompleteRequest, StoreError, TransactionScope,
+};
+
+/// The completion mode of a handler that writes in the store's own transaction (a
+/// [`TransactionScope`] such as [`PostgresStore`](crate::store::PostgresStore)): it receives
+/// the open transaction, and its writes commit with the record's final state. Chosen with
+/// [`IdempotencyLayer::in_transaction`](crate::IdempotencyLayer::in_transaction).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct InTransaction;
+
+/// What a handler in a [`TransactionScope`] receives: the event, and the open transaction
+/// its writes go in.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct TransactionEvent<E, Tx> {
+    /// The event (with its `Context`).
+    pub event: LambdaEvent<E>,
+    /// The transaction (for [`PostgresStore`](crate::store::PostgresStore), a
+    /// `PgTransaction`).
+    pub transaction: Tx,
+}
+
+/// How long the transaction may wait or idle: until the deadline.
+fn hold_for<C: Clock>(clock: &C, deadline: Deadline) -> Duration {
+    deadline
+        .time()
+        .duration_since(clock.now())
+        .unwrap_or(Duration::ZERO)
+}
+
+/// The final record written in `transaction` and committed, in its stored form (compressed
+/// or a marker when the result does not fit).
+async fn complete_in<St: TransactionScope>(
+    store: &St,
+    transaction: &St::Transaction,
+    template: &CompleteRequest,
+    json: Result<String, serde_json::Error>,
+) -> Result<(Commit, String), StoreError> {
+    let finished = store_fitting(json, |data| {
+        let request = CompleteRequest {
+            data,
+            ..template.clone()
+        };
+        async move { store.complete_in(transaction, &request).await }
+    })
+    .await;
+    if finished.is_err() {
+        // Nothing was committed; end the transaction if it is still open.
+        store.rollback(transaction).await;
+    }
+    finished
+}
+
+/// Handlers that write in the store's transaction: admit, then lease or optimistic.
+pub(crate) async fn run<S, St, K, C, I, T>(
+    protocol: Arc<Protocol<St, K, C>>,
+    inner: S,
+    event: LambdaEvent<I>,
+) -> Result<Processed<T>, Error>
+where
+    S: Service<TransactionEvent<I, St::Transaction>, Response = T>,
+    S::Error: Into<BoxError>,
+    T: Serialize + DeserializeOwned,
+    St: TransactionScope,
+    K: KeyExtractor<I>,
+    C: Clock,
+    I: Input,
+{
+    let claim = match admit(&protocol, &event).await {
+        Admission::Answered(answer) => return answer,
+        // The record is what the writes commit with: no key, no writes.
+        Admission::Unprotected(err) => return Err(Error::Key(err)),
+        Admission::Claimed(claim) => claim,
+    };
+    match protocol.config.mode {
+        IdempotencyMode::Lease => under_lease(&protocol, claim, inner, event).await,
+        IdempotencyMode::Optimistic => optimistic(&protocol, claim, inner, event).await,
+    }
+}
+
+async fn under_lease<S, St, K, C, I, T>(
+    protocol: &Protocol<St, K, C>,
+    mut claim: Claim,
+    inner: S,
+    event: LambdaEvent<I>,
+) -> Result<Processed<T>, Error>
+where
+    S: Service<TransactionEvent<I, St::Transaction>, Response = T>,
+    S::Error: Into<BoxError>,
+    T: Serialize + DeserializeOwned,
+    St: TransactionScope,
+    C: Clock,
+{
+    let (owner, held_until_ms) = match lease::acquire(protocol, &mut claim).await {
+        Ok(held) => held,
+        Err(answer) => return answer,
+    };
+    let (store, clock, config) = (&protocol.store, &protocol.clock, &protocol.config);
+    let (key, deadline) = (claim.key.clone(), claim.deadline);
+    let heartbeat = protocol.heartbeat(&key, &owner, deadline, held_until_ms);
+    // The heartbeat covers the handler and the commit; cancelled, the transaction is
+    // dropped and rolled back.
+    let work = async {
+        let transaction = match store.begin(hold_for(clock, deadline)).await {
+            Ok(transaction) => transaction,
+            Err(err) => return Ok(Err(Error::Store(err))),
+        };
+        let handed = TransactionEvent {
+            event,
+            transaction: transaction.clone(),
+        };
+        let value = match call_handler(inner, handed, clock).await {
+            Ok(value) => value,
+            Err(err) => {
+                store.rollback(&transaction).await;
+                return Ok(Err(err));
+            }
+        };
+        let now = clock.now();
+        let template = CompleteRequest {
+            key: key.clone(),
+            owner: owner.clone(),
+            status: Status::Completed,
+            data: String::new(),
+            expiration_secs: later_secs(now, config.expires_after),
+            now,
+        };
+        let json = stored_result::to_json(&value);
+        let finished = complete_in(store, &transaction, &template, json).await;
+        Ok(Ok((value, template.expiration_secs, finished)))
+    };
+    let (value, expiration_secs, finished) = match heartbeat.run(work).await {
+        Ok(Ok(done)) => done,
+        Ok(Err(err)) => return lease::settle_failure(protocol, &mut claim, &owner, err).await,
+        Err(lost) => return Err(lost),
+    };
+    match finished {
+        Ok((Commit::Applied, data)) => claim.executed(protocol, value, data, expiration_secs),
+        Ok((Commit::RecordRefused(_), _)) => Err(Error::LeaseLost { key: claim.key }),
+        Ok((other, _)) => Err(commit_error(&claim.key, Ok(other))),
+        Err(err) if !err.is_transient() => {
+            // Nothing was applied: free the key for the next delivery.
+            let attempts = config.commit_attempts;
+            heartbeat::release(store, clock, attempts, &claim.key, &owner, deadline).await;
+            claim.handler_failed();
+            Err(Error::Store(err))
+        }
+        // The commit's answer was lost and the record could not tell: the lease stays
+        // until the deadline, then the next delivery finds the record as it is.
+        Err(err) => Err(Error::Store(err)),
+    }
+}
+
+async fn optimistic<S, St, K, C, I, T>(
+    protocol: &Protocol<St, K, C>,
+    mut claim: Claim,
+    inner: S,
+    event: LambdaEvent<I>,
+) -> Result<Processed<T>, Error>
+where
+    S: Service<TransactionEvent<I, St::Transaction>, Response = T>,
+    S::Error: Into<BoxError>,
+    T: Serialize + DeserializeOwned,
+    St: TransactionScope,
+    C: Clock,
+{
+    let (store, clock, config) = (&protocol.store, &protocol.clock, &protocol.config);
+    if claim.deadline.epoch_ms() <= epoch_ms(clock.now()) {
+        return Err(Error::DeadlineNear);
+    }
+    let owner = OwnerToken::generate();
+    let transaction = store
+        .begin(hold_for(clock, claim.deadline))
+        .await
+        .map_err(Error::Store)?;
+    let mut acquired = false;
+    for _ in 0..config.acquire_attempts {
+        let now = clock.now();
+        let lease_ms = lease_end_ms(config, claim.deadline, now);
+        let request = AcquireRequest {
+            key: claim.key.clone(),
+            owner: owner.clone(),
+            now,
+            lease_expiration_ms: lease_ms,
+            expiration_secs: expiration_for(config, now, lease_ms),
+            validation: claim.stored_validation(),
+        };
+        match store.acquire_in(&transaction, &request).await {
+            Ok(Acquire::Acquired) => {
+                acquired = true;
+                break;
+            }
+            // Written and committed meanwhile: the next statement sees it.
+            Ok(Acquire::Contended) => continue,
+            Ok(Acquire::Existing(record)) => {
+                store.rollback(&transaction).await;
+                return claim
+                    .answer_existing(protocol, record, now)
+                    .unwrap_or_else(|| {
+                        Err(Error::Contended {
+                            key: claim.key.clone(),
+                        })
+                    });
+            }
+            Err(err) => {
+                store.rollback(&transaction).await;
+                return Err(Error::Store(err));
+            }
+        }
+    }
+    if !acquired {
+        store.rollback(&transaction).await;
+        return Err(Error::Contended { key: claim.key });
+    }
+    let handed = TransactionEvent {
+        event,
+        transaction: transaction.clone(),
+    };
+    let value = match call_handler(inner, handed, clock).await {
+        Ok(value) => value,
+        Err(err) => {
+            // The handler's writes go with the transaction, and so does the record.
+            store.rollback(&transaction).await;
+            if !is_permanent(&err) {
+                claim.handler_failed();
+                return Err(err);
+            }
+            // A permanent failure is stored as the lease driver stores it.
+            return match lease::acquire(protocol, &mut claim).await {
+                Ok((owner, _)) => lease::settle_failure(protocol, &mut claim, &owner, err).await,
+                Err(answer) => answer,
+            };
+        }
+    };
+    let now = clock.now();
+    let template = CompleteRequest {
+        key: claim.key.clone(),
+        owner,
+        status: Status::Completed,
+        data: String::new(),
+        expiration_secs: later_secs(now, config.expires_after),
+        now,
+    };
+    let json = stored_result::to_json(&value);
+    match complete_in(store, &transaction, &template, json).await {
+        Ok((Commit::Applied, data)) => {
+            config.hooks.created(&Created {
+                key: &claim.key,
+                status: Status::Completed,
+                expiration_secs: template.expiration_secs,
+            });
+            claim.executed(protocol, value, data, template.expiration_secs)
+        }
+        // Our own uncommitted row cannot change under us; answered as contention.
+        Ok((Commit::RecordRefused(_), _)) => Err(Error::Contended { key: claim.key }),
+        Ok((other, _)) => Err(commit_error(&claim.key, Ok(other))),
+        Err(err) => {
+            if !err.is_transient() {
+                claim.handler_failed();
+            }
+            Err(Error::Store(err))
+        }
+    }
+}

@@ -1,0 +1,344 @@
+//! [`PostgresStore`]: the records in a PostgreSQL table (feature `postgres`), each transition
+//! one statement.
+//!
+//! The table ([`schema.sql`](https://docs.rs/crate/lambda-idempotency/latest/source/src/store/postgres/schema.sql),
+//! or [`PostgresStore::create_table`]) has the DynamoDB layout's columns: `id` (the primary
+//! key), `status`, `expiration` (epoch seconds), `in_progress_expiration` (epoch
+//! milliseconds), `lease_owner`, `data`, `validation`.
+//!
+//! - acquire: one `INSERT ... ON CONFLICT (id) DO UPDATE ... WHERE <expired or lease
+//!   elapsed>`, in a statement that also answers the record it found, so a refusal costs no
+//!   second round trip; an acquire resent after a lost answer finds its own lease;
+//! - complete, extend, release: `UPDATE`/`DELETE` conditioned on `INPROGRESS` and the
+//!   caller's owner token (a resent completion recognises its own earlier success).
+//!
+//! As on DynamoDB, every condition compares the record's times with the caller's (the
+//! layer's clock), never the server's. PostgreSQL has no TTL: expired rows stay until
+//! [`PostgresStore::delete_expired`] (or the equivalent SQL job) removes them, which is
+//! garbage collection only.
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! use lambda_idempotency::store::PostgresStore;
+//! use lambda_idempotency::IdempotencyLayer;
+//!
+//! let config: tokio_postgres::Config = "postgres://app@db.example/app".parse()?;
+//! let manager = deadpool_postgres::Manager::new(config, tokio_postgres::NoTls);
+//! let pool = deadpool_postgres::Pool::builder(manager).max_size(4).build()?;
+//! let store = PostgresStore::new(pool);
+//! store.create_table().await?;
+//! let layer = IdempotencyLayer::new(store);
+//! # let _ = layer;
+//! # Ok(())
+//! # }
+//! ```
+
+mod table;
+mod transaction;
+
+use std::time::{Duration, SystemTime};
+
+use deadpool_postgres::Pool;
+use tokio_postgres::Row;
+
+use self::table::Table;
+pub use self::table::DEFAULT_TABLE;
+pub use self::transaction::{PgTransaction, TransactionClient, TransactionFinished};
+use super::item_size::{check_item_size, completed_size_bytes, record_size_bytes};
+use super::{
+    is_our_completion, Acquire, AcquireRequest, AttributeNames, CompleteRequest, ExtendRequest,
+    Fenced, Store, StoreError,
+};
+use crate::clock::{epoch_ms, epoch_secs};
+use crate::key::IdempotencyKey;
+use crate::record::{OwnerToken, Record, Status};
+
+/// How long after a record expires [`PostgresStore::delete_expired`] deletes it by default
+/// (room for clocks that disagree).
+pub const CLEANUP_GRACE: Duration = Duration::from_secs(300);
+
+/// The idempotency records in a PostgreSQL table, through a `deadpool-postgres` pool. See the
+/// [module](crate::store::postgres) docs.
+#[derive(Clone)]
+pub struct PostgresStore {
+    pool: Pool,
+    table: Table,
+}
+
+impl std::fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresStore")
+            .field("table", &self.table.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PostgresStore {
+    /// A store on the table `idempotency_records`, through `pool`.
+    pub fn new(pool: Pool) -> Self {
+        Self {
+            pool,
+            table: Table::new(DEFAULT_TABLE).expect("the default table name is valid"),
+        }
+    }
+
+    /// Uses the table `name` (`table` or `schema.table`) instead.
+    ///
+    /// # Panics
+    ///
+    /// If `name` is not one or two dot-separated identifiers of ASCII letters, digits and
+    /// underscores (the name is written into the SQL, so nothing else is accepted).
+    pub fn with_table(mut self, name: &str) -> Self {
+        self.table = Table::new(name)
+            .unwrap_or_else(|| panic!("not a PostgreSQL table name this store accepts: {name:?}"));
+        self
+    }
+
+    /// The table's name.
+    pub fn table(&self) -> &str {
+        &self.table.name
+    }
+
+    /// The pool.
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    /// The DDL of the store's table and its cleanup index (the shipped `schema.sql`, for
+    /// this table name).
+    pub fn schema_sql(&self) -> String {
+        self.table.schema_sql()
+    }
+
+    /// Creates the table and its index if they do not exist.
+    pub async fn create_table(&self) -> Result<(), StoreError> {
+        let client = self.pool.get().await.map_err(pool_error)?;
+        client
+            .batch_execute(&self.table.schema_sql())
+            .await
+            .map_err(sql_error)
+    }
+
+    /// Deletes up to `limit` records that expired more than `grace` before `now` (garbage
+    /// collection: an expired record no longer counts, whether or not it is still there).
+    /// Answers how many it deleted; call it again while that equals `limit`. A record taken
+    /// over meanwhile is left alone.
+    pub async fn delete_expired(
+        &self,
+        now: SystemTime,
+        grace: Duration,
+        limit: u32,
+    ) -> Result<u64, StoreError> {
+        let before = epoch_secs(now.checked_sub(grace).unwrap_or(SystemTime::UNIX_EPOCH));
+        let client = self.pool.get().await.map_err(pool_error)?;
+        let statement = client
+            .prepare_cached(&self.table.delete_expired_sql())
+            .await
+            .map_err(sql_error)?;
+        client
+            .execute(&statement, &[&to_sql(before), &i64::from(limit)])
+            .await
+            .map_err(sql_error)
+    }
+
+    /// Runs `sql` with `params` on a pooled connection, prepared once per connection.
+    async fn query_one(
+        &self,
+        sql: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<Row, StoreError> {
+        let client = self.pool.get().await.map_err(pool_error)?;
+        let statement = client.prepare_cached(sql).await.map_err(sql_error)?;
+        client
+            .query_one(&statement, params)
+            .await
+            .map_err(sql_error)
+    }
+
+    async fn execute(
+        &self,
+        sql: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<Fenced, StoreError> {
+        let client = self.pool.get().await.map_err(pool_error)?;
+        let statement = client.prepare_cached(sql).await.map_err(sql_error)?;
+        let rows = client
+            .execute(&statement, params)
+            .await
+            .map_err(sql_error)?;
+        Ok(if rows == 1 {
+            Fenced::Applied
+        } else {
+            Fenced::LeaseLost
+        })
+    }
+}
+
+/// A time for a `bigint` column: past `i64::MAX` it saturates (no record lives that long).
+pub(crate) fn to_sql(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+pub(crate) fn pool_error(err: deadpool_postgres::PoolError) -> StoreError {
+    StoreError::Unavailable(Box::new(err))
+}
+
+/// The one place a PostgreSQL error is classified: a data exception (class 22: text the
+/// server cannot store, a number out of range) is the request's fault; anything else leaves
+/// the store unavailable.
+pub(crate) fn sql_error(err: tokio_postgres::Error) -> StoreError {
+    if err
+        .code()
+        .is_some_and(|state| state.code().starts_with("22"))
+    {
+        return StoreError::InvalidRequest {
+            write_index: None,
+            reason: Box::new(err),
+        };
+    }
+    StoreError::Unavailable(Box::new(err))
+}
+
+/// The record in `row` from column `first` on ([`table::COLUMNS`]), `None` when the row has
+/// no record (a left join that found none).
+pub(crate) fn parse(
+    key: &IdempotencyKey,
+    row: &Row,
+    first: usize,
+) -> Result<Option<Record>, StoreError> {
+    let malformed = |reason: String| StoreError::Malformed {
+        key: key.as_str().to_string(),
+        reason,
+    };
+    let column = |i: usize| first + i;
+    let read_err = |err: tokio_postgres::Error| malformed(format!("unreadable column: {err}"));
+    let Some(status_text) = row
+        .try_get::<_, Option<String>>(column(0))
+        .map_err(read_err)?
+    else {
+        return Ok(None);
+    };
+    let status = Status::parse(&status_text)
+        .ok_or_else(|| malformed(format!("unknown status {status_text:?}")))?;
+    let unsigned = |name: &str, value: i64| {
+        u64::try_from(value).map_err(|_| malformed(format!("{name} is negative: {value}")))
+    };
+    let expiration: i64 = row.try_get(column(1)).map_err(read_err)?;
+    let lease: Option<i64> = row.try_get(column(2)).map_err(read_err)?;
+    Ok(Some(Record {
+        key: key.clone(),
+        status,
+        expiration_secs: unsigned("expiration", expiration)?,
+        lease_expiration_ms: lease
+            .map(|ms| unsigned("in_progress_expiration", ms))
+            .transpose()?,
+        owner: row
+            .try_get::<_, Option<String>>(column(3))
+            .map_err(read_err)?
+            .map(OwnerToken::new),
+        data: row.try_get(column(4)).map_err(read_err)?,
+        validation: row.try_get(column(5)).map_err(read_err)?,
+    }))
+}
+
+impl Store for PostgresStore {
+    async fn acquire(&self, request: &AcquireRequest) -> Result<Acquire, StoreError> {
+        // The same item size limit, counted the same way, as DynamoDB.
+        check_item_size(record_size_bytes(
+            &AttributeNames::default(),
+            &request.record(),
+        ))?;
+        let row = self
+            .query_one(
+                &self.table.acquire_sql(),
+                &[
+                    &request.key.as_str(),
+                    &to_sql(request.expiration_secs),
+                    &to_sql(request.lease_expiration_ms),
+                    &request.owner.as_str(),
+                    &request.validation,
+                    &to_sql(epoch_secs(request.now)),
+                    &to_sql(epoch_ms(request.now)),
+                ],
+            )
+            .await?;
+        let taken: bool = row.try_get(0).map_err(sql_error)?;
+        if taken {
+            return Ok(Acquire::Acquired);
+        }
+        Ok(match parse(&request.key, &row, 1)? {
+            // Sent again after a lost answer: the lease is already ours.
+            Some(record)
+                if record.status == Status::InProgress
+                    && record.owner.as_ref() == Some(&request.owner) =>
+            {
+                Acquire::Acquired
+            }
+            Some(record) => Acquire::Existing(record),
+            // Written and committed after this statement's snapshot: ask again.
+            None => Acquire::Contended,
+        })
+    }
+
+    async fn complete(&self, request: &CompleteRequest) -> Result<Fenced, StoreError> {
+        check_item_size(completed_size_bytes(&AttributeNames::default(), request))?;
+        let row = self
+            .query_one(
+                &self.table.complete_sql(),
+                &[
+                    &request.key.as_str(),
+                    &request.owner.as_str(),
+                    &request.status.as_str(),
+                    &request.data,
+                    &to_sql(request.expiration_secs),
+                ],
+            )
+            .await?;
+        let done: bool = row.try_get(0).map_err(sql_error)?;
+        if done {
+            return Ok(Fenced::Applied);
+        }
+        Ok(match parse(&request.key, &row, 1)? {
+            Some(record) if is_our_completion(&record, request) => Fenced::Applied,
+            _ => Fenced::LeaseLost,
+        })
+    }
+
+    async fn extend(&self, request: &ExtendRequest) -> Result<Fenced, StoreError> {
+        self.execute(
+            &self.table.extend_sql(),
+            &[
+                &request.key.as_str(),
+                &request.owner.as_str(),
+                &to_sql(request.lease_expiration_ms),
+                &to_sql(request.expiration_secs),
+            ],
+        )
+        .await
+    }
+
+    async fn release(
+        &self,
+        key: &IdempotencyKey,
+        owner: &OwnerToken,
+    ) -> Result<Fenced, StoreError> {
+        self.execute(&self.table.release_sql(), &[&key.as_str(), &owner.as_str()])
+            .await
+    }
+
+    async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
+        let client = self.pool.get().await.map_err(pool_error)?;
+        let statement = client
+            .prepare_cached(&self.table.get_sql())
+            .await
+            .map_err(sql_error)?;
+        match client
+            .query_opt(&statement, &[&key.as_str()])
+            .await
+            .map_err(sql_error)?
+        {
+            Some(row) => parse(key, &row, 0),
+            None => Ok(None),
+        }
+    }
+}

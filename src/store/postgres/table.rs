@@ -1,0 +1,143 @@
+//! The table of a [`PostgresStore`](super::PostgresStore): its name, its DDL, and the SQL of
+//! each transition, written once for that name.
+
+/// The default table name.
+pub const DEFAULT_TABLE: &str = "idempotency_records";
+
+/// The columns a record is read from, in this order.
+pub(super) const COLUMNS: &str =
+    "status, expiration, in_progress_expiration, lease_owner, data, validation";
+
+/// A validated table name (`table` or `schema.table`) and the statements on it.
+#[derive(Debug, Clone)]
+pub(super) struct Table {
+    /// As given.
+    pub(super) name: String,
+    /// Quoted for SQL.
+    quoted: String,
+}
+
+impl Table {
+    /// `name` checked: one or two dot-separated identifiers of ASCII letters, digits and
+    /// underscores, not starting with a digit.
+    pub(super) fn new(name: &str) -> Option<Self> {
+        let parts: Vec<&str> = name.split('.').collect();
+        let valid = |part: &str| {
+            !part.is_empty()
+                && part.len() <= 63
+                && !part.starts_with(|c: char| c.is_ascii_digit())
+                && part.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        };
+        if parts.len() > 2 || !parts.iter().all(|part| valid(part)) {
+            return None;
+        }
+        let quoted = parts
+            .iter()
+            .map(|part| format!("\"{part}\""))
+            .collect::<Vec<_>>()
+            .join(".");
+        Some(Self {
+            name: name.to_string(),
+            quoted,
+        })
+    }
+
+    /// The DDL: the table and its cleanup index (`IF NOT EXISTS`, so running it again is
+    /// harmless).
+    pub(super) fn schema_sql(&self) -> String {
+        let t = &self.quoted;
+        let index = format!("\"{}_expiration\"", self.name.replace('.', "_"));
+        format!(
+            "CREATE TABLE IF NOT EXISTS {t} (\n    id text PRIMARY KEY,\n    status text NOT NULL,\n    expiration bigint NOT NULL,\n    in_progress_expiration bigint,\n    lease_owner text,\n    data text,\n    validation text\n);\nCREATE INDEX IF NOT EXISTS {index} ON {t} (expiration);\n"
+        )
+    }
+
+    /// Acquire: $1 id, $2 expiration, $3 lease end, $4 owner, $5 validation, $6 now (secs),
+    /// $7 now (ms). Answers one row: `acquired`, then the record as it was before (none
+    /// when it did not exist).
+    pub(super) fn acquire_sql(&self) -> String {
+        let t = &self.quoted;
+        format!(
+            "WITH taken AS (\
+               INSERT INTO {t} AS r (id, status, expiration, in_progress_expiration, lease_owner, data, validation) \
+               VALUES ($1, 'INPROGRESS', $2, $3, $4, NULL, $5) \
+               ON CONFLICT (id) DO UPDATE SET status = 'INPROGRESS', expiration = EXCLUDED.expiration, \
+                 in_progress_expiration = EXCLUDED.in_progress_expiration, \
+                 lease_owner = EXCLUDED.lease_owner, data = NULL, validation = EXCLUDED.validation \
+               WHERE r.expiration < $6 OR (r.status = 'INPROGRESS' AND r.in_progress_expiration < $7) \
+               RETURNING 1) \
+             SELECT EXISTS (SELECT 1 FROM taken) AS done, {COLUMNS} \
+             FROM (SELECT 1) AS one LEFT JOIN {t} ON id = $1"
+        )
+    }
+
+    /// Complete: $1 id, $2 owner, $3 status, $4 data, $5 expiration. Answers one row:
+    /// `done`, then the record as it was before.
+    pub(super) fn complete_sql(&self) -> String {
+        let t = &self.quoted;
+        format!(
+            "WITH done AS (\
+               UPDATE {t} SET status = $3, data = $4, expiration = $5, in_progress_expiration = NULL \
+               WHERE id = $1 AND status = 'INPROGRESS' AND lease_owner = $2 RETURNING 1) \
+             SELECT EXISTS (SELECT 1 FROM done) AS done, {COLUMNS} \
+             FROM (SELECT 1) AS one LEFT JOIN {t} ON id = $1"
+        )
+    }
+
+    /// Extend: $1 id, $2 owner, $3 lease end, $4 expiration.
+    pub(super) fn extend_sql(&self) -> String {
+        format!(
+            "UPDATE {} SET in_progress_expiration = $3, expiration = $4 \
+             WHERE id = $1 AND status = 'INPROGRESS' AND lease_owner = $2",
+            self.quoted
+        )
+    }
+
+    /// Release: $1 id, $2 owner.
+    pub(super) fn release_sql(&self) -> String {
+        format!(
+            "DELETE FROM {} WHERE id = $1 AND status = 'INPROGRESS' AND lease_owner = $2",
+            self.quoted
+        )
+    }
+
+    /// Get: $1 id.
+    pub(super) fn get_sql(&self) -> String {
+        format!("SELECT {COLUMNS} FROM {} WHERE id = $1", self.quoted)
+    }
+
+    /// Cleanup: $1 expired before (epoch seconds), $2 at most this many rows. The outer
+    /// condition is checked again on a row a takeover changed meanwhile, so a record taken
+    /// over after it expired is never deleted.
+    pub(super) fn delete_expired_sql(&self) -> String {
+        let t = &self.quoted;
+        format!(
+            "DELETE FROM {t} WHERE expiration < $1 AND id IN \
+             (SELECT id FROM {t} WHERE expiration < $1 LIMIT $2)"
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_shipped_ddl_is_the_one_the_store_runs() {
+        let shipped: String = include_str!("schema.sql")
+            .lines()
+            .filter(|line| !line.starts_with("--"))
+            .map(|line| format!("{line}\n"))
+            .collect();
+        assert_eq!(Table::new(DEFAULT_TABLE).unwrap().schema_sql(), shipped);
+    }
+
+    #[test]
+    fn table_names_are_identifiers() {
+        assert!(Table::new("records").is_some());
+        assert!(Table::new("app.records_2").is_some());
+        for bad in ["", "a.b.c", "1x", "x-y", "x\"; DROP TABLE y; --", "a.", "ä"] {
+            assert!(Table::new(bad).is_none(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,266 @@
+//! [`PgTransaction`]: the transaction a handler writes in, and [`PostgresStore`]'s
+//! [`TransactionScope`]: begin, acquire inside, complete and commit, roll back.
+
+use std::ops::Deref;
+use std::sync::Arc;
+use std::time::Duration;
+
+use deadpool_postgres::{ClientWrapper, Object};
+use tokio::sync::{Mutex, MutexGuard};
+
+use super::{parse, pool_error, sql_error, to_sql, PostgresStore};
+use crate::clock::{epoch_ms, epoch_secs};
+use crate::record::{Record, Status};
+use crate::store::item_size::{check_item_size, completed_size_bytes, record_size_bytes};
+use crate::store::{
+    is_our_completion, Acquire, AcquireRequest, AttributeNames, Commit, CompleteRequest,
+    StoreError, TransactionScope,
+};
+
+/// PostgreSQL's `lock_not_available`: `lock_timeout` passed while waiting on a row.
+const LOCK_NOT_AVAILABLE: &str = "55P03";
+
+/// The open transaction a handler writes in (a handle: clones share it). Its writes commit
+/// with the record's final state, or not at all.
+///
+/// Run statements through [`client`](Self::client). Never `COMMIT` or `ROLLBACK` it
+/// yourself: the layer does, after the handler returns. Dropped without either (a cancelled
+/// or killed invocation), its connection is closed rather than returned to the pool, so the
+/// server rolls it back.
+#[derive(Clone)]
+pub struct PgTransaction {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    /// `None` once committed or rolled back.
+    client: Mutex<Option<Object>>,
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        if let Some(object) = self.client.get_mut().take() {
+            // Still open: close the connection (the server rolls back) instead of handing
+            // a connection in the middle of a transaction to the pool.
+            drop(Object::take(object));
+        }
+    }
+}
+
+impl std::fmt::Debug for PgTransaction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgTransaction").finish_non_exhaustive()
+    }
+}
+
+/// The transaction was already committed or rolled back (a handle kept past the handler).
+#[derive(Debug, thiserror::Error)]
+#[error("the idempotency transaction has already committed or rolled back")]
+#[non_exhaustive]
+pub struct TransactionFinished;
+
+/// The connection of an open [`PgTransaction`], held for the statements of one step (other
+/// users of the same transaction wait).
+pub struct TransactionClient<'a>(MutexGuard<'a, Option<Object>>);
+
+impl std::fmt::Debug for TransactionClient<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TransactionClient").finish_non_exhaustive()
+    }
+}
+
+impl Deref for TransactionClient<'_> {
+    type Target = ClientWrapper;
+
+    fn deref(&self) -> &ClientWrapper {
+        self.0
+            .as_ref()
+            .expect("a TransactionClient is only made while the transaction is open")
+    }
+}
+
+impl PgTransaction {
+    /// The transaction's connection (a `tokio_postgres::Client` with `prepare_cached`).
+    pub async fn client(&self) -> Result<TransactionClient<'_>, TransactionFinished> {
+        let guard = self.shared.client.lock().await;
+        if guard.is_none() {
+            return Err(TransactionFinished);
+        }
+        Ok(TransactionClient(guard))
+    }
+
+    async fn lock(&self) -> Result<MutexGuard<'_, Option<Object>>, StoreError> {
+        let guard = self.shared.client.lock().await;
+        if guard.is_none() {
+            return Err(StoreError::TransactionAborted(Box::new(
+                TransactionFinished,
+            )));
+        }
+        Ok(guard)
+    }
+}
+
+/// Ends the transaction in `guard` with `sql` (`COMMIT` or `ROLLBACK`): the connection goes
+/// back to the pool if that worked, and is closed if not.
+async fn end(
+    guard: &mut MutexGuard<'_, Option<Object>>,
+    sql: &str,
+) -> Result<(), tokio_postgres::Error> {
+    let Some(object) = guard.take() else {
+        return Ok(());
+    };
+    match object.batch_execute(sql).await {
+        Ok(()) => Ok(()),
+        Err(err) => {
+            drop(Object::take(object));
+            Err(err)
+        }
+    }
+}
+
+fn whole_millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis())
+        .unwrap_or(u64::MAX)
+        .clamp(1, i32::MAX as u64)
+}
+
+impl TransactionScope for PostgresStore {
+    type Transaction = PgTransaction;
+
+    async fn begin(&self, hold_for: Duration) -> Result<PgTransaction, StoreError> {
+        let object = self.pool.get().await.map_err(pool_error)?;
+        let ms = whole_millis(hold_for);
+        // Bounded waits: on another transaction's row, on a statement, and on this
+        // transaction left idle (a frozen or killed function's transaction ends there).
+        let begun = object
+            .batch_execute(&format!(
+                "BEGIN; SET LOCAL lock_timeout = {ms}; SET LOCAL statement_timeout = {ms}; \
+                 SET LOCAL idle_in_transaction_session_timeout = {ms}"
+            ))
+            .await;
+        if let Err(err) = begun {
+            // A connection in an unknown state is not handed back to the pool.
+            drop(Object::take(object));
+            return Err(sql_error(err));
+        }
+        Ok(PgTransaction {
+            shared: Arc::new(Shared {
+                client: Mutex::new(Some(object)),
+            }),
+        })
+    }
+
+    async fn acquire_in(
+        &self,
+        transaction: &PgTransaction,
+        request: &AcquireRequest,
+    ) -> Result<Acquire, StoreError> {
+        check_item_size(record_size_bytes(
+            &AttributeNames::default(),
+            &request.record(),
+        ))?;
+        let guard = transaction.lock().await?;
+        let client = guard.as_ref().expect("locked while open");
+        let statement = client
+            .prepare_cached(&self.table.acquire_sql())
+            .await
+            .map_err(sql_error)?;
+        let answer = client
+            .query_one(
+                &statement,
+                &[
+                    &request.key.as_str(),
+                    &to_sql(request.expiration_secs),
+                    &to_sql(request.lease_expiration_ms),
+                    &request.owner.as_str(),
+                    &request.validation,
+                    &to_sql(epoch_secs(request.now)),
+                    &to_sql(epoch_ms(request.now)),
+                ],
+            )
+            .await;
+        let row = match answer {
+            Ok(row) => row,
+            Err(err) if err.code().is_some_and(|c| c.code() == LOCK_NOT_AVAILABLE) => {
+                // Another transaction has held the row all this time: in flight elsewhere.
+                return Ok(Acquire::Existing(Record {
+                    key: request.key.clone(),
+                    status: Status::InProgress,
+                    expiration_secs: request.expiration_secs,
+                    lease_expiration_ms: None,
+                    owner: None,
+                    data: None,
+                    validation: None,
+                }));
+            }
+            Err(err) => return Err(sql_error(err)),
+        };
+        if row.try_get::<_, bool>(0).map_err(sql_error)? {
+            return Ok(Acquire::Acquired);
+        }
+        Ok(match parse(&request.key, &row, 1)? {
+            Some(record) => Acquire::Existing(record),
+            None => Acquire::Contended,
+        })
+    }
+
+    async fn complete_in(
+        &self,
+        transaction: &PgTransaction,
+        request: &CompleteRequest,
+    ) -> Result<Commit, StoreError> {
+        check_item_size(completed_size_bytes(&AttributeNames::default(), request))?;
+        let mut guard = transaction.lock().await?;
+        let client = guard.as_ref().expect("locked while open");
+        let statement = client
+            .prepare_cached(&self.table.complete_sql())
+            .await
+            .map_err(|err| StoreError::TransactionAborted(Box::new(err)));
+        let answer = match statement {
+            Ok(statement) => client
+                .query_one(
+                    &statement,
+                    &[
+                        &request.key.as_str(),
+                        &request.owner.as_str(),
+                        &request.status.as_str(),
+                        &request.data,
+                        &to_sql(request.expiration_secs),
+                    ],
+                )
+                .await
+                .map_err(|err| StoreError::TransactionAborted(Box::new(err))),
+            Err(err) => Err(err),
+        };
+        let row = match answer {
+            Ok(row) => row,
+            Err(err) => {
+                // The transaction is aborted (or its connection gone): nothing is applied.
+                let _ = end(&mut guard, "ROLLBACK").await;
+                return Err(err);
+            }
+        };
+        let done = row.try_get::<_, bool>(0).unwrap_or(false);
+        if !done {
+            let record = parse(&request.key, &row, 1);
+            let _ = end(&mut guard, "ROLLBACK").await;
+            return Ok(Commit::RecordRefused(record?));
+        }
+        match end(&mut guard, "COMMIT").await {
+            Ok(()) => Ok(Commit::Applied),
+            // The server answered: it did not commit (a serialization failure, a deferred
+            // constraint).
+            Err(err) if err.code().is_some() => Err(StoreError::TransactionAborted(Box::new(err))),
+            // No answer: the record tells whether the commit landed.
+            Err(err) => match crate::store::Store::get(self, &request.key).await {
+                Ok(Some(record)) if is_our_completion(&record, request) => Ok(Commit::Applied),
+                _ => Err(StoreError::Unavailable(Box::new(err))),
+            },
+        }
+    }
+
+    async fn rollback(&self, transaction: &PgTransaction) {
+        let mut guard = transaction.shared.client.lock().await;
+        let _ = end(&mut guard, "ROLLBACK").await;
+    }
+}

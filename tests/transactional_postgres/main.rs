@@ -1,0 +1,259 @@
+//! Handlers that write in a PostgreSQL transaction (`IdempotencyLayer::in_transaction`), in
+//! both modes, against the PostgreSQL server `scripts/test.sh` starts: the ledger moves once
+//! per record however the deliveries go.
+
+mod failures;
+mod races;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use aws_lambda_events::sqs::SqsMessage;
+use lambda_idempotency::batch::{BatchProcessor, BatchReport};
+use lambda_idempotency::key::IdempotencyKey;
+use lambda_idempotency::record::{Record, Status};
+use lambda_idempotency::store::postgres::PgTransaction;
+use lambda_idempotency::store::{PostgresStore, Store};
+use lambda_idempotency::{BoxError, Config, IdempotencyLayer, IdempotencyMode, Outcome};
+use lambda_idempotency_test_support as support;
+use serde::Deserialize;
+use support::{invocation, load_event, outcomes};
+
+/// The order the sample events carry.
+#[derive(Deserialize)]
+pub(crate) struct Order {
+    pub(crate) account: String,
+    pub(crate) amount: i64,
+}
+
+/// Credits the order's amount to its account in `transaction`; answers the new balance.
+pub(crate) async fn credit(
+    transaction: &PgTransaction,
+    ledger: &str,
+    order: &Order,
+) -> Result<i64, BoxError> {
+    let client = transaction.client().await?;
+    let row = client
+        .query_one(
+            &format!(
+                "INSERT INTO {ledger} (account, balance) VALUES ($1, $2) \
+                 ON CONFLICT (account) DO UPDATE SET balance = {ledger}.balance + EXCLUDED.balance \
+                 RETURNING balance"
+            ),
+            &[&order.account, &order.amount],
+        )
+        .await?;
+    Ok(row.get(0))
+}
+
+/// A store, its ledger, and a count of handler runs.
+pub(crate) struct Rig {
+    pub(crate) store: PostgresStore,
+    pub(crate) ledger: String,
+    pub(crate) runs: Arc<AtomicUsize>,
+}
+
+impl Rig {
+    pub(crate) async fn new() -> Option<Self> {
+        let store = support::postgres::fresh_store().await?;
+        let ledger = support::postgres::fresh_ledger(&store).await;
+        Some(Self {
+            store,
+            ledger,
+            runs: Arc::new(AtomicUsize::new(0)),
+        })
+    }
+
+    pub(crate) fn runs(&self) -> usize {
+        self.runs.load(Ordering::SeqCst)
+    }
+
+    pub(crate) async fn balances(&self) -> Vec<(String, i64)> {
+        support::postgres::balances(&self.store, &self.ledger).await
+    }
+
+    pub(crate) async fn record(&self, message_id: &str) -> Option<Record> {
+        let key = IdempotencyKey::derive("orders", message_id.as_bytes());
+        self.store.get(&key).await.unwrap()
+    }
+}
+
+/// What the handler does on its first run (later runs credit and answer).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum FirstRun {
+    Credits,
+    CreditsThenFails,
+    CreditsThenFailsPermanently,
+    CreditsThenLosesTheLease,
+    AbortsItsTransaction,
+    CreditsThenHangs,
+    CreditsThenWaits,
+}
+
+impl Rig {
+    /// A fresh process (layer and batch processor) in `mode` whose handler credits the order,
+    /// doing `first` on its first run. `ready` is notified when a handler has credited.
+    pub(crate) fn process(
+        &self,
+        mode: IdempotencyMode,
+        first: FirstRun,
+        ready: Arc<tokio::sync::Notify>,
+    ) -> impl std::future::Future<Output = BatchReport<i64>> + 'static {
+        self.process_with(mode, first, ready, Arc::new(tokio::sync::Notify::new()))
+    }
+
+    /// As [`process`](Self::process), the first run crediting and then waiting for `release`.
+    pub(crate) fn process_holding(
+        &self,
+        mode: IdempotencyMode,
+        ready: Arc<tokio::sync::Notify>,
+        release: Arc<tokio::sync::Notify>,
+    ) -> impl std::future::Future<Output = BatchReport<i64>> + 'static {
+        self.process_with(mode, FirstRun::CreditsThenWaits, ready, release)
+    }
+
+    fn process_with(
+        &self,
+        mode: IdempotencyMode,
+        first: FirstRun,
+        ready: Arc<tokio::sync::Notify>,
+        release: Arc<tokio::sync::Notify>,
+    ) -> impl std::future::Future<Output = BatchReport<i64>> + 'static {
+        let (runs, ledger, store) = (
+            Arc::clone(&self.runs),
+            self.ledger.clone(),
+            self.store.clone(),
+        );
+        let handler = IdempotencyLayer::new(self.store.clone())
+            .with_config(config(mode))
+            .in_transaction()
+            .handler(move |message: SqsMessage, transaction: PgTransaction| {
+                let run = runs.fetch_add(1, Ordering::SeqCst);
+                let (ledger, store, ready) = (ledger.clone(), store.clone(), Arc::clone(&ready));
+                let release = Arc::clone(&release);
+                async move {
+                    let order: Order = serde_json::from_str(message.body.as_deref().unwrap_or(""))?;
+                    let first = if run == 0 { first } else { FirstRun::Credits };
+                    if first == FirstRun::AbortsItsTransaction {
+                        let client = transaction.client().await?;
+                        // An error the handler ignores still aborts the transaction.
+                        let _ = client.batch_execute("SELECT 1 / 0").await;
+                        return Ok::<i64, BoxError>(0);
+                    }
+                    let balance = match credit(&transaction, &ledger, &order).await {
+                        Ok(balance) => balance,
+                        Err(err) => return Err(err),
+                    };
+                    ready.notify_one();
+                    match first {
+                        FirstRun::CreditsThenFails => Err(BoxError::from("the handler failed")),
+                        FirstRun::CreditsThenFailsPermanently => Err(BoxError::from(
+                            lambda_idempotency::Permanent::new("a bad order"),
+                        )),
+                        FirstRun::CreditsThenLosesTheLease => {
+                            let client = store.pool().get().await?;
+                            client
+                                .execute(
+                                    &format!("UPDATE {} SET lease_owner = 'thief'", store.table()),
+                                    &[],
+                                )
+                                .await?;
+                            Ok(balance)
+                        }
+                        FirstRun::CreditsThenWaits => {
+                            release.notified().await;
+                            Ok(balance)
+                        }
+                        FirstRun::CreditsThenHangs => {
+                            std::future::pending::<()>().await;
+                            Ok(balance)
+                        }
+                        _ => Ok(balance),
+                    }
+                }
+            });
+        let processor = BatchProcessor::new(handler);
+        async move { processor.process(deliver_first()).await }
+    }
+}
+
+pub(crate) fn config(mode: IdempotencyMode) -> Config {
+    Config::new().with_key_prefix("orders").with_mode(mode)
+}
+
+pub(crate) fn deliver(name: &str) -> lambda_runtime::LambdaEvent<aws_lambda_events::sqs::SqsEvent> {
+    invocation(load_event(name), SystemTime::now(), Duration::from_secs(30))
+}
+
+/// The first record of the sample batch (acct-alice, 25), alone.
+pub(crate) fn deliver_first() -> lambda_runtime::LambdaEvent<aws_lambda_events::sqs::SqsEvent> {
+    let mut event = load_event("batch.json");
+    event.records.truncate(1);
+    invocation(event, SystemTime::now(), Duration::from_secs(30))
+}
+
+pub(crate) fn ids(name: &str) -> Vec<String> {
+    load_event(name)
+        .records
+        .into_iter()
+        .map(|r| r.message_id.unwrap())
+        .collect()
+}
+
+/// The sample batch, delivered twice to fresh processes: each record's handler runs once, its
+/// credit is committed with its record, and the second delivery replays the stored balance.
+async fn batch_twice(mode: IdempotencyMode) {
+    let Some(rig) = Rig::new().await else {
+        return;
+    };
+    let process = || {
+        let (runs, ledger) = (Arc::clone(&rig.runs), rig.ledger.clone());
+        let handler = IdempotencyLayer::new(rig.store.clone())
+            .with_config(config(mode))
+            .in_transaction()
+            .handler(move |message: SqsMessage, transaction: PgTransaction| {
+                runs.fetch_add(1, Ordering::SeqCst);
+                let ledger = ledger.clone();
+                async move {
+                    let order: Order = serde_json::from_str(message.body.as_deref().unwrap_or(""))?;
+                    credit(&transaction, &ledger, &order).await
+                }
+            });
+        BatchProcessor::new(handler)
+    };
+    let first = process().process(deliver("batch.json")).await;
+    assert_eq!(outcomes(&first), [Outcome::Executed; 3]);
+    assert!(first.response.batch_item_failures.is_empty());
+    assert_eq!(rig.runs(), 3);
+    let second = process().process(deliver("batch.json")).await;
+    assert_eq!(outcomes(&second), [Outcome::Replayed; 3]);
+    assert_eq!(rig.runs(), 3, "no handler ran again");
+    let values = |report: &lambda_idempotency::batch::BatchReport<i64>| {
+        report
+            .records
+            .iter()
+            .map(|r| r.value)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(values(&second), values(&first));
+    assert_eq!(
+        rig.balances().await,
+        [("acct-alice".to_string(), 20), ("acct-bob".to_string(), 40)]
+    );
+    for id in ids("batch.json") {
+        let record = rig.record(&id).await.expect("the record");
+        assert_eq!(record.status, Status::Completed);
+        assert_eq!(record.lease_expiration_ms, None);
+    }
+}
+
+#[tokio::test]
+async fn lease_mode_commits_each_credit_once_with_its_record() {
+    batch_twice(IdempotencyMode::Lease).await;
+}
+
+#[tokio::test]
+async fn optimistic_mode_commits_each_credit_once_with_its_record() {
+    batch_twice(IdempotencyMode::Optimistic).await;
+}
