@@ -230,11 +230,7 @@ async fn batch_twice(mode: IdempotencyMode) {
     assert_eq!(outcomes(&second), [Outcome::Replayed; 3]);
     assert_eq!(rig.runs(), 3, "no handler ran again");
     let values = |report: &lambda_idempotency::batch::BatchReport<i64>| {
-        report
-            .records
-            .iter()
-            .map(|r| r.value)
-            .collect::<Vec<_>>()
+        report.records.iter().map(|r| r.value).collect::<Vec<_>>()
     };
     assert_eq!(values(&second), values(&first));
     assert_eq!(

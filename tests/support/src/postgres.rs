@@ -80,3 +80,25 @@ pub async fn balances(store: &PostgresStore, ledger: &str) -> Vec<(String, i64)>
         .map(|row| (row.get(0), row.get(1)))
         .collect()
 }
+
+/// A fresh, empty database on the test server; answers its URL, or `None` as [`pool`].
+pub async fn fresh_database() -> Option<String> {
+    let pool = pool()?;
+    let url = std::env::var("LAMBDA_IDEMPOTENCY_POSTGRES_URL").expect("checked by pool()");
+    let name = format!(
+        "db_{}",
+        lambda_idempotency::record::OwnerToken::generate()
+            .as_str()
+            .replace('-', "_")
+    );
+    let client = pool
+        .get()
+        .await
+        .unwrap_or_else(|e| panic!("PostgreSQL at {url} is unreachable: {e}"));
+    client
+        .batch_execute(&format!("CREATE DATABASE {name}"))
+        .await
+        .expect("create a database");
+    let (base, _) = url.rsplit_once('/').expect("a URL with a database");
+    Some(format!("{base}/{name}"))
+}

@@ -1,0 +1,160 @@
+//! The pg-order-consumer's wiring, shared by its binary (`src/main.rs`) and its tests: the
+//! order consumer's contract with its idempotency records and its ledger in PostgreSQL.
+//!
+//! Contract:
+//! - Environment: `DATABASE_URL` (a `postgres://` URL), `IDEMPOTENCY_MODE` = `optimistic`
+//!   (the default) or `lease`, `IDEMPOTENCY_EXPIRES_AFTER_SECS` (as the order-consumer's:
+//!   default 23 days) and `DEADLINE_MARGIN_MS`, the time that must remain before the
+//!   invocation deadline to start a record (default 3 s).
+//! - Tables, created at start if missing: the store's `idempotency_records` (the shipped
+//!   DDL) and `ledger (account text primary key, balance bigint not null)`.
+//! - Message body and key: the order-consumer's (`{"eventId", "account", "amount"}`; the
+//!   `Idempotency-Key` attribute, else `eventId`; payload validation on the body).
+//! - Effect: `balance` of `account` grows by `amount`, in the same PostgreSQL transaction as
+//!   the idempotency record's final state, so a killed process applies it zero times and a
+//!   redelivery once.
+
+#![warn(missing_docs)]
+
+use std::time::Duration;
+
+use aws_lambda_events::sqs::SqsMessage;
+use lambda_idempotency::batch::BatchProcessor;
+use lambda_idempotency::store::postgres::PgTransaction;
+use lambda_idempotency::store::{PostgresStore, TransactionScope};
+use lambda_idempotency::validation::PayloadValidation;
+use lambda_idempotency::{BoxError, Config, Error, IdempotencyLayer, IdempotencyMode, Processed};
+use lambda_runtime::LambdaEvent;
+pub use order_consumer::{order_key, parse_order, Applied, Order, KEY_PREFIX};
+
+/// The ledger's DDL.
+pub const LEDGER_DDL: &str =
+    "CREATE TABLE IF NOT EXISTS ledger (account text PRIMARY KEY, balance bigint NOT NULL)";
+
+/// The default start margin: a few statements at their worst.
+pub const DEFAULT_DEADLINE_MARGIN: Duration = Duration::from_secs(3);
+
+/// How one deployment runs.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// `DATABASE_URL`.
+    pub database_url: String,
+    /// Lease or optimistic transactions.
+    pub mode: IdempotencyMode,
+    /// How long records count.
+    pub expires_after: Duration,
+    /// The time that must remain before the deadline to start a record.
+    pub deadline_margin: Duration,
+}
+
+impl Settings {
+    /// The defaults for `database_url` in `mode`.
+    pub fn new(database_url: impl Into<String>, mode: IdempotencyMode) -> Self {
+        Self {
+            database_url: database_url.into(),
+            mode,
+            expires_after: order_consumer::DEFAULT_EXPIRES_AFTER,
+            deadline_margin: DEFAULT_DEADLINE_MARGIN,
+        }
+    }
+
+    /// The settings from the environment (see the crate documentation).
+    pub fn from_env() -> Result<Self, lambda_runtime::Error> {
+        let url = std::env::var("DATABASE_URL")
+            .ok()
+            .filter(|v| !v.is_empty())
+            .ok_or("environment variable DATABASE_URL is required")?;
+        let mode_text = std::env::var("IDEMPOTENCY_MODE").unwrap_or_else(|_| "optimistic".into());
+        let mode = IdempotencyMode::parse(&mode_text).ok_or_else(|| {
+            format!("IDEMPOTENCY_MODE must be optimistic or lease, not {mode_text:?}")
+        })?;
+        let mut settings = Self::new(url, mode);
+        settings.expires_after = order_consumer::expires_after(
+            std::env::var("IDEMPOTENCY_EXPIRES_AFTER_SECS")
+                .ok()
+                .as_deref(),
+        )?;
+        if let Some(text) = std::env::var("DEADLINE_MARGIN_MS")
+            .ok()
+            .filter(|v| !v.is_empty())
+        {
+            let ms: u64 = text.trim().parse().map_err(|_| {
+                format!("DEADLINE_MARGIN_MS must be a whole number of milliseconds, not {text:?}")
+            })?;
+            settings.deadline_margin = Duration::from_millis(ms);
+        }
+        Ok(settings)
+    }
+}
+
+/// A store on `database_url` through a small pool (one invocation runs at a time per
+/// instance), without TLS (see the README for RDS), with bounded connects and waits, its
+/// tables created if missing.
+pub async fn connect(database_url: &str) -> Result<PostgresStore, BoxError> {
+    let mut config: tokio_postgres::Config = database_url.parse()?;
+    config.connect_timeout(Duration::from_secs(2));
+    let manager = deadpool_postgres::Manager::new(config, tokio_postgres::NoTls);
+    let pool = deadpool_postgres::Pool::builder(manager)
+        .max_size(2)
+        .runtime(deadpool_postgres::Runtime::Tokio1)
+        .wait_timeout(Some(Duration::from_secs(2)))
+        .create_timeout(Some(Duration::from_secs(3)))
+        .build()?;
+    let store = PostgresStore::new(pool);
+    store.create_table().await?;
+    store.pool().get().await?.batch_execute(LEDGER_DDL).await?;
+    Ok(store)
+}
+
+/// Credits the order in `message` to the ledger, in `transaction` (the record's).
+pub async fn apply_order(
+    message: SqsMessage,
+    transaction: PgTransaction,
+) -> Result<Applied, BoxError> {
+    let order = parse_order(&message)?;
+    let client = transaction.client().await?;
+    client
+        .execute(
+            "INSERT INTO ledger (account, balance) VALUES ($1, $2) \
+             ON CONFLICT (account) DO UPDATE SET balance = ledger.balance + EXCLUDED.balance",
+            &[&order.account, &order.amount],
+        )
+        .await?;
+    Ok(Applied {
+        account: order.account,
+        amount: order.amount,
+    })
+}
+
+/// The batch processor of one deployment on `store` (a [`PostgresStore`], or a wrapper of
+/// one in tests): each order credited in the transaction of its record.
+pub fn processor<St>(
+    store: St,
+    settings: &Settings,
+) -> BatchProcessor<
+    impl tower::Service<
+            LambdaEvent<SqsMessage>,
+            Response = Processed<Applied>,
+            Error = Error,
+            Future = impl Send,
+        > + Clone
+        + Send
+        + Sync
+        + 'static,
+>
+where
+    St: TransactionScope<Transaction = PgTransaction> + Clone,
+{
+    let handler = IdempotencyLayer::new(store)
+        .with_key(order_key())
+        .with_config(
+            Config::new()
+                .with_key_prefix(KEY_PREFIX)
+                .with_mode(settings.mode)
+                .with_expires_after(settings.expires_after)
+                .with_payload_validation(PayloadValidation::Body),
+        )
+        .in_transaction()
+        .handler(apply_order);
+    BatchProcessor::new(handler).with_deadline_margin(settings.deadline_margin)
+}

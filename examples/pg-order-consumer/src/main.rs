@@ -1,0 +1,27 @@
+//! `pg-order-consumer`: the order consumer on PostgreSQL, for Lambda. Its contract is in the
+//! crate's library part (`src/lib.rs`), with the wiring the tests reuse.
+
+use aws_lambda_events::sqs::SqsEvent;
+use lambda_runtime::LambdaEvent;
+use pg_order_consumer::{connect, processor, Settings};
+use tower::ServiceExt;
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> Result<(), lambda_runtime::Error> {
+    lambda_runtime::tracing::init_default_subscriber();
+    std::panic::set_hook(Box::new(|info| {
+        let location = info
+            .location()
+            .map(|l| format!("{}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        tracing::error!(location, "a handler panicked (its message is not logged)");
+    }));
+    let settings = Settings::from_env()?;
+    let store = connect(&settings.database_url).await?;
+    let processor = processor(store, &settings);
+    tracing::info!(mode = ?settings.mode, "pg-order-consumer ready");
+    lambda_runtime::run(lambda_runtime::service_fn(
+        move |event: LambdaEvent<SqsEvent>| processor.clone().oneshot(event),
+    ))
+    .await
+}

@@ -1,0 +1,320 @@
+//! Kills at the commit, in process (the invocation's future dropped where a killed process
+//! would stop, its connection closed) and a lost answer to the `COMMIT` (a proxy that
+//! forwards it and then cuts the connection), in both modes, with pg-order-consumer's
+//! wiring: the ledger moves exactly once.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use lambda_idempotency::batch::BatchReport;
+use lambda_idempotency::key::IdempotencyKey;
+use lambda_idempotency::record::{OwnerToken, Record};
+use lambda_idempotency::store::postgres::PgTransaction;
+use lambda_idempotency::store::{
+    Acquire, AcquireRequest, Commit, CompleteRequest, ExtendRequest, Fenced, PostgresStore, Store,
+    StoreError, TransactionScope,
+};
+use lambda_idempotency::{IdempotencyMode, Outcome};
+use lambda_idempotency_test_support as support;
+use pg_order_consumer::{connect, processor, Applied, Settings};
+use support::{invocation, load_event, outcomes};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Notify;
+
+const MODES: [IdempotencyMode; 2] = [IdempotencyMode::Lease, IdempotencyMode::Optimistic];
+const REMAINING: Duration = Duration::from_secs(3);
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Fault {
+    /// The process dies before it sends the final write and the commit.
+    DieBeforeCommit,
+    /// The commit is applied, then the process dies before it sees the answer.
+    DieAfterCommit,
+}
+
+/// A `PostgresStore` that dies (never answers, and says so) at its next `complete_in`.
+#[derive(Clone)]
+struct Faulty {
+    inner: PostgresStore,
+    fault: Arc<Mutex<Option<Fault>>>,
+    died: Arc<Notify>,
+}
+
+impl Store for Faulty {
+    async fn acquire(&self, request: &AcquireRequest) -> Result<Acquire, StoreError> {
+        self.inner.acquire(request).await
+    }
+    async fn complete(&self, request: &CompleteRequest) -> Result<Fenced, StoreError> {
+        self.inner.complete(request).await
+    }
+    async fn extend(&self, request: &ExtendRequest) -> Result<Fenced, StoreError> {
+        self.inner.extend(request).await
+    }
+    async fn release(
+        &self,
+        key: &IdempotencyKey,
+        owner: &OwnerToken,
+    ) -> Result<Fenced, StoreError> {
+        self.inner.release(key, owner).await
+    }
+    async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
+        self.inner.get(key).await
+    }
+}
+
+impl TransactionScope for Faulty {
+    type Transaction = PgTransaction;
+
+    async fn begin(&self, hold_for: Duration) -> Result<PgTransaction, StoreError> {
+        self.inner.begin(hold_for).await
+    }
+    async fn acquire_in(
+        &self,
+        transaction: &PgTransaction,
+        request: &AcquireRequest,
+    ) -> Result<Acquire, StoreError> {
+        self.inner.acquire_in(transaction, request).await
+    }
+    async fn complete_in(
+        &self,
+        transaction: &PgTransaction,
+        request: &CompleteRequest,
+    ) -> Result<Commit, StoreError> {
+        let fault = self.fault.lock().unwrap().take();
+        match fault {
+            None => self.inner.complete_in(transaction, request).await,
+            Some(Fault::DieBeforeCommit) => {
+                self.died.notify_one();
+                std::future::pending().await
+            }
+            Some(Fault::DieAfterCommit) => {
+                let applied = self.inner.complete_in(transaction, request).await;
+                assert_eq!(applied.unwrap(), Commit::Applied);
+                self.died.notify_one();
+                std::future::pending().await
+            }
+        }
+    }
+    async fn rollback(&self, transaction: &PgTransaction) {
+        self.inner.rollback(transaction).await;
+    }
+}
+
+fn first_order() -> lambda_runtime::LambdaEvent<aws_lambda_events::sqs::SqsEvent> {
+    let mut event = load_event("batch.json");
+    event.records.truncate(1);
+    invocation(event, std::time::SystemTime::now(), REMAINING)
+}
+
+async fn balance(store: &PostgresStore) -> i64 {
+    let client = store.pool().get().await.unwrap();
+    client
+        .query_opt(
+            "SELECT balance FROM ledger WHERE account = 'acct-alice'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .map_or(0, |row| row.get(0))
+}
+
+struct Rig {
+    store: PostgresStore,
+    faulty: Faulty,
+    settings: Settings,
+}
+
+impl Rig {
+    async fn new(url: &str, mode: IdempotencyMode) -> Self {
+        let store = connect(url).await.expect("connect");
+        let faulty = Faulty {
+            inner: store.clone(),
+            fault: Arc::new(Mutex::new(None)),
+            died: Arc::new(Notify::new()),
+        };
+        let mut settings = Settings::new(url, mode);
+        settings.deadline_margin = Duration::from_millis(500);
+        Self {
+            store,
+            faulty,
+            settings,
+        }
+    }
+
+    async fn deliver(&self) -> BatchReport<Applied> {
+        processor(self.faulty.clone(), &self.settings)
+            .process(first_order())
+            .await
+    }
+
+    /// Delivers with `fault` armed; the invocation "dies" where the fault strikes.
+    async fn deliver_and_die(&self, fault: Fault) {
+        *self.faulty.fault.lock().unwrap() = Some(fault);
+        let processor = processor(self.faulty.clone(), &self.settings);
+        tokio::select! {
+            report = processor.process(first_order()) => panic!("it did not die: {:?}", outcomes(&report)),
+            () = self.faulty.died.notified() => {}
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_kill_before_the_commit_applies_nothing_and_the_redelivery_once() {
+    for mode in MODES {
+        let Some(url) = support::postgres::fresh_database().await else {
+            return;
+        };
+        let rig = Rig::new(&url, mode).await;
+        rig.deliver_and_die(Fault::DieBeforeCommit).await;
+        assert_eq!(balance(&rig.store).await, 0, "{mode:?}");
+        if mode == IdempotencyMode::Lease {
+            // The dead lease holds until its invocation's deadline.
+            assert_eq!(
+                outcomes(&rig.deliver().await),
+                [Outcome::Locked],
+                "{mode:?}"
+            );
+            tokio::time::sleep(REMAINING).await;
+        }
+        assert_eq!(
+            outcomes(&rig.deliver().await),
+            [Outcome::Executed],
+            "{mode:?}"
+        );
+        assert_eq!(balance(&rig.store).await, 25, "{mode:?}");
+        assert_eq!(
+            outcomes(&rig.deliver().await),
+            [Outcome::Replayed],
+            "{mode:?}"
+        );
+        assert_eq!(balance(&rig.store).await, 25, "{mode:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_kill_after_the_commit_replays_on_redelivery() {
+    for mode in MODES {
+        let Some(url) = support::postgres::fresh_database().await else {
+            return;
+        };
+        let rig = Rig::new(&url, mode).await;
+        rig.deliver_and_die(Fault::DieAfterCommit).await;
+        assert_eq!(balance(&rig.store).await, 25, "{mode:?}");
+        assert_eq!(
+            outcomes(&rig.deliver().await),
+            [Outcome::Replayed],
+            "{mode:?}"
+        );
+        assert_eq!(balance(&rig.store).await, 25, "{mode:?}");
+    }
+}
+
+/// A loopback proxy to PostgreSQL that, when armed, forwards the next `COMMIT` and then cuts
+/// that connection without relaying the answer.
+struct CommitCutter {
+    address: String,
+    armed: Arc<AtomicBool>,
+}
+
+impl CommitCutter {
+    async fn start(server: String) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        let armed = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&armed);
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let upstream = TcpStream::connect(&server).await.unwrap();
+                tokio::spawn(relay(client, upstream, Arc::clone(&flag)));
+            }
+        });
+        Self { address, armed }
+    }
+}
+
+async fn read_message(from: &mut (impl AsyncReadExt + Unpin), typed: bool) -> Option<Vec<u8>> {
+    let mut message = Vec::new();
+    if typed {
+        message.push(from.read_u8().await.ok()?);
+    }
+    let length = from.read_u32().await.ok()?;
+    message.extend_from_slice(&length.to_be_bytes());
+    let mut body = vec![0; (length as usize).checked_sub(4)?];
+    from.read_exact(&mut body).await.ok()?;
+    message.extend_from_slice(&body);
+    Some(message)
+}
+
+async fn relay(client: TcpStream, upstream: TcpStream, armed: Arc<AtomicBool>) {
+    let (mut client_read, mut client_write) = client.into_split();
+    let (mut upstream_read, mut upstream_write) = upstream.into_split();
+    let answers = tokio::spawn(async move {
+        let _ = tokio::io::copy(&mut upstream_read, &mut client_write).await;
+    });
+    // The startup: an optional SSLRequest, then the startup message, both untyped.
+    let Some(first) = read_message(&mut client_read, false).await else {
+        return;
+    };
+    let ssl_request = first.len() == 8 && first[4..8] == 80_877_103u32.to_be_bytes();
+    if upstream_write.write_all(&first).await.is_err() {
+        return;
+    }
+    if ssl_request {
+        let Some(startup) = read_message(&mut client_read, false).await else {
+            return;
+        };
+        if upstream_write.write_all(&startup).await.is_err() {
+            return;
+        }
+    }
+    while let Some(message) = read_message(&mut client_read, true).await {
+        let commit = message[0] == b'Q' && message[5..].starts_with(b"COMMIT");
+        if commit && armed.swap(false, Ordering::SeqCst) {
+            // Nothing more reaches the client; the server gets the COMMIT, commits, and its
+            // answer is lost with the connection.
+            answers.abort();
+            let _ = upstream_write.write_all(&message).await;
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            return;
+        }
+        if upstream_write.write_all(&message).await.is_err() {
+            break;
+        }
+    }
+    answers.abort();
+}
+
+#[tokio::test]
+async fn a_commit_whose_answer_was_lost_is_recognised_and_applied_once() {
+    for mode in MODES {
+        let Some(url) = support::postgres::fresh_database().await else {
+            return;
+        };
+        let config: tokio_postgres::Config = url.parse().unwrap();
+        let tokio_postgres::config::Host::Tcp(host) = &config.get_hosts()[0] else {
+            panic!("a TCP host");
+        };
+        let server = format!("{host}:{}", config.get_ports()[0]);
+        let cutter = CommitCutter::start(server).await;
+        let (_, database) = url.rsplit_once('/').unwrap();
+        let proxied = format!("postgres://postgres@{}/{database}", cutter.address);
+        let rig = Rig::new(&proxied, mode).await;
+        cutter.armed.store(true, Ordering::SeqCst);
+        let report = rig.deliver().await;
+        assert!(
+            !cutter.armed.load(Ordering::SeqCst),
+            "{mode:?}: a COMMIT was cut"
+        );
+        assert_eq!(outcomes(&report), [Outcome::Executed], "{mode:?}");
+        assert!(report.response.batch_item_failures.is_empty(), "{mode:?}");
+        assert_eq!(balance(&rig.store).await, 25, "{mode:?}");
+        assert_eq!(
+            outcomes(&rig.deliver().await),
+            [Outcome::Replayed],
+            "{mode:?}"
+        );
+        assert_eq!(balance(&rig.store).await, 25, "{mode:?}");
+    }
+}

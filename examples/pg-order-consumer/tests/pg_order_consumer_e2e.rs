@@ -1,0 +1,183 @@
+//! End to end: the compiled pg-order-consumer binary, driven through a Lambda Runtime API
+//! emulator, against the PostgreSQL `scripts/test.sh` starts, in both modes: the sample
+//! events, and a process killed with SIGKILL in the middle of its transaction.
+
+use std::time::Duration;
+
+use lambda_idempotency_test_support as support;
+use serde_json::Value;
+use support::harness::function;
+use support::harness::runtime_api::{Reply, RuntimeApi};
+use tokio::process::Child;
+
+fn spawn(api: &RuntimeApi, database_url: &str, mode: &str) -> Child {
+    function::spawn(
+        env!("CARGO_BIN_EXE_pg-order-consumer"),
+        "pg-order-consumer",
+        &api.address(),
+        &[
+            ("DATABASE_URL", database_url),
+            ("IDEMPOTENCY_MODE", mode),
+            ("DEADLINE_MARGIN_MS", "1000"),
+        ],
+    )
+}
+
+fn failures(reply: Option<Reply>) -> Vec<String> {
+    match reply {
+        Some(Reply::Response(body)) => body["batchItemFailures"]
+            .as_array()
+            .expect("a batch response")
+            .iter()
+            .map(|f| f["itemIdentifier"].as_str().unwrap().to_string())
+            .collect(),
+        other => panic!("expected a batch response, got {other:?}"),
+    }
+}
+
+async fn connect(url: &str) -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .expect("connect to the test database");
+    tokio::spawn(connection);
+    client
+}
+
+async fn balance(client: &tokio_postgres::Client, account: &str) -> i64 {
+    client
+        .query_opt("SELECT balance FROM ledger WHERE account = $1", &[&account])
+        .await
+        .unwrap()
+        .map_or(0, |row| row.get(0))
+}
+
+async fn invoke(api: &RuntimeApi, name: &str) -> Option<Reply> {
+    let body: Value = support::load_event_json(name);
+    api.invoke(&body, Duration::from_secs(30), Duration::from_secs(60))
+        .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg_order_consumer_holds_its_contract_in_both_modes() {
+    for mode in ["optimistic", "lease"] {
+        let Some(url) = support::postgres::fresh_database().await else {
+            return;
+        };
+        let api = RuntimeApi::start().await;
+        let _container = spawn(&api, &url, mode);
+        assert_eq!(
+            failures(invoke(&api, "batch.json").await),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            failures(invoke(&api, "batch_redelivered.json").await),
+            Vec::<String>::new(),
+            "{mode}"
+        );
+        assert_eq!(
+            failures(invoke(&api, "producer_retry.json").await),
+            Vec::<String>::new(),
+            "{mode}"
+        );
+        let poison: Value = support::load_event_json("poison.json");
+        let poisoned = poison["Records"][1]["messageId"].as_str().unwrap();
+        assert_eq!(
+            failures(invoke(&api, "poison.json").await),
+            [poisoned],
+            "{mode}"
+        );
+        let tampered: Value = support::load_event_json("tampered.json");
+        let loser = tampered["Records"][0]["messageId"].as_str().unwrap();
+        assert_eq!(
+            failures(invoke(&api, "tampered.json").await),
+            [loser],
+            "{mode}"
+        );
+        let client = connect(&url).await;
+        assert_eq!(balance(&client, "acct-alice").await, 20, "{mode}");
+        assert_eq!(balance(&client, "acct-bob").await, 40, "{mode}");
+        assert_eq!(balance(&client, "acct-carol").await, 17, "{mode}");
+        assert!(api.init_errors().await.is_empty());
+    }
+}
+
+/// SIGKILL in the middle of the transaction: the test holds the ledger row, so the
+/// function's credit waits inside its transaction; the process is killed there. Nothing of
+/// it is applied; a new process gets the redelivery (after the dead lease, in lease mode)
+/// and credits once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_killed_in_its_transaction_applies_nothing_and_the_redelivery_once() {
+    for mode in ["optimistic", "lease"] {
+        let Some(url) = support::postgres::fresh_database().await else {
+            return;
+        };
+        let api = RuntimeApi::start().await;
+        let mut doomed = spawn(&api, &url, mode);
+        // The first process creates the tables; the ledger row it will credit exists.
+        assert_eq!(
+            failures(invoke(&api, "producer_retry.json").await),
+            Vec::<String>::new()
+        );
+        let mut holder = connect(&url).await;
+        let hold = holder.transaction().await.unwrap();
+        hold.execute(
+            "INSERT INTO ledger VALUES ('acct-alice', 0) ON CONFLICT (account) DO NOTHING",
+            &[],
+        )
+        .await
+        .unwrap();
+        hold.execute(
+            "SELECT 1 FROM ledger WHERE account = 'acct-alice' FOR UPDATE",
+            &[],
+        )
+        .await
+        .unwrap();
+        let mut one = support::load_event_json("batch.json");
+        one["Records"].as_array_mut().unwrap().truncate(1);
+        let invocation = {
+            let api = &api;
+            let one = one.clone();
+            async move {
+                api.invoke(&one, Duration::from_secs(4), Duration::from_secs(10))
+                    .await
+            }
+        };
+        let killer = async {
+            // Long enough for the function to be waiting on the held row.
+            tokio::time::sleep(Duration::from_millis(800)).await;
+            doomed.start_kill().unwrap();
+            doomed.wait().await.unwrap();
+        };
+        let (reply, ()) = tokio::join!(invocation, killer);
+        assert!(
+            !matches!(reply, Some(Reply::Response(_))),
+            "{mode}: the killed process answered {reply:?}"
+        );
+        hold.commit().await.unwrap();
+        let client = connect(&url).await;
+        assert_eq!(
+            balance(&client, "acct-alice").await,
+            0,
+            "{mode}: nothing applied"
+        );
+        if mode == "lease" {
+            // The dead lease ends at its invocation's deadline.
+            tokio::time::sleep(Duration::from_secs(4)).await;
+        }
+        let _fresh = spawn(&api, &url, mode);
+        let reply = api
+            .invoke(&one, Duration::from_secs(30), Duration::from_secs(60))
+            .await;
+        assert_eq!(failures(reply), Vec::<String>::new(), "{mode}");
+        assert_eq!(
+            balance(&client, "acct-alice").await,
+            25,
+            "{mode}: credited once"
+        );
+        let again = api
+            .invoke(&one, Duration::from_secs(30), Duration::from_secs(60))
+            .await;
+        assert_eq!(failures(again), Vec::<String>::new(), "{mode}");
+        assert_eq!(balance(&client, "acct-alice").await, 25, "{mode}: replayed");
+    }
+}
