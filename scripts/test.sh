@@ -56,7 +56,7 @@ echo "== cargo fmt --check"
 cargo fmt --all --check
 echo "== cargo clippy --workspace --all-targets -- -D warnings"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
-echo "== the library without the DynamoDB store, with HTTP alone, with the test helpers, with Redis alone"
+echo "== the library without the DynamoDB store, with HTTP alone, with the test helpers, with Redis alone, with PostgreSQL alone"
 cargo clippy -p lambda-idempotency --no-default-features --quiet -- -D warnings
 cargo clippy -p lambda-idempotency --no-default-features --features http --quiet -- -D warnings
 cargo clippy -p lambda-idempotency --features testing --quiet -- -D warnings

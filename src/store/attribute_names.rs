@@ -19,6 +19,12 @@ pub struct AttributeNames {
     pub validation: String,
     /// Lease owner token (S). Default `lease_owner`.
     pub owner: String,
+    /// Single-table layout: the sort key attribute (S) that holds the idempotency key, under
+    /// one static partition key value. `None` (the default): the partition key holds it.
+    pub sort_key: Option<String>,
+    /// Single-table layout: the partition key value of every record (with
+    /// [`sort_key`](Self::sort_key)).
+    pub static_partition_key: String,
 }
 
 impl Default for AttributeNames {
@@ -31,6 +37,8 @@ impl Default for AttributeNames {
             data: "data".into(),
             validation: "validation".into(),
             owner: "lease_owner".into(),
+            sort_key: None,
+            static_partition_key: String::new(),
         }
     }
 }
@@ -76,5 +84,39 @@ impl AttributeNames {
     pub fn with_owner(mut self, name: impl Into<String>) -> Self {
         self.owner = name.into();
         self
+    }
+
+    /// A single-table layout, as Powertools offers: every record under the partition key
+    /// value `static_partition_key` (in the [`key`](Self::key) attribute), the idempotency
+    /// key in the sort key attribute `sort_key`, so the records can live in a table you
+    /// already have (with a string partition and sort key). All records then share one
+    /// partition: its write rate caps theirs (DynamoDB's per-partition limits, about 1,000
+    /// write units a second).
+    pub fn with_sort_key(
+        mut self,
+        sort_key: impl Into<String>,
+        static_partition_key: impl Into<String>,
+    ) -> Self {
+        self.sort_key = Some(sort_key.into());
+        self.static_partition_key = static_partition_key.into();
+        self
+    }
+
+    /// The key attributes of the record stored under `stored_key`, as (name, value): the
+    /// partition key alone, or the static partition key and the sort key.
+    pub fn item_key<'a>(&'a self, stored_key: &'a str) -> Vec<(&'a str, &'a str)> {
+        match &self.sort_key {
+            None => vec![(self.key.as_str(), stored_key)],
+            Some(sort_key) => vec![
+                (self.key.as_str(), self.static_partition_key.as_str()),
+                (sort_key.as_str(), stored_key),
+            ],
+        }
+    }
+
+    /// The attribute that holds the idempotency key: the sort key in a single-table layout,
+    /// else the partition key.
+    pub fn stored_key_attribute(&self) -> &str {
+        self.sort_key.as_deref().unwrap_or(&self.key)
     }
 }

@@ -21,7 +21,11 @@ const PAYLOAD_HASH_MAX_BYTES: usize = 67;
 pub(crate) fn record_size_bytes(names: &AttributeNames, record: &Record) -> usize {
     let text = |name: &str, value: Option<&str>| value.map_or(0, |v| name.len() + v.len());
     let number = |name: &str, value: Option<u64>| value.map_or(0, |_| name.len() + NUMBER_BYTES);
-    text(&names.key, Some(record.key.as_str()))
+    names
+        .item_key(record.key.as_str())
+        .into_iter()
+        .map(|(name, value)| text(name, Some(value)))
+        .sum::<usize>()
         + text(&names.status, Some(record.status.as_str()))
         + number(&names.expiration, Some(record.expiration_secs))
         + number(&names.in_progress_expiration, record.lease_expiration_ms)

@@ -10,23 +10,36 @@ use aws_sdk_dynamodb::Client;
 /// Creates a fresh on-demand table named `<prefix>-<random>` with the string partition key
 /// `key`, and answers its name. Panics when the table cannot be created (a test helper).
 pub async fn create_table(client: &Client, prefix: &str, key: &str) -> String {
+    create_table_with_keys(client, prefix, key, None).await
+}
+
+/// As [`create_table`], with the string sort key `sort_key` too (a single-table layout).
+pub async fn create_table_with_keys(
+    client: &Client,
+    prefix: &str,
+    key: &str,
+    sort_key: Option<&str>,
+) -> String {
     let table = format!("{prefix}-{}", uuid::Uuid::new_v4().simple());
-    let definition = AttributeDefinition::builder()
-        .attribute_name(key)
-        .attribute_type(ScalarAttributeType::S)
-        .build()
-        .expect("a complete attribute definition");
-    let schema = KeySchemaElement::builder()
-        .attribute_name(key)
-        .key_type(KeyType::Hash)
-        .build()
-        .expect("a complete key schema");
-    client
+    let keys = std::iter::once((key, KeyType::Hash)).chain(sort_key.map(|k| (k, KeyType::Range)));
+    let mut request = client
         .create_table()
         .table_name(&table)
-        .attribute_definitions(definition)
-        .key_schema(schema)
-        .billing_mode(BillingMode::PayPerRequest)
+        .billing_mode(BillingMode::PayPerRequest);
+    for (name, key_type) in keys {
+        let definition = AttributeDefinition::builder()
+            .attribute_name(name)
+            .attribute_type(ScalarAttributeType::S)
+            .build()
+            .expect("a complete attribute definition");
+        let schema = KeySchemaElement::builder()
+            .attribute_name(name)
+            .key_type(key_type)
+            .build()
+            .expect("a complete key schema");
+        request = request.attribute_definitions(definition).key_schema(schema);
+    }
+    request
         .send()
         .await
         .unwrap_or_else(|err| panic!("create table {table}: {err:?}"));

@@ -22,7 +22,9 @@ use crate::store::{
     StoreError,
 };
 
-/// A store on a DynamoDB table with a string partition key (`id` by default).
+/// A store on a DynamoDB table with a string partition key (`id` by default), or a string
+/// partition and sort key with one static partition key value
+/// ([`AttributeNames::with_sort_key`], a single-table layout).
 ///
 /// - acquire: one `PutItem` conditioned on "no item, or expired, or in progress with an
 ///   elapsed lease", with `ReturnValuesOnConditionCheckFailure=ALL_OLD`; a strongly
@@ -75,7 +77,11 @@ impl DynamoDbStore {
     }
 
     pub(crate) fn key_item(&self, key: &IdempotencyKey) -> HashMap<String, AttributeValue> {
-        HashMap::from([(self.names.key.clone(), s(key.as_str()))])
+        self.names
+            .item_key(key.as_str())
+            .into_iter()
+            .map(|(name, value)| (name.to_string(), s(value)))
+            .collect()
     }
 
     /// The attribute names [`TAKEOVER_CONDITION`] uses.
@@ -275,7 +281,7 @@ impl DynamoDbStore {
     ) -> Result<Record, StoreError> {
         let n = &self.names;
         let key = item
-            .get(&n.key)
+            .get(n.stored_key_attribute())
             .and_then(|v| v.as_s().ok())
             .cloned()
             .unwrap_or_default();

@@ -2,7 +2,7 @@
 
 use crate::clock::ManualClock;
 use crate::record::{OwnerToken, Status};
-use crate::store::{CompleteRequest, Fenced, Store, StoreError, MAX_ITEM_BYTES};
+use crate::store::{AttributeNames, CompleteRequest, Fenced, Store, StoreError, MAX_ITEM_BYTES};
 
 use super::{acquire_request, complete_request, key, Seed, HOUR, LEASE};
 
@@ -31,11 +31,15 @@ pub async fn a_result_over_the_item_limit_is_refused_and_changes_nothing<S: Stor
 }
 
 /// The size of a completed record as every store counts it: attribute names and values in
-/// UTF-8 bytes, 21 bytes per number, and room for a 67-byte payload hash.
-fn completed_size(request: &CompleteRequest) -> usize {
-    "id".len()
-        + request.key.as_str().len()
-        + "status".len()
+/// UTF-8 bytes (the key attributes of the store's layout), 21 bytes per number, and room for
+/// a 67-byte payload hash.
+fn completed_size(layout: &AttributeNames, request: &CompleteRequest) -> usize {
+    let key: usize = layout
+        .item_key(request.key.as_str())
+        .iter()
+        .map(|(name, value)| name.len() + value.len())
+        .sum();
+    key + "status".len()
         + request.status.as_str().len()
         + "expiration".len()
         + 21
@@ -58,9 +62,10 @@ pub async fn the_item_size_limit_is_the_same_on_every_store<S: Seed>(store: &S) 
             .await
             .unwrap();
         let mut request = complete_request(&clock, &k, &a, "", HOUR);
-        let overhead = completed_size(&request);
+        let layout = store.layout();
+        let overhead = completed_size(&layout, &request);
         request.data = format!("\"{}\"", "x".repeat(MAX_ITEM_BYTES - overhead - 2 + extra));
-        assert_eq!(completed_size(&request), MAX_ITEM_BYTES + extra);
+        assert_eq!(completed_size(&layout, &request), MAX_ITEM_BYTES + extra);
         match store.complete(&request).await {
             Ok(Fenced::Applied) if fits => {}
             Err(StoreError::ItemTooLarge { size_bytes, .. }) if !fits => {

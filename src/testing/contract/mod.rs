@@ -43,6 +43,12 @@ use aws_sdk_dynamodb::types::AttributeValue;
 pub trait Seed: Store {
     /// Writes `record` as it is.
     fn seed(&self, record: &Record) -> impl Future<Output = ()> + Send;
+
+    /// The attribute names the store writes with, by which the item size limit is counted
+    /// (the default layout unless the store says otherwise).
+    fn layout(&self) -> crate::store::AttributeNames {
+        crate::store::AttributeNames::default()
+    }
 }
 
 impl Seed for InMemoryStore {
@@ -53,10 +59,18 @@ impl Seed for InMemoryStore {
 
 #[cfg(feature = "dynamodb")]
 impl Seed for DynamoDbStore {
+    fn layout(&self) -> crate::store::AttributeNames {
+        self.attribute_names().clone()
+    }
+
     async fn seed(&self, record: &Record) {
         let n = self.attribute_names();
-        let mut item = HashMap::from([
-            (n.key.clone(), AttributeValue::S(record.key.as_str().into())),
+        let mut item: HashMap<String, AttributeValue> = n
+            .item_key(record.key.as_str())
+            .into_iter()
+            .map(|(name, value)| (name.to_string(), AttributeValue::S(value.into())))
+            .collect();
+        item.extend([
             (
                 n.status.clone(),
                 AttributeValue::S(record.status.as_str().into()),
@@ -66,6 +80,9 @@ impl Seed for DynamoDbStore {
                 AttributeValue::N(record.expiration_secs.to_string()),
             ),
         ]);
+        if let Some(validation) = &record.validation {
+            item.insert(n.validation.clone(), AttributeValue::S(validation.clone()));
+        }
         if let Some(lease) = record.lease_expiration_ms {
             item.insert(
                 n.in_progress_expiration.clone(),

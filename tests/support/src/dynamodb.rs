@@ -256,6 +256,23 @@ pub async fn fresh_store() -> Option<DynamoDbStore> {
     Some(DynamoDbStore::new(client, table))
 }
 
+/// A store on a fresh table with a single-table layout (partition key `pk` with the static
+/// value `idempotency#orders`, sort key `sk`), or `None` when skipped.
+pub async fn fresh_single_table_store() -> Option<DynamoDbStore> {
+    let client = client().await?;
+    let table = lambda_idempotency::testing::dynamodb::create_table_with_keys(
+        &client,
+        "shared",
+        "pk",
+        Some("sk"),
+    )
+    .await;
+    let names = lambda_idempotency::store::AttributeNames::default()
+        .with_key("pk")
+        .with_sort_key("sk", "idempotency#orders");
+    Some(DynamoDbStore::new(client, table).with_attribute_names(names))
+}
+
 /// The `balance` of `account` in a ledger table (0 when the item does not exist).
 pub async fn balance(client: &Client, table: &str, account: &str) -> i64 {
     lambda_idempotency::testing::dynamodb::balance(client, table, account).await
