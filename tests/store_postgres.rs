@@ -126,3 +126,23 @@ fn table_names_are_checked() {
     let pool = deadpool_postgres::Pool::builder(manager).build().unwrap();
     let _ = PostgresStore::new(pool).with_table("records; DROP TABLE ledger");
 }
+
+/// Function instances that start together all create the table (PostgreSQL's `IF NOT
+/// EXISTS` alone races: one of them would fail its start with a unique violation).
+#[tokio::test]
+async fn concurrent_starts_all_create_the_table() {
+    let Some(pool) = support::postgres::pool() else {
+        return;
+    };
+    let table = format!(
+        "records_{}",
+        OwnerToken::generate().as_str().replace('-', "_")
+    );
+    let stores: Vec<PostgresStore> = (0..8)
+        .map(|_| PostgresStore::new(pool.clone()).with_table(&table))
+        .collect();
+    let created = futures_util::future::join_all(stores.iter().map(|s| s.create_table())).await;
+    for answer in created {
+        answer.expect("created, or found created");
+    }
+}

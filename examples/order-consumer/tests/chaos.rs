@@ -1,11 +1,5 @@
-//! Chaos: several order-consumer processes ("containers") behind the Lambda Runtime API,
-//! fed by a simulated SQS queue with at-least-once delivery, against DynamoDB Local, while
-//! containers are killed with SIGKILL at random moments, frozen past their deadline (and
-//! then killed, as Lambda cuts them off), and messages are delivered again while in flight.
-//! The workload mixes producer retries, poison bodies and tampered duplicates. At the end
-//! the history is checked against the model: every balance is the sum of its unique events,
-//! every valid message was acknowledged and none dead-lettered, every poison and losing
-//! tampered message was dead-lettered, and each tampered pair applied exactly one amount.
+//! Chaos on the order-consumer binary against DynamoDB Local: see the harness
+//! (`lambda_idempotency_test_support::harness::chaos`) for what is done and checked.
 //!
 //! CI runs a bounded run. A longer soak, reproducible from its seed:
 //! `CHAOS_SEED=7 CHAOS_EVENTS=400 CHAOS_CONTAINERS=4 scripts/soak.sh`
@@ -13,355 +7,30 @@
 //! `CHAOS_FREEZE_RATE`, `CHAOS_DUPLICATE_RATE`, `CHAOS_MODES`, `CHAOS_TIME_LIMIT_SECS`).
 mod container;
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
-
-use container::spawn;
 use lambda_idempotency_test_support as support;
 use order_consumer::Tables;
-use serde_json::json;
 use support::dynamodb::{balance, create_table, create_table_keyed};
-use support::harness::runtime_api::{Reply, RuntimeApi};
-use support::harness::sqs_sim::{Queue, Rng};
+use support::harness::chaos::{chaos_run, Deployment, Settings};
+use tokio::process::Child;
 
-/// Time a container gets per invocation (the function timeout).
-const DEADLINE: Duration = Duration::from_millis(2200);
-/// The queue's visibility timeout.
-const VISIBILITY: Duration = Duration::from_millis(2500);
-/// Receives before a message is dead-lettered.
-const MAX_RECEIVES: u32 = 6;
-
-fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-#[derive(Debug, Clone)]
-struct Settings {
-    seed: u64,
-    events: usize,
-    containers: usize,
-    kill_rate: f64,
-    freeze_rate: f64,
-    duplicate_rate: f64,
-    time_limit: Duration,
-}
-
-impl Settings {
-    fn from_env() -> Self {
-        Self {
-            seed: env_or("CHAOS_SEED", 1),
-            events: env_or("CHAOS_EVENTS", 40),
-            containers: env_or("CHAOS_CONTAINERS", 3),
-            kill_rate: env_or("CHAOS_KILL_RATE", 0.12),
-            freeze_rate: env_or("CHAOS_FREEZE_RATE", 0.05),
-            duplicate_rate: env_or("CHAOS_DUPLICATE_RATE", 0.2),
-            time_limit: Duration::from_secs(env_or("CHAOS_TIME_LIMIT_SECS", 240)),
-        }
-    }
-}
-
-/// What was sent, for the final check.
-#[derive(Debug, Default)]
-struct Workload {
-    /// Valid messages (originals and producer retries): must all be acknowledged.
-    valid: Vec<String>,
-    /// Poison messages: must all be dead-lettered.
-    poison: Vec<String>,
-    /// Tampered pairs: (account, [(message id, amount); 2]).
-    tampered: Vec<(String, [(String, i64); 2])>,
-    /// Expected balance of each ordinary account.
-    expected: BTreeMap<String, i64>,
-}
-
-fn order(event_id: &str, account: &str, amount: i64) -> String {
-    json!({"eventId": event_id, "account": account, "amount": amount}).to_string()
-}
-
-/// Builds and sends the workload, in a seeded random order.
-fn send_workload(queue: &Queue, settings: &Settings, rng: &mut Rng) -> Workload {
-    enum Item {
-        Valid(String, Option<String>),
-        Poison(String, Option<String>),
-        Tampered(usize, usize, String, String),
-    }
-    let mut items = Vec::new();
-    let mut workload = Workload::default();
-    for i in 0..settings.events {
-        let event_id = format!("evt-{}-{i}", settings.seed);
-        let account = format!("acct-{}", rng.below(6));
-        let amount = rng.below(150) as i64 - 49;
-        *workload.expected.entry(account.clone()).or_default() += amount;
-        let keyed = rng.chance(0.5).then(|| event_id.clone());
-        let body = order(&event_id, &account, amount);
-        if rng.chance(0.25) {
-            // The producer retries: the same event again, as a new message.
-            items.push(Item::Valid(body.clone(), keyed.clone()));
-        }
-        items.push(Item::Valid(body, keyed));
-    }
-    let poison_bodies = [
-        r#"{"eventId":"evt-poison-a","account":"#.to_string(),
-        "\u{0}\u{1}\u{2}\u{fffd}\u{7f} binary-looking".to_string(),
-        r#"{"eventId":"evt-poison-b","account":"acct-0","amount":"12"}"#.to_string(),
-        r#"{"eventId":"evt-poison-c","amount":3}"#.to_string(),
-        "x".repeat(200_000),
-    ];
-    for (i, body) in poison_bodies
-        .iter()
-        .cycle()
-        .take((settings.events / 10).max(poison_bodies.len()))
-        .enumerate()
-    {
-        let keyed = (i % 2 == 1).then(|| format!("poison-key-{i}"));
-        items.push(Item::Poison(body.clone(), keyed));
-    }
-    for j in 0..(settings.events / 20).max(2) {
-        let account = format!("acct-t{j}");
-        let event_id = format!("evt-{}-t{j}", settings.seed);
-        let (a, b) = (10 + j as i64, 1000 + j as i64);
-        workload
-            .tampered
-            .push((account.clone(), Default::default()));
-        let index = workload.tampered.len() - 1;
-        items.push(Item::Tampered(
-            index,
-            0,
-            order(&event_id, &account, a),
-            event_id.clone(),
-        ));
-        items.push(Item::Tampered(
-            index,
-            1,
-            order(&event_id, &account, b),
-            event_id,
-        ));
-    }
-    // Shuffle (Fisher-Yates), then send.
-    for i in (1..items.len()).rev() {
-        let j = rng.below(i as u64 + 1) as usize;
-        items.swap(i, j);
-    }
-    for item in items {
-        match item {
-            Item::Valid(body, key) => workload.valid.push(queue.send(&body, key.as_deref())),
-            Item::Poison(body, key) => workload.poison.push(queue.send(&body, key.as_deref())),
-            Item::Tampered(pair, side, body, key) => {
-                let amount = serde_json::from_str::<serde_json::Value>(&body).unwrap()["amount"]
-                    .as_i64()
-                    .unwrap();
-                let id = queue.send(&body, Some(&key));
-                workload.tampered[pair].1[side] = (id, amount);
-            }
-        }
-    }
-    workload
-}
-
-#[derive(Debug, Default)]
-struct Counters {
-    invocations: AtomicU64,
-    kills: AtomicU64,
-    freezes: AtomicU64,
-    cut_off: AtomicU64,
-    restarts: AtomicU64,
-}
-
-fn signal(pid: u32, signal: &str) {
-    let _ = std::process::Command::new("kill")
-        .args([signal, &pid.to_string()])
-        .stderr(std::process::Stdio::null())
-        .status();
-}
-
-/// One container slot: receives batches, invokes its order-consumer process, acknowledges
-/// what the response allows, and suffers the chaos.
-async fn run_container(
-    slot: usize,
-    queue: Arc<Queue>,
+#[derive(Clone)]
+struct OnDynamoDb {
+    client: aws_sdk_dynamodb::Client,
     tables: Tables,
-    mode: &'static str,
-    settings: Settings,
-    stop: Arc<AtomicBool>,
-    counters: Arc<Counters>,
-) {
-    let mut rng = Rng::new(settings.seed.wrapping_mul(31).wrapping_add(slot as u64));
-    let mut api = RuntimeApi::start().await;
-    let mut child = spawn(&api.address(), &tables, mode);
-    while !stop.load(Ordering::SeqCst) {
-        let Some(event) = queue.receive(10, rng.chance(settings.duplicate_rate)) else {
-            tokio::time::sleep(Duration::from_millis(25)).await;
-            continue;
-        };
-        counters.invocations.fetch_add(1, Ordering::SeqCst);
-        let pid = child.id().expect("running container");
-        let kill = rng.chance(settings.kill_rate);
-        let freeze = !kill && rng.chance(settings.freeze_rate);
-        if kill {
-            counters.kills.fetch_add(1, Ordering::SeqCst);
-            let delay = Duration::from_millis(rng.below(50));
-            tokio::spawn(async move {
-                tokio::time::sleep(delay).await;
-                signal(pid, "-KILL");
-            });
-        } else if freeze {
-            counters.freezes.fetch_add(1, Ordering::SeqCst);
-            let delay = Duration::from_millis(rng.below(60));
-            tokio::spawn(async move {
-                tokio::time::sleep(delay).await;
-                signal(pid, "-STOP");
-            });
-        }
-        let reply = api
-            .invoke(&event, DEADLINE, DEADLINE + Duration::from_millis(300))
-            .await;
-        match &reply {
-            Some(Reply::Response(body)) => {
-                let failed: BTreeSet<&str> = body["batchItemFailures"]
-                    .as_array()
-                    .map(|f| {
-                        f.iter()
-                            .filter_map(|f| f["itemIdentifier"].as_str())
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                let ids = event["Records"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .filter_map(|r| r["messageId"].as_str())
-                    .filter(|id| !failed.contains(id));
-                queue.ack(ids);
-            }
-            Some(Reply::Error(_)) => {}
-            None => {
-                // No answer by the deadline: Lambda cuts the container off; the batch
-                // comes back after the visibility timeout.
-                counters.cut_off.fetch_add(1, Ordering::SeqCst);
-            }
-        }
-        let exited = child.try_wait().ok().flatten().is_some();
-        if reply.is_none() || exited || kill || freeze {
-            signal(pid, "-KILL");
-            let _ = child.wait().await;
-            api = RuntimeApi::start().await;
-            child = spawn(&api.address(), &tables, mode);
-            counters.restarts.fetch_add(1, Ordering::SeqCst);
-        }
-    }
-    let _ = child.kill().await;
 }
 
-async fn chaos_run(mode: &'static str, settings: &Settings) {
-    let Some(client) = support::dynamodb::client().await else {
-        return;
-    };
-    let tables = Tables {
-        idempotency: create_table(&client).await,
-        ledger: create_table_keyed(&client, "ledger", "account").await,
-    };
-    let queue = Arc::new(Queue::new(VISIBILITY, MAX_RECEIVES));
-    let mut rng = Rng::new(settings.seed);
-    let workload = send_workload(&queue, settings, &mut rng);
-    let stop = Arc::new(AtomicBool::new(false));
-    let counters = Arc::new(Counters::default());
-    let started = Instant::now();
-    let slots: Vec<_> = (0..settings.containers)
-        .map(|slot| {
-            tokio::spawn(run_container(
-                slot,
-                queue.clone(),
-                tables.clone(),
-                mode,
-                settings.clone(),
-                stop.clone(),
-                counters.clone(),
-            ))
-        })
-        .collect();
-    while !queue.is_drained() && started.elapsed() < settings.time_limit {
-        tokio::time::sleep(Duration::from_millis(100)).await;
+impl Deployment for OnDynamoDb {
+    fn name(&self) -> &'static str {
+        "order-consumer"
     }
-    stop.store(true, Ordering::SeqCst);
-    for slot in slots {
-        slot.await.expect("container slot");
-    }
-    let elapsed = started.elapsed();
-    let stats = queue.stats();
-    assert!(
-        queue.is_drained(),
-        "{mode}: queue not drained within {:?}: {stats:?}",
-        settings.time_limit
-    );
 
-    // The history against the model.
-    let dead: BTreeSet<String> = queue.dead_letters().into_iter().collect();
-    let acked: BTreeSet<String> = queue.acked().into_iter().collect();
-    for id in &workload.valid {
-        assert!(
-            acked.contains(id),
-            "{mode}: valid message {id} not acknowledged"
-        );
-        assert!(
-            !dead.contains(id),
-            "{mode}: valid message {id} dead-lettered"
-        );
+    fn spawn(&self, runtime_api: &str, mode: &str) -> Child {
+        container::spawn(runtime_api, &self.tables, mode)
     }
-    for id in &workload.poison {
-        assert!(
-            dead.contains(id),
-            "{mode}: poison message {id} not dead-lettered"
-        );
+
+    async fn balance(&self, account: &str) -> i64 {
+        balance(&self.client, &self.tables.ledger, account).await
     }
-    for (account, [(a_id, a), (b_id, b)]) in &workload.tampered {
-        let applied = balance(&client, &tables.ledger, account).await;
-        let (winner, loser, amount) = if acked.contains(a_id) {
-            (a_id, b_id, *a)
-        } else {
-            (b_id, a_id, *b)
-        };
-        assert!(
-            acked.contains(winner),
-            "{mode}: neither of {account}'s pair acknowledged"
-        );
-        assert!(
-            dead.contains(loser),
-            "{mode}: {account}'s losing twin not dead-lettered"
-        );
-        assert_eq!(
-            applied, amount,
-            "{mode}: {account} must apply exactly one amount"
-        );
-    }
-    for (account, expected) in &workload.expected {
-        let actual = balance(&client, &tables.ledger, account).await;
-        assert_eq!(actual, *expected, "{mode}: balance of {account}");
-    }
-    eprintln!(
-        "chaos {mode} seed={} containers={}: {} messages ({} valid, {} poison, {} tampered pairs) drained in {:.1}s; \
-         {} deliveries ({} in-flight duplicates), {} invocations, {} SIGKILLs, {} freezes, {} cut off at the deadline, {} restarts; \
-         {} acknowledged, {} dead-lettered; every balance matches the model",
-        settings.seed,
-        settings.containers,
-        stats.sent,
-        workload.valid.len(),
-        workload.poison.len(),
-        workload.tampered.len(),
-        elapsed.as_secs_f64(),
-        stats.deliveries,
-        stats.in_flight_duplicates,
-        counters.invocations.load(Ordering::SeqCst),
-        counters.kills.load(Ordering::SeqCst),
-        counters.freezes.load(Ordering::SeqCst),
-        counters.cut_off.load(Ordering::SeqCst),
-        counters.restarts.load(Ordering::SeqCst),
-        stats.acked,
-        stats.dead,
-    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -374,6 +43,13 @@ async fn chaos_history_matches_the_model() {
             "lease" => "lease",
             other => panic!("unknown mode {other}"),
         };
-        chaos_run(mode, &settings).await;
+        let Some(client) = support::dynamodb::client().await else {
+            return;
+        };
+        let tables = Tables {
+            idempotency: create_table(&client).await,
+            ledger: create_table_keyed(&client, "ledger", "account").await,
+        };
+        chaos_run(OnDynamoDb { client, tables }, mode, &settings).await;
     }
 }

@@ -101,8 +101,8 @@ pub async fn connect(database_url: &str) -> Result<PostgresStore, BoxError> {
         .create_timeout(Some(Duration::from_secs(3)))
         .build()?;
     let store = PostgresStore::new(pool);
-    store.create_table().await?;
-    store.pool().get().await?.batch_execute(LEDGER_DDL).await?;
+    // Instances that start together: the DDL runs once at a time.
+    store.create_table_with(LEDGER_DDL).await?;
     Ok(store)
 }
 

@@ -110,13 +110,33 @@ impl PostgresStore {
         self.table.schema_sql()
     }
 
-    /// Creates the table and its index if they do not exist.
+    /// Creates the table and its index if they do not exist. Safe when many function
+    /// instances start at once: the DDL runs in a transaction under an advisory lock (on its
+    /// own, PostgreSQL's `IF NOT EXISTS` races, and all but one would fail).
     pub async fn create_table(&self) -> Result<(), StoreError> {
-        let client = self.pool.get().await.map_err(pool_error)?;
-        client
-            .batch_execute(&self.table.schema_sql())
-            .await
-            .map_err(sql_error)
+        self.create_table_with("").await
+    }
+
+    /// As [`create_table`](Self::create_table), and runs `extra_ddl` (your own tables, as
+    /// idempotent statements such as `CREATE TABLE IF NOT EXISTS`) in the same transaction,
+    /// under the same lock.
+    pub async fn create_table_with(&self, extra_ddl: &str) -> Result<(), StoreError> {
+        let object = self.pool.get().await.map_err(pool_error)?;
+        // The name is an identifier (checked), so it is safe inside the literal.
+        let sql = format!(
+            "BEGIN; SELECT pg_advisory_xact_lock(hashtext('lambda-idempotency:{name}')); \
+             {ddl}{extra_ddl}; COMMIT;",
+            name = self.table.name,
+            ddl = self.table.schema_sql(),
+        );
+        match object.batch_execute(&sql).await {
+            Ok(()) => Ok(()),
+            Err(err) => {
+                // Its transaction is aborted: the connection does not go back to the pool.
+                drop(deadpool_postgres::Object::take(object));
+                Err(sql_error(err))
+            }
+        }
     }
 
     /// Deletes up to `limit` records that expired more than `grace` before `now` (garbage

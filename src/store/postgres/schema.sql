@@ -1,6 +1,6 @@
 -- The idempotency records of lambda-idempotency's PostgresStore (table `idempotency_records`;
 -- `PostgresStore::create_table` runs this for the store's own table name).
-CREATE TABLE IF NOT EXISTS idempotency_records (
+CREATE TABLE IF NOT EXISTS "idempotency_records" (
     id text PRIMARY KEY,
     status text NOT NULL,
     expiration bigint NOT NULL,
@@ -10,4 +10,4 @@ CREATE TABLE IF NOT EXISTS idempotency_records (
     validation text
 );
 -- For the cleanup of expired records (PostgreSQL has no TTL).
-CREATE INDEX IF NOT EXISTS idempotency_records_expiration ON idempotency_records (expiration);
+CREATE INDEX IF NOT EXISTS "idempotency_records_expiration" ON "idempotency_records" (expiration);

@@ -1,6 +1,8 @@
 //! The heavy harness (feature `harness`): servers and simulators for the tests that drive a
-//! real function binary or put faults between the toolkit and DynamoDB.
+//! real function binary or put faults between the toolkit and DynamoDB, and the chaos run
+//! (`chaos`) any order consumer binary can be put through.
 
+pub mod chaos;
 pub mod fault_proxy;
 pub mod function;
 mod http;
