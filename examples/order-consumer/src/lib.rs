@@ -95,6 +95,20 @@ pub fn order_from_json(body: &[u8]) -> Result<Order, OrderError> {
     Ok(order)
 }
 
+/// Replaces the default panic hook, which prints the panic's message (it may quote the
+/// input) to stderr and so to CloudWatch: the panic is caught and its record reported (the
+/// handler's by the idempotent service, any other by the batch processor), so the hook logs
+/// only where it happened. The examples' binaries install it first thing.
+pub fn install_panic_hook() {
+    std::panic::set_hook(Box::new(|info| {
+        let location = info
+            .location()
+            .map(|l| format!("{}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        tracing::error!(location, "a handler panicked (its message is not logged)");
+    }));
+}
+
 /// The key prefix of order-consumer's records: stable across deployments.
 pub const KEY_PREFIX: &str = "order-consumer";
 

@@ -12,16 +12,7 @@ use tower::ServiceExt;
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), lambda_runtime::Error> {
     lambda_runtime::tracing::init_default_subscriber();
-    // The default panic hook prints the panic message, which may quote the input, to stderr
-    // (and so to CloudWatch). The panic is caught and its record reported (the handler's by the
-    // idempotent service, any other by the batch processor); log only where it happened.
-    std::panic::set_hook(Box::new(|info| {
-        let location = info
-            .location()
-            .map(|l| format!("{}:{}", l.file(), l.line()))
-            .unwrap_or_default();
-        tracing::error!(location, "a handler panicked (its message is not logged)");
-    }));
+    order_consumer::install_panic_hook();
     let settings = Settings::from_env()?;
     let client = aws_sdk_dynamodb::Client::new(&sdk_config().await);
     let processor = processor(client, &settings);

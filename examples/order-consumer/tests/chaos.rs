@@ -10,7 +10,7 @@ mod container;
 use lambda_idempotency_test_support as support;
 use order_consumer::Tables;
 use support::dynamodb::{balance, create_table, create_table_keyed};
-use support::harness::chaos::{chaos_run, Deployment, Settings};
+use support::harness::chaos::{chaos_run, modes, Deployment, Settings};
 use tokio::process::Child;
 
 #[derive(Clone)]
@@ -36,13 +36,7 @@ impl Deployment for OnDynamoDb {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn chaos_history_matches_the_model() {
     let settings = Settings::from_env();
-    let modes = std::env::var("CHAOS_MODES").unwrap_or_else(|_| "optimistic,lease".into());
-    for mode in modes.split(',') {
-        let mode: &'static str = match mode.trim() {
-            "optimistic" => "optimistic",
-            "lease" => "lease",
-            other => panic!("unknown mode {other}"),
-        };
+    for mode in modes() {
         let Some(client) = support::dynamodb::client().await else {
             return;
         };

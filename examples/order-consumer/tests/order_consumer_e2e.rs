@@ -11,22 +11,10 @@ use order_consumer::Tables;
 use serde_json::{json, Value};
 use support::dynamodb::{balance, create_table, create_table_keyed};
 use support::harness::fault_proxy::{FaultProxy, FaultRates};
-use support::harness::runtime_api::{Reply, RuntimeApi};
+use support::harness::runtime_api::{batch_failures as failures, Reply, RuntimeApi};
 
 fn event(name: &str) -> Value {
     support::load_event_json(name)
-}
-
-fn failures(reply: Option<Reply>) -> Vec<String> {
-    match reply {
-        Some(Reply::Response(body)) => body["batchItemFailures"]
-            .as_array()
-            .expect("a batch response")
-            .iter()
-            .map(|f| f["itemIdentifier"].as_str().unwrap().to_string())
-            .collect(),
-        other => panic!("expected a batch response, got {other:?}"),
-    }
 }
 
 fn ids(event: &Value, indexes: &[usize]) -> Vec<String> {

@@ -9,13 +9,7 @@ use tower::ServiceExt;
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), lambda_runtime::Error> {
     lambda_runtime::tracing::init_default_subscriber();
-    std::panic::set_hook(Box::new(|info| {
-        let location = info
-            .location()
-            .map(|l| format!("{}:{}", l.file(), l.line()))
-            .unwrap_or_default();
-        tracing::error!(location, "a handler panicked (its message is not logged)");
-    }));
+    order_consumer::install_panic_hook();
     let settings = Settings::from_env()?;
     let store = connect(&settings.database_url).await?;
     let processor = processor(store, &settings);

@@ -4,7 +4,7 @@
 //! messages), its history checked against the model. `CHAOS_*` settings as there.
 
 use lambda_idempotency_test_support as support;
-use support::harness::chaos::{chaos_run, Deployment, Settings};
+use support::harness::chaos::{chaos_run, modes, Deployment, Settings};
 use support::harness::function;
 use tokio::process::Child;
 
@@ -48,13 +48,7 @@ impl Deployment for OnPostgres {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn chaos_history_matches_the_model() {
     let settings = Settings::from_env();
-    let modes = std::env::var("CHAOS_MODES").unwrap_or_else(|_| "optimistic,lease".into());
-    for mode in modes.split(',') {
-        let mode: &'static str = match mode.trim() {
-            "optimistic" => "optimistic",
-            "lease" => "lease",
-            other => panic!("unknown mode {other}"),
-        };
+    for mode in modes() {
         let Some(database_url) = support::postgres::fresh_database().await else {
             return;
         };

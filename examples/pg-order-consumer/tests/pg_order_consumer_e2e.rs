@@ -7,7 +7,7 @@ use std::time::Duration;
 use lambda_idempotency_test_support as support;
 use serde_json::Value;
 use support::harness::function;
-use support::harness::runtime_api::{Reply, RuntimeApi};
+use support::harness::runtime_api::{batch_failures as failures, Reply, RuntimeApi};
 use tokio::process::Child;
 
 fn spawn(api: &RuntimeApi, database_url: &str, mode: &str) -> Child {
@@ -21,18 +21,6 @@ fn spawn(api: &RuntimeApi, database_url: &str, mode: &str) -> Child {
             ("DEADLINE_MARGIN_MS", "1000"),
         ],
     )
-}
-
-fn failures(reply: Option<Reply>) -> Vec<String> {
-    match reply {
-        Some(Reply::Response(body)) => body["batchItemFailures"]
-            .as_array()
-            .expect("a batch response")
-            .iter()
-            .map(|f| f["itemIdentifier"].as_str().unwrap().to_string())
-            .collect(),
-        other => panic!("expected a batch response, got {other:?}"),
-    }
 }
 
 async fn connect(url: &str) -> tokio_postgres::Client {

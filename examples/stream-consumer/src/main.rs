@@ -9,15 +9,7 @@ use stream_consumer::{sdk_config, stream_consumer, Settings};
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), lambda_runtime::Error> {
     lambda_runtime::tracing::init_default_subscriber();
-    // The default panic hook prints the panic message, which may quote the input; the panic
-    // is caught and its record reported: log only where it happened.
-    std::panic::set_hook(Box::new(|info| {
-        let location = info
-            .location()
-            .map(|l| format!("{}:{}", l.file(), l.line()))
-            .unwrap_or_default();
-        tracing::error!(location, "a handler panicked (its message is not logged)");
-    }));
+    order_consumer::install_panic_hook();
     let settings = Settings::from_env()?;
     let client = aws_sdk_dynamodb::Client::new(&sdk_config().await);
     let consumer = Arc::new(stream_consumer(client, &settings));

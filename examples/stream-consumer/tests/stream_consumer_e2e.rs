@@ -10,19 +10,7 @@ use serde_json::{json, Value};
 use stream_consumer::Tables;
 use support::dynamodb::{balance, create_table, create_table_keyed};
 use support::harness::function;
-use support::harness::runtime_api::{Reply, RuntimeApi};
-
-fn failures(reply: Option<Reply>) -> Vec<String> {
-    match reply {
-        Some(Reply::Response(body)) => body["batchItemFailures"]
-            .as_array()
-            .expect("a batch response")
-            .iter()
-            .map(|f| f["itemIdentifier"].as_str().unwrap().to_string())
-            .collect(),
-        other => panic!("expected a batch response, got {other:?}"),
-    }
-}
+use support::harness::runtime_api::{batch_failures as failures, Reply, RuntimeApi};
 
 /// The sequence numbers of `event`'s records at `indexes`.
 fn sequences(event: &Value, indexes: &[usize]) -> Vec<String> {

@@ -24,6 +24,19 @@ use tokio::process::Child;
 use super::runtime_api::{Reply, RuntimeApi};
 use super::sqs_sim::{Queue, Rng};
 
+/// The modes to run, from `CHAOS_MODES` (default `optimistic,lease`).
+pub fn modes() -> Vec<&'static str> {
+    let modes = std::env::var("CHAOS_MODES").unwrap_or_else(|_| "optimistic,lease".into());
+    modes
+        .split(',')
+        .map(|mode| match mode.trim() {
+            "optimistic" => "optimistic",
+            "lease" => "lease",
+            other => panic!("unknown mode {other}"),
+        })
+        .collect()
+}
+
 /// The function under fire: how to start one process of it and read the ledger.
 pub trait Deployment: Clone + Send + Sync + 'static {
     /// Its name, for the summary line.

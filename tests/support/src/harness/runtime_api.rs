@@ -24,6 +24,20 @@ pub enum Reply {
     Error(serde_json::Value),
 }
 
+/// The `itemIdentifier`s of the `batchItemFailures` in `reply`. Panics unless it is a batch
+/// response.
+pub fn batch_failures(reply: Option<Reply>) -> Vec<String> {
+    match reply {
+        Some(Reply::Response(body)) => body["batchItemFailures"]
+            .as_array()
+            .expect("a batch response")
+            .iter()
+            .map(|f| f["itemIdentifier"].as_str().unwrap().to_string())
+            .collect(),
+        other => panic!("expected a batch response, got {other:?}"),
+    }
+}
+
 struct Invocation {
     request_id: String,
     deadline_ms: u64,
