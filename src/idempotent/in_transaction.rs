@@ -228,14 +228,12 @@ where
             // Written and committed meanwhile: the next statement sees it.
             Ok(Acquire::Contended) => continue,
             Ok(Acquire::Existing(record)) => {
-                store.rollback(&transaction).await;
-                return claim
-                    .answer_existing(protocol, record, now)
-                    .unwrap_or_else(|| {
-                        Err(Error::Contended {
-                            key: claim.key.clone(),
-                        })
-                    });
+                // A record read from before a concurrent commit may show a lease that has
+                // since ended: then ask again (the transaction is intact).
+                if let Some(answer) = claim.answer_existing(protocol, record, now) {
+                    store.rollback(&transaction).await;
+                    return answer;
+                }
             }
             Err(err) => {
                 store.rollback(&transaction).await;

@@ -111,3 +111,56 @@ async fn a_concurrent_duplicate_is_locked_lease() {
     assert_eq!(rig.runs(), 1);
     assert_eq!(rig.balances().await, [("acct-alice".to_string(), 25)]);
 }
+
+/// Optimistic mode meets a record another transaction is completing: its acquire waits on
+/// that row, finds it completed, but reads (from its snapshot) the in-progress record as it
+/// was, with its lease elapsed. It asks again and replays, rather than failing the record.
+#[tokio::test]
+async fn an_acquire_that_read_a_stale_record_asks_again() {
+    let Some(rig) = Rig::new().await else {
+        return;
+    };
+    let id = &ids("batch.json")[0];
+    let key = lambda_idempotency::key::IdempotencyKey::derive("orders", id.as_bytes());
+    let now = lambda_idempotency::clock::epoch_secs(std::time::SystemTime::now()) as i64;
+    let pool = rig.store.pool().clone();
+    let setup = pool.get().await.unwrap();
+    setup
+        .execute(
+            &format!(
+                "INSERT INTO {} (id, status, expiration, in_progress_expiration, lease_owner) \
+                 VALUES ($1, 'INPROGRESS', $2, 1, 'holder')",
+                rig.store.table()
+            ),
+            &[&key.as_str(), &(now + 3_600)],
+        )
+        .await
+        .unwrap();
+    let mut holder = pool.get().await.unwrap();
+    let completing = holder.transaction().await.unwrap();
+    completing
+        .execute(
+            &format!(
+                "UPDATE {} SET status = 'COMPLETED', data = '25', in_progress_expiration = NULL \
+                 WHERE id = $1",
+                rig.store.table()
+            ),
+            &[&key.as_str()],
+        )
+        .await
+        .unwrap();
+    let duplicate = rig.process(
+        IdempotencyMode::Optimistic,
+        FirstRun::Credits,
+        Arc::new(Notify::new()),
+    );
+    let commit_later = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        completing.commit().await.unwrap();
+    };
+    let (report, ()) = tokio::join!(duplicate, commit_later);
+    assert_eq!(outcomes(&report), [Outcome::Replayed]);
+    assert_eq!(report.records[0].value, Some(25));
+    assert_eq!(rig.runs(), 0);
+    assert_eq!(rig.balances().await, []);
+}
