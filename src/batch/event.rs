@@ -17,7 +17,7 @@ pub enum Ordering {
 /// (`batchItemFailures`). Implemented for `SqsEvent`, `KinesisEvent` and the DynamoDB Streams `Event`.
 pub trait BatchEvent: Send + 'static {
     /// One record of the batch.
-    type Record: Input + Send + Sync + 'static;
+    type Record: Input + Clone + Send + Sync + 'static;
     /// The partial batch response.
     type Response: Send + 'static;
 
@@ -35,6 +35,15 @@ pub trait BatchEvent: Send + 'static {
     fn group(record: &Self::Record) -> Option<String> {
         let _ = record;
         None
+    }
+
+    /// Whether the source says it delivered this record before (SQS:
+    /// `ApproximateReceiveCount` above 1), which makes it likely a duplicate: the
+    /// [pre-check](crate::batch::Precheck) looks such records up before they run. Streams
+    /// do not say: `false`.
+    fn delivered_before(record: &Self::Record) -> bool {
+        let _ = record;
+        false
     }
 
     /// The response reporting `failures` (item identifiers) for retry.

@@ -11,6 +11,6 @@ mod report;
 pub use error::BatchError;
 pub use event::{BatchEvent, Ordering};
 pub use processor::{
-    BatchFuture, BatchMode, BatchProcessor, ANSWER_MARGIN, DEFAULT_DEADLINE_MARGIN,
+    BatchFuture, BatchMode, BatchProcessor, Precheck, ANSWER_MARGIN, DEFAULT_DEADLINE_MARGIN,
 };
 pub use report::{BatchReport, RecordReport};

@@ -70,6 +70,27 @@ impl BatchMode {
     }
 }
 
+/// Which records of a batch are looked up in the store together before they run (one
+/// [`Store::get_many`](crate::store::Store::get_many): a `BatchGetItem` per 100 keys on
+/// DynamoDB), so that those found completed replay without a write (in optimistic mode,
+/// without running the handler again) and those held under a live lease are reported
+/// locked without a write. What the lookup does not find, or cannot read, goes on to the
+/// conditional write as usual. Only records whose service is
+/// [`Idempotent`](crate::Idempotent) are looked up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Precheck {
+    /// No lookup: every record goes to its conditional write.
+    Off,
+    /// The default: the records the source delivered before (SQS `ApproximateReceiveCount`
+    /// above 1; streams never say). A batch without such records makes no extra call.
+    #[default]
+    Redelivered,
+    /// Every record: one more call for a batch of fresh records, saved many times over when
+    /// most records are duplicates that the source does not mark (a producer's retries).
+    Always,
+}
+
 /// The default time that must remain before the invocation deadline to start a record.
 pub const DEFAULT_DEADLINE_MARGIN: Duration = Duration::from_secs(1);
 
@@ -107,6 +128,7 @@ pub struct BatchProcessor<S, C = SystemClock, E = SqsEvent> {
     deadline_margin: Duration,
     clock: C,
     log_error_text: bool,
+    precheck: Precheck,
     event: PhantomData<fn(E)>,
 }
 
@@ -118,6 +140,7 @@ impl<S: Clone, C: Clone, E> Clone for BatchProcessor<S, C, E> {
             deadline_margin: self.deadline_margin,
             clock: self.clock.clone(),
             log_error_text: self.log_error_text,
+            precheck: self.precheck,
             event: PhantomData,
         }
     }
@@ -157,6 +180,7 @@ impl<S, E> BatchProcessor<S, SystemClock, E> {
             deadline_margin: DEFAULT_DEADLINE_MARGIN,
             clock: SystemClock,
             log_error_text: false,
+            precheck: Precheck::default(),
             event: PhantomData,
         }
     }
@@ -183,6 +207,13 @@ impl<S, C, E> BatchProcessor<S, C, E> {
         self
     }
 
+    /// Looks up the records `precheck` selects before they run (default:
+    /// [`Precheck::Redelivered`]).
+    pub fn with_precheck(mut self, precheck: Precheck) -> Self {
+        self.precheck = precheck;
+        self
+    }
+
     /// Reads time from `clock`.
     pub fn with_clock<C2: Clock>(self, clock: C2) -> BatchProcessor<S, C2, E> {
         BatchProcessor {
@@ -191,6 +222,7 @@ impl<S, C, E> BatchProcessor<S, C, E> {
             deadline_margin: self.deadline_margin,
             clock,
             log_error_text: self.log_error_text,
+            precheck: self.precheck,
             event: PhantomData,
         }
     }
@@ -230,14 +262,39 @@ impl<S, C, E: BatchEvent> BatchProcessor<S, C, E> {
             now_ms = epoch_ms(self.clock.now()),
             "batch received"
         );
-        let reports = match self.mode.resolve::<E>(&records) {
+        let offered: Vec<E::Record> = match self.precheck {
+            Precheck::Off => Vec::new(),
+            Precheck::Redelivered => records
+                .iter()
+                .filter(|record| E::delivered_before(record))
+                .cloned()
+                .collect(),
+            Precheck::Always => records.clone(),
+        };
+        let schedule = self.schedule::<T>(records, &context, deadline);
+        let reports = crate::idempotent::offering(offered, schedule).await;
+        summarize::<T, E>(reports)
+    }
+
+    /// Runs the records as the batch mode says; the reports keep the event's order.
+    async fn schedule<T>(
+        &self,
+        records: Vec<E::Record>,
+        context: &lambda_runtime::Context,
+        deadline: Deadline,
+    ) -> Vec<RecordReport<T>>
+    where
+        S: Service<LambdaEvent<E::Record>, Response = Processed<T>, Error = Error> + Clone,
+        C: Clock,
+    {
+        match self.mode.resolve::<E>(&records) {
             BatchMode::Auto { .. } => unreachable!("resolved above"),
             BatchMode::Concurrent { limit } => {
                 // A new record starts as soon as any running one finishes (a slow record
                 // does not hold back the others); the reports keep the event's order.
                 let mut indexed = futures_util::stream::iter(records.into_iter().enumerate().map(
                     |(index, record)| {
-                        let report = self.process_record::<T>(record, &context, deadline);
+                        let report = self.process_record::<T>(record, context, deadline);
                         async move { (index, report.await) }
                     },
                 ))
@@ -263,7 +320,7 @@ impl<S, C, E: BatchEvent> BatchProcessor<S, C, E> {
                     let report = if skip {
                         skipped(E::item_identifier(&record))
                     } else {
-                        self.process_record::<T>(record, &context, deadline).await
+                        self.process_record::<T>(record, context, deadline).await
                     };
                     if !report.outcome.is_acknowledged() {
                         stopped = true;
@@ -275,8 +332,7 @@ impl<S, C, E: BatchEvent> BatchProcessor<S, C, E> {
                 }
                 reports
             }
-        };
-        summarize::<T, E>(reports)
+        }
     }
 
     async fn process_record<T>(

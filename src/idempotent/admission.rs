@@ -10,6 +10,7 @@ use serde::de::DeserializeOwned;
 
 use super::in_flight::{self, FlightGuard, FlightResult, Join};
 use super::invoke::catch_panic;
+use super::precheck;
 use super::protocol::Protocol;
 use super::stored_result::{replay_failure, replay_with};
 use crate::clock::{Clock, Deadline};
@@ -20,6 +21,7 @@ use crate::input::Input;
 use crate::key::{IdempotencyKey, KeyError, KeyExtractor, MAX_KEY_BYTES};
 use crate::processed::Processed;
 use crate::record::{decide, Decision, Record, Status};
+use crate::store::Store;
 use crate::validation::PayloadHash;
 
 /// The prefix used when neither the configuration nor the Lambda environment names one.
@@ -146,24 +148,25 @@ pub(crate) enum Admission<T> {
 }
 
 /// Why a record has no key.
-enum NotDerived {
+pub(crate) enum NotDerived {
     /// The key's source is absent and processing without idempotency was chosen.
     Unprotected(KeyError),
     /// The record fails with this error.
     Failed(Error),
 }
 
-/// The stored key and payload hash of `event`.
-fn derive<I, K>(
+/// The stored key and payload hash of `payload`, received with `context`.
+pub(crate) fn derive<I, K>(
     key: &K,
     config: &Config,
-    event: &LambdaEvent<I>,
+    payload: &I,
+    context: &Context,
 ) -> Result<(IdempotencyKey, Option<PayloadHash>), NotDerived>
 where
     K: KeyExtractor<I>,
     I: Input,
 {
-    let material = match catch_panic(|| key.key_material(&event.payload)) {
+    let material = match catch_panic(|| key.key_material(payload)) {
         Ok(Ok(material)) => material,
         Ok(Err(err)) if err.is_absent() && config.missing_key == MissingKey::ProcessUnprotected => {
             return Err(NotDerived::Unprotected(err));
@@ -171,7 +174,7 @@ where
         Ok(Err(err)) => return Err(NotDerived::Failed(Error::Key(err))),
         Err(panic) => return Err(NotDerived::Failed(panic)),
     };
-    let prefix = key_prefix(config, &event.context);
+    let prefix = key_prefix(config, context);
     let key = match &config.key_namespace {
         Some(namespace) => IdempotencyKey::derive(&format!("{prefix}#{namespace}"), &material),
         None => IdempotencyKey::derive(&prefix, &material),
@@ -182,8 +185,7 @@ where
             len_bytes,
         })));
     }
-    tracing::Span::current().record("idempotency_key", key.as_str());
-    match config.validation.hash(&event.payload) {
+    match config.validation.hash(payload) {
         Ok(validation) => Ok((key, validation)),
         Err(err) => Err(NotDerived::Failed(Error::Key(err))),
     }
@@ -196,16 +198,24 @@ pub(crate) async fn admit<St, K, C, I, T>(
     event: &LambdaEvent<I>,
 ) -> Admission<T>
 where
+    St: Store,
     K: KeyExtractor<I>,
     C: Clock,
-    I: Input,
+    I: Input + Send + Sync + 'static,
     T: DeserializeOwned,
 {
-    let (key, validation) = match derive(&protocol.key, &protocol.config, event) {
+    let derived = derive(
+        &protocol.key,
+        &protocol.config,
+        &event.payload,
+        &event.context,
+    );
+    let (key, validation) = match derived {
         Ok(derived) => derived,
         Err(NotDerived::Unprotected(err)) => return Admission::Unprotected(err),
         Err(NotDerived::Failed(err)) => return Admission::Answered(Err(err)),
     };
+    tracing::Span::current().record("idempotency_key", key.as_str());
     let now = protocol.clock.now();
     if let Some(record) = protocol.local.cached(&key, now) {
         match decide(&record, now, validation.as_ref()) {
@@ -233,6 +243,13 @@ where
             Error::SameKeyFailed { key }
         }));
     }
+    // Records the source delivered before were looked up together when the batch began.
+    if let Some(stored) = precheck::found(protocol, &event.context, &key).await {
+        let now = protocol.clock.now();
+        if let Some(answer) = answer_found(protocol, &key, validation.as_ref(), stored, now) {
+            return Admission::Answered(answer);
+        }
+    }
     let deadline = Deadline::of(event.context.deadline, now);
     // Records of this process that share the key wait for the first one, until their own
     // deadline at most.
@@ -257,6 +274,33 @@ where
         deadline,
         flight,
     })
+}
+
+/// The answer for a record the batch's pre-check found in the store, or `None` when it can
+/// be taken over (the conditional write then decides). No write is made: a completed record
+/// replays, a failed one replays its failure, a live lease answers "in progress".
+fn answer_found<St, K, C, T: DeserializeOwned>(
+    protocol: &Protocol<St, K, C>,
+    key: &IdempotencyKey,
+    validation: Option<&PayloadHash>,
+    stored: Record,
+    now: SystemTime,
+) -> Option<Result<Processed<T>, Error>> {
+    let answer = match decide(&stored, now, validation) {
+        Decision::Retry => return None,
+        Decision::Replay { data } => {
+            let about = Replay {
+                key,
+                source: ReplaySource::Store,
+            };
+            Ok(replay_with(data.as_deref(), &protocol.config.hooks, &about))
+        }
+        Decision::ReplayFailure { data } => Err(replay_failure(data.as_deref())),
+        Decision::PayloadMismatch => Err(Error::PayloadMismatch { key: key.clone() }),
+        Decision::InProgress => Err(Error::InProgress { key: key.clone() }),
+    };
+    protocol.local.remember(stored);
+    Some(answer)
 }
 
 /// A follower's answer from how its leader ended, or `None` when the leader did not get as

@@ -99,7 +99,7 @@ where
     St: TransactionScope,
     K: KeyExtractor<I>,
     C: Clock,
-    I: Input,
+    I: Input + Send + Sync + 'static,
 {
     let claim = match admit(&protocol, &event).await {
         Admission::Answered(answer) => return answer,

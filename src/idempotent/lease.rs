@@ -137,7 +137,7 @@ where
     St: Store,
     K: KeyExtractor<I>,
     C: Clock,
-    I: Input,
+    I: Input + Send + Sync + 'static,
 {
     let mut claim = match admit(&protocol, &event).await {
         Admission::Answered(answer) => return answer,

@@ -4,7 +4,8 @@
 //! around a handler. One record's path through the modules:
 //! 1. `admission`: the key and payload hash are derived; the local cache, the batch's
 //!    earlier failures or a record with the same key running in this process (single
-//!    flight, `in_flight`) may answer it at once; otherwise the record is claimed.
+//!    flight, `in_flight`), or the batch's `precheck` (the records delivered before, looked
+//!    up together in one call) may answer it at once; otherwise the record is claimed.
 //! 2. `lease` (the lease driver): one conditional write takes the lease, or the stored
 //!    record answers (replay, locked, payload mismatch); `heartbeat` keeps the lease while
 //!    the handler runs (`invoke`, which calls user code and catches its panics).
@@ -29,6 +30,7 @@ mod invoke;
 mod layer;
 mod lease;
 mod optimistic;
+mod precheck;
 mod protocol;
 mod record_fn;
 mod retry;
@@ -42,5 +44,6 @@ pub(crate) use in_flight::within_batch;
 pub use in_transaction::{InTransaction, TransactionEvent};
 pub(crate) use invoke::catch_panic_async;
 pub use layer::IdempotencyLayer;
+pub(crate) use precheck::offering;
 pub use record_fn::{record_fn, RecordFn};
 pub use service::{Idempotent, Mode, ResponseFuture, Transactional};

@@ -170,7 +170,7 @@ where
     St: TransactionalStore,
     K: KeyExtractor<I>,
     C: Clock,
-    I: Input,
+    I: Input + Send + Sync + 'static,
 {
     let mut claim = match admit(&protocol, &event).await {
         Admission::Answered(answer) => return answer,

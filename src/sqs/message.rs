@@ -60,6 +60,14 @@ impl BatchEvent for SqsEvent {
         record.attributes.get("MessageGroupId").cloned()
     }
 
+    fn delivered_before(record: &SqsMessage) -> bool {
+        record
+            .attributes
+            .get("ApproximateReceiveCount")
+            .and_then(|count| count.trim().parse::<u64>().ok())
+            .is_some_and(|count| count > 1)
+    }
+
     fn response(failures: Vec<String>) -> SqsBatchResponse {
         let mut response = SqsBatchResponse::default();
         for id in failures {

@@ -129,6 +129,24 @@ pub trait Store: Send + Sync + 'static {
         &self,
         key: &IdempotencyKey,
     ) -> impl Future<Output = Result<Option<Record>, StoreError>> + Send;
+
+    /// Reads the records of `keys` with strongly consistent reads, in as few calls as the
+    /// store allows (DynamoDB: one `BatchGetItem` per 100 keys). Answers the records found, in
+    /// any order, each once (a key asked twice is read once); a key without a record is absent from the answer, and so may be a key the
+    /// store could not read in time (DynamoDB's unprocessed keys after its retries): a caller
+    /// treats an absent key as "ask again with a conditional write", never as "no record".
+    ///
+    /// The default reads the keys one `get` each, all at once.
+    fn get_many(
+        &self,
+        keys: &[IdempotencyKey],
+    ) -> impl Future<Output = Result<Vec<Record>, StoreError>> + Send {
+        async move {
+            let unique: std::collections::BTreeSet<&IdempotencyKey> = keys.iter().collect();
+            let found = futures_util::future::try_join_all(unique.into_iter().map(|k| self.get(k)));
+            Ok(found.await?.into_iter().flatten().collect())
+        }
+    }
 }
 
 impl<S: Store> Store for Arc<S> {
@@ -166,6 +184,13 @@ impl<S: Store> Store for Arc<S> {
         key: &IdempotencyKey,
     ) -> impl Future<Output = Result<Option<Record>, StoreError>> + Send {
         (**self).get(key)
+    }
+
+    fn get_many(
+        &self,
+        keys: &[IdempotencyKey],
+    ) -> impl Future<Output = Result<Vec<Record>, StoreError>> + Send {
+        (**self).get_many(keys)
     }
 }
 

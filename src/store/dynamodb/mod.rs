@@ -1,5 +1,6 @@
 //! [`DynamoDbStore`]: records in a DynamoDB table, with conditional writes.
 
+mod batch_get;
 mod commit;
 
 use std::collections::HashMap;
@@ -446,5 +447,12 @@ impl Store for DynamoDbStore {
         key: &IdempotencyKey,
     ) -> impl Future<Output = Result<Option<Record>, StoreError>> + Send {
         self.get_inner(key)
+    }
+
+    fn get_many(
+        &self,
+        keys: &[IdempotencyKey],
+    ) -> impl Future<Output = Result<Vec<Record>, StoreError>> + Send {
+        self.get_many_inner(keys)
     }
 }

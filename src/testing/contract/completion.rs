@@ -248,3 +248,43 @@ pub async fn extend_and_release_leave_finished_records_alone<S: Seed>(store: &S)
         assert_eq!(store.get(&k).await.unwrap(), Some(before), "{status}");
     }
 }
+
+/// Contract case: `get_many` answers every record it holds among the keys (over one
+/// DynamoDB call's 100), whatever their status, once each, and nothing for absent keys.
+pub async fn get_many_reads_every_record_it_holds<S: Store>(store: &S) {
+    let clock = ManualClock::starting_now();
+    let owner = OwnerToken::generate();
+    let keys: Vec<_> = (0..105).map(|i| key(&format!("many-{i}"))).collect();
+    for (i, k) in keys.iter().enumerate() {
+        let request = acquire_request(&clock, k, &owner, LEASE, None);
+        assert_eq!(store.acquire(&request).await.unwrap(), Acquire::Acquired);
+        if i % 2 == 0 {
+            let request = complete_request(&clock, k, &owner, &i.to_string(), HOUR);
+            assert_eq!(store.complete(&request).await.unwrap(), Fenced::Applied);
+        }
+    }
+    let mut asked = keys.clone();
+    asked.push(keys[0].clone());
+    asked.extend((0..3).map(|i| key(&format!("many-absent-{i}"))));
+    let mut found = store.get_many(&asked).await.unwrap();
+    found.sort_by(|a, b| a.key.cmp(&b.key));
+    let mut expected = keys.clone();
+    expected.sort();
+    let found_keys: Vec<_> = found.iter().map(|r| r.key.clone()).collect();
+    assert_eq!(found_keys.len(), expected.len(), "each held record once");
+    assert!(
+        found_keys == expected,
+        "only the held records, no absent key"
+    );
+    for record in &found {
+        let i = keys.iter().position(|k| *k == record.key).unwrap();
+        if i % 2 == 0 {
+            assert_eq!(record.status, Status::Completed);
+            assert_eq!(record.data.as_deref(), Some(i.to_string().as_str()));
+        } else {
+            assert_eq!(record.status, Status::InProgress);
+            assert_eq!(record.owner.as_ref(), Some(&owner));
+        }
+    }
+    assert!(store.get_many(&[]).await.unwrap().is_empty());
+}

@@ -13,7 +13,8 @@ mod leases;
 pub use completion::{
     a_permanent_failure_is_stored_and_replayed, complete_and_release_refuse_a_foreign_owner,
     complete_then_replay, expired_record_is_taken_over_before_ttl_deletes_it,
-    extend_and_release_leave_finished_records_alone, payload_mismatch_is_detected,
+    extend_and_release_leave_finished_records_alone, get_many_reads_every_record_it_holds,
+    payload_mismatch_is_detected,
 };
 pub use item_size::{
     a_result_over_the_item_limit_is_refused_and_changes_nothing,
@@ -243,6 +244,7 @@ macro_rules! store_contract_suite {
             extend_and_release_leave_finished_records_alone,
             an_in_progress_record_without_a_lease_time_holds_until_it_expires,
             the_item_size_limit_is_the_same_on_every_store,
+            get_many_reads_every_record_it_holds,
         );
     };
     (@cases $store:expr; $($case:ident),* $(,)?) => {

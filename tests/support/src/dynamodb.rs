@@ -26,6 +26,8 @@ fn required() -> bool {
 pub struct CallCounter {
     calls: Arc<Mutex<BTreeMap<&'static str, usize>>>,
     capacity_units: Arc<Mutex<f64>>,
+    read_units: Arc<Mutex<f64>>,
+    refused_write_units: Arc<Mutex<f64>>,
 }
 
 impl CallCounter {
@@ -48,6 +50,8 @@ impl CallCounter {
     pub fn reset(&self) {
         self.calls.lock().unwrap().clear();
         *self.capacity_units.lock().unwrap() = 0.0;
+        *self.read_units.lock().unwrap() = 0.0;
+        *self.refused_write_units.lock().unwrap() = 0.0;
     }
 
     /// Every call sent.
@@ -59,6 +63,19 @@ impl CallCounter {
     /// every write); a write refused by its condition reports none.
     pub fn capacity_units(&self) -> f64 {
         *self.capacity_units.lock().unwrap()
+    }
+
+    /// Read capacity units DynamoDB reported for `GetItem` and `BatchGetItem` (strongly
+    /// consistent: 1 per item up to 4 KB).
+    pub fn read_units(&self) -> f64 {
+        *self.read_units.lock().unwrap()
+    }
+
+    /// Write units DynamoDB charges for writes refused by their condition, which DynamoDB
+    /// Local does not report: counted here as 1 per refused single-item write and 2 per item
+    /// of a refused transaction (the rates for items up to 1 KB; an estimate, not a report).
+    pub fn refused_write_units(&self) -> f64 {
+        *self.refused_write_units.lock().unwrap()
     }
 }
 
@@ -88,6 +105,11 @@ impl Intercept for CallCounter {
             "UpdateItem"
         } else if input.downcast_ref::<DeleteItemInput>().is_some() {
             "DeleteItem"
+        } else if input
+            .downcast_ref::<aws_sdk_dynamodb::operation::batch_get_item::BatchGetItemInput>()
+            .is_some()
+        {
+            "BatchGetItem"
         } else {
             "Other"
         };
@@ -102,7 +124,8 @@ impl Intercept for CallCounter {
         _cfg: &mut ConfigBag,
     ) -> Result<(), aws_sdk_dynamodb::error::BoxError> {
         use aws_sdk_dynamodb::operation::{
-            delete_item::DeleteItemInput, put_item::PutItemInput,
+            batch_get_item::BatchGetItemInput, delete_item::DeleteItemInput,
+            get_item::GetItemInput, put_item::PutItemInput,
             transact_write_items::TransactWriteItemsInput, update_item::UpdateItemInput,
         };
         use aws_sdk_dynamodb::types::ReturnConsumedCapacity::Total;
@@ -114,6 +137,10 @@ impl Intercept for CallCounter {
         } else if let Some(i) = input.downcast_mut::<DeleteItemInput>() {
             i.return_consumed_capacity = Some(Total);
         } else if let Some(i) = input.downcast_mut::<TransactWriteItemsInput>() {
+            i.return_consumed_capacity = Some(Total);
+        } else if let Some(i) = input.downcast_mut::<GetItemInput>() {
+            i.return_consumed_capacity = Some(Total);
+        } else if let Some(i) = input.downcast_mut::<BatchGetItemInput>() {
             i.return_consumed_capacity = Some(Total);
         }
         Ok(())
@@ -128,12 +155,56 @@ impl Intercept for CallCounter {
         _cfg: &mut ConfigBag,
     ) -> Result<(), aws_sdk_dynamodb::error::BoxError> {
         use aws_sdk_dynamodb::operation::{
+            batch_get_item::BatchGetItemOutput, get_item::GetItemOutput,
+        };
+        use aws_sdk_dynamodb::operation::{
             delete_item::DeleteItemOutput, put_item::PutItemOutput,
             transact_write_items::TransactWriteItemsOutput, update_item::UpdateItemOutput,
         };
-        let Ok(output) = context.output_or_error() else {
-            return Ok(());
+        let output = match context.output_or_error() {
+            Ok(output) => output,
+            Err(error) => {
+                use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError as T;
+                use aws_sdk_dynamodb::operation::{
+                    delete_item::DeleteItemError as D, put_item::PutItemError as P,
+                    update_item::UpdateItemError as U,
+                };
+                let Some(e) = error.as_operation_error() else {
+                    return Ok(());
+                };
+                // See `refused_write_units`: 1 per refused item write, 2 per item of a
+                // refused transaction (one cancellation reason per item).
+                let units = if e
+                    .downcast_ref::<P>()
+                    .is_some_and(P::is_conditional_check_failed_exception)
+                    || e.downcast_ref::<U>()
+                        .is_some_and(U::is_conditional_check_failed_exception)
+                    || e.downcast_ref::<D>()
+                        .is_some_and(D::is_conditional_check_failed_exception)
+                {
+                    1.0
+                } else if let Some(T::TransactionCanceledException(c)) = e.downcast_ref::<T>() {
+                    2.0 * c.cancellation_reasons().len() as f64
+                } else {
+                    0.0
+                };
+                *self.refused_write_units.lock().unwrap() += units;
+                return Ok(());
+            }
         };
+        let read: f64 = if let Some(o) = output.downcast_ref::<GetItemOutput>() {
+            o.consumed_capacity()
+                .and_then(|c| c.capacity_units())
+                .unwrap_or(0.0)
+        } else if let Some(o) = output.downcast_ref::<BatchGetItemOutput>() {
+            o.consumed_capacity()
+                .iter()
+                .filter_map(|c| c.capacity_units())
+                .sum()
+        } else {
+            0.0
+        };
+        *self.read_units.lock().unwrap() += read;
         let units: f64 = if let Some(o) = output.downcast_ref::<PutItemOutput>() {
             o.consumed_capacity()
                 .and_then(|c| c.capacity_units())

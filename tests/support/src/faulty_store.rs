@@ -39,6 +39,8 @@ pub enum Inject {
     ExtendSlow(Duration),
     /// The extension answers that the lease is lost.
     ExtendLeaseLost,
+    /// The next `get_many` (a batch's pre-check) fails.
+    GetManyFails,
 }
 
 /// The calls the wrapper saw, by kind.
@@ -52,6 +54,8 @@ pub struct Calls {
     pub extend: AtomicUsize,
     /// `release` calls.
     pub release: AtomicUsize,
+    /// `get_many` calls.
+    pub get_many: AtomicUsize,
 }
 
 /// `inner` with faults injected.
@@ -171,5 +175,13 @@ impl<S: Store> Store for FaultyStore<S> {
 
     async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
         self.inner.get(key).await
+    }
+
+    async fn get_many(&self, keys: &[IdempotencyKey]) -> Result<Vec<Record>, StoreError> {
+        self.calls.get_many.fetch_add(1, Ordering::SeqCst);
+        match self.take(|f| *f == Inject::GetManyFails) {
+            Some(_) => Err(down()),
+            None => self.inner.get_many(keys).await,
+        }
     }
 }

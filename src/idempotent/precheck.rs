@@ -1,0 +1,122 @@
+//! The pre-check of a batch's records: the records a batch offers (by default those its
+//! source delivered before, as SQS's `ApproximateReceiveCount` tells) are looked up in the
+//! store together, once per batch ([`Store::get_many`]: one `BatchGetItem` per 100 keys on
+//! DynamoDB), the first time one of the batch's records reaches admission. A record found
+//! completed then replays without a write (and, in optimistic mode, without running the
+//! handler again); one held under a live lease is answered "in progress" without a write.
+//! Whatever the pre-check did not find, or could not read, goes on to the conditional
+//! write, which stays the only judge of a record's lease: the pre-check can only save calls.
+
+use std::any::Any;
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+
+use lambda_runtime::Context;
+use tokio::sync::OnceCell;
+
+use super::admission::derive;
+use super::protocol::Protocol;
+use crate::input::Input;
+use crate::key::{IdempotencyKey, KeyExtractor};
+use crate::record::Record;
+use crate::store::Store;
+
+/// What the pre-check found, by key.
+type Found = HashMap<IdempotencyKey, Record>;
+
+/// The records a batch offers to the pre-check, and what each protocol (one per configured
+/// layer: the batch's service may hold more than one) found for them.
+struct Offered {
+    /// An `Arc<Vec<I>>` of the batch's record type.
+    records: Arc<dyn Any + Send + Sync>,
+    lookups: Mutex<HashMap<usize, Arc<OnceCell<Found>>>>,
+}
+
+tokio::task_local! {
+    static OFFERED: Offered;
+}
+
+/// Runs `batch` with `records` offered to the pre-check of the protocols its records reach.
+/// With no records offered, nothing is looked up.
+pub(crate) async fn offering<I, F>(records: Vec<I>, batch: F) -> F::Output
+where
+    I: Send + Sync + 'static,
+    F: Future,
+{
+    if records.is_empty() {
+        return batch.await;
+    }
+    let offered = Offered {
+        records: Arc::new(records),
+        lookups: Mutex::default(),
+    };
+    OFFERED.scope(offered, batch).await
+}
+
+/// The record the pre-check found in the store for `key`, if the current batch offered
+/// records of this type. The first record to ask does the lookup for the whole batch;
+/// the others wait for it. A failed lookup finds nothing (the records go on to their
+/// conditional writes).
+pub(crate) async fn found<St, K, C, I>(
+    protocol: &Protocol<St, K, C>,
+    context: &Context,
+    key: &IdempotencyKey,
+) -> Option<Record>
+where
+    St: Store,
+    K: KeyExtractor<I>,
+    I: Input + Send + Sync + 'static,
+{
+    let (records, cell) = OFFERED
+        .try_with(|offered| {
+            let records = offered.records.clone().downcast::<Vec<I>>().ok()?;
+            // One lookup per protocol: its key extractor, prefix and store are its own.
+            let id = protocol as *const Protocol<St, K, C> as usize;
+            let mut lookups = offered.lookups.lock().unwrap_or_else(|p| p.into_inner());
+            Some((records, lookups.entry(id).or_default().clone()))
+        })
+        .ok()
+        .flatten()?;
+    let found = cell
+        .get_or_init(|| look_up(protocol, context, &records))
+        .await;
+    found.get(key).cloned()
+}
+
+async fn look_up<St, K, C, I>(
+    protocol: &Protocol<St, K, C>,
+    context: &Context,
+    records: &[I],
+) -> Found
+where
+    St: Store,
+    K: KeyExtractor<I>,
+    I: Input,
+{
+    let keys: HashSet<IdempotencyKey> = records
+        .iter()
+        .filter_map(|record| derive(&protocol.key, &protocol.config, record, context).ok())
+        .map(|(key, _)| key)
+        .collect();
+    let keys: Vec<IdempotencyKey> = keys.into_iter().collect();
+    match protocol.store.get_many(&keys).await {
+        Ok(records) => {
+            tracing::debug!(keys = keys.len(), found = records.len(), "pre-check");
+            let wanted: HashSet<&IdempotencyKey> = keys.iter().collect();
+            records
+                .into_iter()
+                .filter(|record| wanted.contains(&record.key))
+                .map(|record| (record.key.clone(), record))
+                .collect()
+        }
+        Err(err) => {
+            tracing::warn!(
+                error = %err,
+                keys = keys.len(),
+                "pre-check lookup failed; the records go on to their conditional writes"
+            );
+            Found::new()
+        }
+    }
+}

@@ -1,0 +1,129 @@
+//! The redelivered-record pre-check on the embedded store: a lookup that fails loses
+//! nothing (the records go on to their conditional writes), and a batch that runs in order
+//! (a FIFO queue) looks its records up once. Each delivery is checked: outcomes, handler
+//! runs, store calls, `batchItemFailures`.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
+use lambda_idempotency::batch::{BatchProcessor, BatchReport, Precheck};
+use lambda_idempotency::clock::{Clock, ManualClock};
+use lambda_idempotency::store::InMemoryStore;
+use lambda_idempotency::{Config, IdempotencyLayer, Outcome};
+use lambda_idempotency_test_support::faulty_store::{FaultyStore, Inject};
+use lambda_idempotency_test_support::{invocation, outcomes, reported};
+
+const REMAINING: Duration = Duration::from_secs(30);
+
+/// Messages `ids`, received `receive_count` times so far, on a FIFO queue when `fifo`.
+fn batch(ids: &[&str], receive_count: u32, fifo: bool) -> SqsEvent {
+    let mut event = SqsEvent::default();
+    for id in ids {
+        let mut message = SqsMessage::default();
+        message.message_id = Some((*id).into());
+        message.body = Some("{}".into());
+        message
+            .attributes
+            .insert("ApproximateReceiveCount".into(), receive_count.to_string());
+        if fifo {
+            message.event_source_arn = Some("arn:aws:sqs:us-east-1:1:orders.fifo".into());
+            message
+                .attributes
+                .insert("MessageGroupId".into(), "g".into());
+        }
+        event.records.push(message);
+    }
+    event
+}
+
+struct Rig {
+    store: FaultyStore<InMemoryStore>,
+    clock: ManualClock,
+    runs: Arc<AtomicUsize>,
+}
+
+impl Rig {
+    fn new() -> Self {
+        Self {
+            store: FaultyStore::new(InMemoryStore::new()),
+            clock: ManualClock::starting_now(),
+            runs: Arc::default(),
+        }
+    }
+
+    /// A new process (nothing known locally) handling `event`.
+    async fn deliver(&self, event: SqsEvent) -> BatchReport<u32> {
+        let layer = IdempotencyLayer::new(self.store.clone())
+            .with_clock(self.clock.clone())
+            .with_config(Config::new().with_key_prefix("precheck"));
+        let runs = self.runs.clone();
+        let handler = layer.handler(move |_message: SqsMessage| {
+            let runs = runs.clone();
+            async move {
+                runs.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, std::io::Error>(7)
+            }
+        });
+        BatchProcessor::new(handler)
+            .with_clock(self.clock.clone())
+            .with_precheck(Precheck::Redelivered)
+            .process(invocation(event, self.clock.now(), REMAINING))
+            .await
+    }
+
+    fn calls(&self) -> (usize, usize) {
+        let calls = &self.store.calls;
+        (
+            calls.get_many.load(Ordering::SeqCst),
+            calls.acquire.load(Ordering::SeqCst),
+        )
+    }
+}
+
+#[tokio::test]
+async fn a_failed_lookup_sends_the_records_to_their_conditional_writes() {
+    let rig = Rig::new();
+    let first = rig.deliver(batch(&["m-1", "m-2"], 1, false)).await;
+    assert_eq!(outcomes(&first), [Outcome::Executed; 2]);
+    assert_eq!(rig.calls(), (0, 2), "first deliveries are not looked up");
+    rig.store.inject(Inject::GetManyFails);
+    let again = rig.deliver(batch(&["m-1", "m-2", "m-3"], 2, false)).await;
+    assert_eq!(
+        outcomes(&again),
+        [Outcome::Replayed, Outcome::Replayed, Outcome::Executed]
+    );
+    assert!(reported(&again).is_empty());
+    assert_eq!(
+        rig.runs.load(Ordering::SeqCst),
+        3,
+        "m-1 and m-2 ran once each"
+    );
+    assert_eq!(
+        rig.calls(),
+        (1, 5),
+        "one failed lookup, then an acquire each"
+    );
+    assert!(rig.store.pending().is_empty());
+}
+
+#[tokio::test]
+async fn a_fifo_batch_in_order_looks_its_records_up_once() {
+    let rig = Rig::new();
+    rig.deliver(batch(&["m-1", "m-2", "m-3"], 1, true)).await;
+    let again = rig
+        .deliver(batch(&["m-1", "m-2", "m-3", "m-4"], 2, true))
+        .await;
+    assert_eq!(
+        outcomes(&again),
+        [
+            Outcome::Replayed,
+            Outcome::Replayed,
+            Outcome::Replayed,
+            Outcome::Executed
+        ]
+    );
+    assert_eq!(rig.runs.load(Ordering::SeqCst), 4);
+    assert_eq!(rig.calls(), (1, 4), "one lookup; only m-4 acquired");
+}
