@@ -138,8 +138,9 @@ check(idempotency.get("TimeToLiveSpecification") == {"AttributeName": "expiratio
       "IdempotencyTable: TTL on expiration")
 table("LedgerTable", "account")
 
+# The order-consumer's batches also look up redelivered records (the pre-check).
 iam("order-consumer", by_binary.get("order-consumer", {}).get("Properties", {}),
-    {"IdempotencyTable": RECORDS, "LedgerTable": {"dynamodb:UpdateItem"}})
+    {"IdempotencyTable": RECORDS | {"dynamodb:BatchGetItem"}, "LedgerTable": {"dynamodb:UpdateItem"}})
 
 # payments-api: POST /payments on an HTTP API and a Function URL; it reads the balance it
 # conditions its write on.
