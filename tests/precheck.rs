@@ -127,3 +127,28 @@ async fn a_fifo_batch_in_order_looks_its_records_up_once() {
     assert_eq!(rig.runs.load(Ordering::SeqCst), 4);
     assert_eq!(rig.calls(), (1, 4), "one lookup; only m-4 acquired");
 }
+
+#[tokio::test(start_paused = true)]
+async fn first_deliveries_do_not_wait_for_the_lookup() {
+    let rig = Rig::new();
+    rig.deliver(batch(&["m-1"], 1, false)).await;
+    rig.store
+        .inject(Inject::GetManySlow(Duration::from_secs(5)));
+    let mut mixed = batch(&["m-1"], 2, false);
+    mixed.records.extend(batch(&["m-2"], 1, false).records);
+    let started = tokio::time::Instant::now();
+    let (report, ran_at) = tokio::join!(rig.deliver(mixed), async {
+        // m-2 runs while m-1's lookup is still out.
+        while rig.runs.load(Ordering::SeqCst) < 2 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        started.elapsed()
+    });
+    assert_eq!(outcomes(&report), [Outcome::Replayed, Outcome::Executed]);
+    assert!(ran_at < Duration::from_secs(5), "m-2 waited {ran_at:?}");
+    assert_eq!(
+        rig.calls(),
+        (1, 2),
+        "one lookup (m-1); m-2 and the first m-1 acquired"
+    );
+}

@@ -25,12 +25,20 @@ use crate::store::Store;
 /// What the pre-check found, by key.
 type Found = HashMap<IdempotencyKey, Record>;
 
-/// The records a batch offers to the pre-check, and what each protocol (one per configured
-/// layer: the batch's service may hold more than one) found for them.
+/// One protocol's lookup of the offered records: their keys, derived when the first record
+/// of the batch reaches the protocol, and what the store answered for them.
+#[derive(Default)]
+struct Lookup {
+    keys: HashSet<IdempotencyKey>,
+    found: OnceCell<Found>,
+}
+
+/// The records a batch offers to the pre-check, and each protocol's lookup of them (one per
+/// configured layer: the batch's service may hold more than one).
 struct Offered {
     /// An `Arc<Vec<I>>` of the batch's record type.
     records: Arc<dyn Any + Send + Sync>,
-    lookups: Mutex<HashMap<usize, Arc<OnceCell<Found>>>>,
+    lookups: Mutex<HashMap<usize, Arc<Lookup>>>,
 }
 
 tokio::task_local! {
@@ -54,10 +62,11 @@ where
     OFFERED.scope(offered, batch).await
 }
 
-/// The record the pre-check found in the store for `key`, if the current batch offered
-/// records of this type. The first record to ask does the lookup for the whole batch;
-/// the others wait for it. A failed lookup finds nothing (the records go on to their
-/// conditional writes).
+/// The record the pre-check found in the store for `key`, if the current batch offered a
+/// record with this key (of this protocol's record type). The first offered record to ask
+/// does the lookup for all of them, and the other offered records wait for it; a record not
+/// offered (a first delivery) does not wait. A failed lookup finds nothing: the records go
+/// on to their conditional writes.
 pub(crate) async fn found<St, K, C, I>(
     protocol: &Protocol<St, K, C>,
     context: &Context,
@@ -68,39 +77,40 @@ where
     K: KeyExtractor<I>,
     I: Input + Send + Sync + 'static,
 {
-    let (records, cell) = OFFERED
+    let lookup = OFFERED
         .try_with(|offered| {
             let records = offered.records.clone().downcast::<Vec<I>>().ok()?;
             // One lookup per protocol: its key extractor, prefix and store are its own.
             let id = protocol as *const Protocol<St, K, C> as usize;
             let mut lookups = offered.lookups.lock().unwrap_or_else(|p| p.into_inner());
-            Some((records, lookups.entry(id).or_default().clone()))
+            let lookup = lookups.entry(id).or_insert_with(|| {
+                let keys = records
+                    .iter()
+                    .filter_map(|r| derive(&protocol.key, &protocol.config, r, context).ok())
+                    .map(|(key, _)| key)
+                    .collect();
+                Arc::new(Lookup {
+                    keys,
+                    found: OnceCell::new(),
+                })
+            });
+            Some(lookup.clone())
         })
         .ok()
         .flatten()?;
-    let found = cell
-        .get_or_init(|| look_up(protocol, context, &records))
+    if !lookup.keys.contains(key) {
+        return None;
+    }
+    let found = lookup
+        .found
+        .get_or_init(|| look_up(&protocol.store, &lookup.keys))
         .await;
     found.get(key).cloned()
 }
 
-async fn look_up<St, K, C, I>(
-    protocol: &Protocol<St, K, C>,
-    context: &Context,
-    records: &[I],
-) -> Found
-where
-    St: Store,
-    K: KeyExtractor<I>,
-    I: Input,
-{
-    let keys: HashSet<IdempotencyKey> = records
-        .iter()
-        .filter_map(|record| derive(&protocol.key, &protocol.config, record, context).ok())
-        .map(|(key, _)| key)
-        .collect();
-    let keys: Vec<IdempotencyKey> = keys.into_iter().collect();
-    match protocol.store.get_many(&keys).await {
+async fn look_up<St: Store>(store: &St, keys: &HashSet<IdempotencyKey>) -> Found {
+    let keys: Vec<IdempotencyKey> = keys.iter().cloned().collect();
+    match store.get_many(&keys).await {
         Ok(records) => {
             tracing::debug!(keys = keys.len(), found = records.len(), "pre-check");
             let wanted: HashSet<&IdempotencyKey> = keys.iter().collect();

@@ -41,6 +41,8 @@ pub enum Inject {
     ExtendLeaseLost,
     /// The next `get_many` (a batch's pre-check) fails.
     GetManyFails,
+    /// The next `get_many` takes this long (tokio time), then answers.
+    GetManySlow(Duration),
 }
 
 /// The calls the wrapper saw, by kind.
@@ -179,7 +181,11 @@ impl<S: Store> Store for FaultyStore<S> {
 
     async fn get_many(&self, keys: &[IdempotencyKey]) -> Result<Vec<Record>, StoreError> {
         self.calls.get_many.fetch_add(1, Ordering::SeqCst);
-        match self.take(|f| *f == Inject::GetManyFails) {
+        match self.take(|f| matches!(f, Inject::GetManyFails | Inject::GetManySlow(_))) {
+            Some(Inject::GetManySlow(delay)) => {
+                tokio::time::sleep(delay).await;
+                self.inner.get_many(keys).await
+            }
             Some(_) => Err(down()),
             None => self.inner.get_many(keys).await,
         }
