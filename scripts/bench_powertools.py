@@ -3,7 +3,8 @@ AWS Lambda (Python), `BatchProcessor` with `idempotent_function` on DynamoDB, ag
 same DynamoDB Local, tables and events as the Rust toolkit.
 
     python bench_powertools.py worker    # JSON lines on stdin: {"event": {...}}; answers
-                                         # {"ms": ..., "failures": n, "calls": n, "wcu": x}
+                                         # {"ms": ..., "failures": n, "calls": n, "wcu": x,
+                                         #  "refused_wcu": x, "rcu": x}
     python bench_powertools.py runtime   # a Lambda-style process polling AWS_LAMBDA_RUNTIME_API
                                          # (for the cold start and memory figures)
 
@@ -33,23 +34,30 @@ REGION = os.environ.get("AWS_REGION", "us-east-1")
 client = boto3.client("dynamodb", region_name=REGION)
 LEDGER = os.environ["LEDGER_TABLE"]
 
-# Count calls and consumed capacity, as the Rust side's SDK interceptor does.
-stats = {"calls": 0, "wcu": 0.0}
+# Count calls and consumed capacity, as the Rust side's SDK interceptor does: write and read
+# units as DynamoDB Local reports them, and the units DynamoDB charges for a write refused by
+# its condition (which DynamoDB Local does not report): 1 per refused item write.
+stats = {"calls": 0, "wcu": 0.0, "refused_wcu": 0.0, "rcu": 0.0}
 WRITES = {"PutItem", "UpdateItem", "DeleteItem", "TransactWriteItems"}
+READS = {"GetItem", "BatchGetItem"}
 
 
 def _count(model, params, **_):
     stats["calls"] += 1
-    if model.name in WRITES:
+    if model.name in WRITES or model.name in READS:
         params["ReturnConsumedCapacity"] = "TOTAL"
 
 
 def _capacity(http_response, parsed, model, **_):
+    if parsed.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
+        stats["refused_wcu"] += 1.0
     consumed = parsed.get("ConsumedCapacity")
+    units = 0.0
     if isinstance(consumed, dict):
-        stats["wcu"] += consumed.get("CapacityUnits", 0.0)
+        units = consumed.get("CapacityUnits", 0.0)
     elif isinstance(consumed, list):
-        stats["wcu"] += sum(c.get("CapacityUnits", 0.0) for c in consumed)
+        units = sum(c.get("CapacityUnits", 0.0) for c in consumed)
+    stats["rcu" if model.name in READS else "wcu"] += units
 
 
 client.meta.events.register("provide-client-params.dynamodb.*", _count)
@@ -116,12 +124,12 @@ def worker():
         request = json.loads(line)
         if "event" not in request:
             break
-        stats["calls"], stats["wcu"] = 0, 0.0
+        stats.update(calls=0, wcu=0.0, refused_wcu=0.0, rcu=0.0)
         started = time.perf_counter()
         response = handler(request["event"], Context(time.time() * 1000 + 30_000))
         ms = (time.perf_counter() - started) * 1000
-        print(json.dumps({"ms": ms, "failures": len(response["batchItemFailures"]),
-                          "calls": stats["calls"], "wcu": stats["wcu"]}), flush=True)
+        print(json.dumps({"ms": ms, "failures": len(response["batchItemFailures"]), **stats}),
+              flush=True)
 
 
 def runtime():

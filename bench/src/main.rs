@@ -3,6 +3,10 @@
 //! scenario and writes BENCHMARKS.md. Run it with `scripts/bench.sh` (which installs the
 //! Python baseline, starts DynamoDB Local and builds in release mode).
 //!
+//! Every scenario runs on DynamoDB Local directly; the batches of 10 a new container meets
+//! run again behind a loopback proxy that adds a network delay to every request
+//! ([`scenario::ADDED_LATENCY_MS`]), with fewer batches as the delay grows.
+//!
 //! Environment: `AWS_ENDPOINT_URL_DYNAMODB` (required), `BENCH_BATCHES` (default 40),
 //! `BENCH_PYTHON` (a python with aws-lambda-powertools; the Powertools baseline is skipped
 //! without it), `BENCH_ORDER_CONSUMER` (the order-consumer binary, for cold start and
@@ -10,6 +14,7 @@
 //!
 //! The toolkit runs as order-consumer runs it: its processor, from `order_consumer`.
 
+mod latency;
 mod python;
 mod raw;
 mod report;
@@ -17,14 +22,16 @@ mod run;
 mod scenario;
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use lambda_idempotency::IdempotencyMode;
 use lambda_idempotency_test_support::dynamodb::{counted_client, CallCounter};
 use serde_json::json;
 
+use latency::LatencyProxy;
 use report::report;
-use run::{cold_start, median, round, run_scenario, tables};
-use scenario::SCENARIOS;
+use run::{cold_start, median, round, run_scenario, tables, Target};
+use scenario::{batches_at, runs_at, ADDED_LATENCY_MS, SCENARIOS};
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
@@ -34,18 +41,25 @@ async fn main() {
         .unwrap_or(40);
     let python = std::env::var("BENCH_PYTHON").ok();
     let out = std::env::var("BENCH_OUT").unwrap_or_else(|_| "BENCHMARKS.md".into());
+    let local = std::env::var("AWS_ENDPOINT_URL_DYNAMODB").expect("AWS_ENDPOINT_URL_DYNAMODB");
     let mut lines = Vec::new();
-    for scenario in &SCENARIOS {
-        for mode in [IdempotencyMode::Optimistic, IdempotencyMode::Lease] {
-            let n = if scenario.batch_size >= 100 {
-                batches / 4
-            } else {
-                batches
-            }
-            .max(5);
-            for line in run_scenario(scenario, mode, n, python.as_deref()).await {
-                println!("{line}");
-                lines.push(line);
+    for added_ms in ADDED_LATENCY_MS {
+        // Every implementation reaches DynamoDB Local through the same proxy.
+        let proxy = match added_ms {
+            0 => None,
+            ms => Some(LatencyProxy::start(&local, Duration::from_millis(ms)).await),
+        };
+        let target = Target {
+            endpoint: proxy.as_ref().map_or(local.as_str(), |p| p.endpoint()),
+            added_ms,
+        };
+        for scenario in SCENARIOS.iter().filter(|s| runs_at(s, added_ms)) {
+            for mode in [IdempotencyMode::Optimistic, IdempotencyMode::Lease] {
+                let n = batches_at(batches, scenario.batch_size, added_ms);
+                for line in run_scenario(scenario, mode, n, python.as_deref(), target).await {
+                    println!("{line}");
+                    lines.push(line);
+                }
             }
         }
     }

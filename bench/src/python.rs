@@ -21,11 +21,12 @@ pub struct Python {
 }
 
 impl Python {
-    /// Starts a worker on the tables `t`.
-    pub fn start(python: &str, t: &Tables) -> Python {
+    /// Starts a worker on the tables `t`, reaching DynamoDB at `endpoint`.
+    pub fn start(python: &str, t: &Tables, endpoint: &str) -> Python {
         let mut child = tokio::process::Command::new(python)
             .arg(SCRIPT)
             .arg("worker")
+            .env("AWS_ENDPOINT_URL_DYNAMODB", endpoint)
             .env("IDEMPOTENCY_TABLE", &t.idempotency)
             .env("LEDGER_TABLE", &t.ledger)
             .env("AWS_LAMBDA_FUNCTION_NAME", "order-consumer-python")
@@ -44,7 +45,8 @@ impl Python {
         }
     }
 
-    /// Processes `event`; the worker's answer (`ms`, `calls`, `wcu`, `failures`).
+    /// Processes `event`; the worker's answer (`ms`, `calls`, `wcu`, `refused_wcu`, `rcu`,
+    /// `failures`).
     pub async fn run(&mut self, event: &SqsEvent) -> Value {
         let line = json!({ "event": event }).to_string() + "\n";
         self.stdin.write_all(line.as_bytes()).await.unwrap();

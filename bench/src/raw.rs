@@ -1,9 +1,9 @@
 //! The raw limit: the DynamoDB requests each mode must make, issued directly.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
-use aws_lambda_events::sqs::SqsEvent;
-use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem, Update};
+use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
+use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes, Put, TransactWriteItem, Update};
 use aws_sdk_dynamodb::Client;
 use futures_util::StreamExt;
 use lambda_idempotency::IdempotencyMode;
@@ -43,12 +43,65 @@ fn raw_takeover_values() -> HashMap<String, AttributeValue> {
     ])
 }
 
-/// The raw limit: the requests each mode must make, issued directly, no toolkit logic.
+fn raw_id(m: &SqsMessage) -> String {
+    let order: Value = serde_json::from_str(m.body.as_deref().unwrap()).unwrap();
+    format!("raw#{}", order["eventId"].as_str().unwrap())
+}
+
+/// The raw limit: the requests each mode must make, issued directly, no toolkit logic. The
+/// records SQS delivered before are looked up first with one strongly consistent
+/// `BatchGetItem` (the pre-check); those found are done, and the rest, with the first
+/// deliveries (which do not wait for the lookup), make their conditional writes.
 pub async fn raw_batch(client: &Client, t: &Tables, mode: IdempotencyMode, event: &SqsEvent) {
+    let (redelivered, fresh): (Vec<&SqsMessage>, Vec<&SqsMessage>) =
+        event.records.iter().partition(|m| {
+            m.attributes
+                .get("ApproximateReceiveCount")
+                .is_some_and(|c| c != "1")
+        });
+    let looked_up = async {
+        if redelivered.is_empty() {
+            return;
+        }
+        let keys = KeysAndAttributes::builder()
+            .set_keys(Some(
+                redelivered
+                    .iter()
+                    .map(|m| HashMap::from([("id".to_string(), AttributeValue::S(raw_id(m)))]))
+                    .collect(),
+            ))
+            .consistent_read(true)
+            .build()
+            .unwrap();
+        let answer = client
+            .batch_get_item()
+            .request_items(&t.idempotency, keys)
+            .send()
+            .await
+            .unwrap();
+        let found: HashSet<String> = answer
+            .responses()
+            .and_then(|r| r.get(&t.idempotency))
+            .into_iter()
+            .flatten()
+            .filter_map(|item| item.get("id").and_then(|v| v.as_s().ok()).cloned())
+            .collect();
+        let rest = redelivered.iter().filter(|m| !found.contains(&raw_id(m)));
+        raw_records(client, t, mode, rest.copied()).await;
+    };
+    tokio::join!(looked_up, raw_records(client, t, mode, fresh.into_iter()));
+}
+
+async fn raw_records<'a>(
+    client: &Client,
+    t: &Tables,
+    mode: IdempotencyMode,
+    records: impl Iterator<Item = &'a SqsMessage>,
+) {
     let s = |v: &str| AttributeValue::S(v.to_string());
-    futures_util::stream::iter(event.records.iter().map(|m| async move {
+    futures_util::stream::iter(records.map(|m| async move {
         let order: Value = serde_json::from_str(m.body.as_deref().unwrap()).unwrap();
-        let id = format!("raw#{}", order["eventId"].as_str().unwrap());
+        let id = raw_id(m);
         let ledger = Update::builder()
             .table_name(&t.ledger)
             .key("account", s(order["account"].as_str().unwrap()))

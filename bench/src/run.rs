@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use aws_lambda_events::sqs::SqsEvent;
 use lambda_idempotency::IdempotencyMode;
 use lambda_idempotency_test_support::dynamodb::{
-    counted_client, create_table, create_table_keyed, CallCounter,
+    counted_client, counted_client_at, create_table, create_table_keyed, CallCounter,
 };
 use lambda_idempotency_test_support::harness::runtime_api::{Reply, RuntimeApi};
 use lambda_runtime::LambdaEvent;
@@ -25,9 +25,24 @@ pub async fn tables(client: &aws_sdk_dynamodb::Client) -> Tables {
     }
 }
 
-fn json_line(scenario: &Scenario, implementation: &str, mode: &str, sample: &Sample) -> Value {
+/// Where one scenario runs: DynamoDB's endpoint (DynamoDB Local, or a latency proxy in
+/// front of it) and the delay that endpoint adds to each request.
+#[derive(Debug, Clone, Copy)]
+pub struct Target<'a> {
+    pub endpoint: &'a str,
+    pub added_ms: u64,
+}
+
+fn json_line(
+    scenario: &Scenario,
+    target: Target<'_>,
+    implementation: &str,
+    mode: &str,
+    sample: &Sample,
+) -> Value {
     json!({
         "scenario": scenario.name,
+        "added_latency_ms": target.added_ms,
         "implementation": implementation,
         "mode": mode,
         "batches": sample.latencies_ms.len(),
@@ -37,6 +52,8 @@ fn json_line(scenario: &Scenario, implementation: &str, mode: &str, sample: &Sam
         "records_per_sec": round(sample.records_per_sec()),
         "calls_per_record": round(sample.per_record(sample.calls as f64)),
         "wcu_per_record": round(sample.per_record(sample.wcu)),
+        "refused_wcu_per_record": round(sample.per_record(sample.refused_wcu)),
+        "rcu_per_record": round(sample.per_record(sample.rcu)),
     })
 }
 
@@ -45,12 +62,14 @@ pub fn round(x: f64) -> f64 {
     (x * 100.0).round() / 100.0
 }
 
-/// Runs `scenario` in `mode` over `batches` batches: one JSON line per implementation.
+/// Runs `scenario` in `mode` over `batches` batches against `target`: one JSON line per
+/// implementation.
 pub async fn run_scenario(
     scenario: &Scenario,
     mode: IdempotencyMode,
     batches: usize,
     python: Option<&str>,
+    target: Target<'_>,
 ) -> Vec<Value> {
     let mode_name = match mode {
         IdempotencyMode::Lease => "lease",
@@ -61,9 +80,9 @@ pub async fn run_scenario(
         CallCounter::default(),
         CallCounter::default(),
     );
-    let ours_client = counted_client(&ours_counter).await.expect("DynamoDB Local");
-    let raw_client = counted_client(&raw_counter).await.unwrap();
-    let setup_client = counted_client(&setup).await.unwrap();
+    let ours_client = counted_client_at(target.endpoint, &ours_counter).await;
+    let raw_client = counted_client_at(target.endpoint, &raw_counter).await;
+    let setup_client = counted_client(&setup).await.expect("DynamoDB Local");
     let (ours_t, raw_t, py_t) = (
         tables(&setup_client).await,
         tables(&setup_client).await,
@@ -77,7 +96,7 @@ pub async fn run_scenario(
     let ours = processor(ours_client, &settings);
     // Powertools has one mode and no cache: measured once, next to the optimistic runs.
     let with_python = python.filter(|_| mode == IdempotencyMode::Optimistic && !scenario.cache);
-    let mut py = with_python.map(|p| Python::start(p, &py_t));
+    let mut py = with_python.map(|p| Python::start(p, &py_t, target.endpoint));
     let raw_too = !scenario.cache;
 
     // Prime the duplicates (untimed), then alternate the implementations batch by batch.
@@ -126,23 +145,24 @@ pub async fn run_scenario(
             s_py.records += timed.records.len();
             s_py.calls += answer["calls"].as_u64().unwrap() as usize;
             s_py.wcu += answer["wcu"].as_f64().unwrap();
+            s_py.refused_wcu += answer["refused_wcu"].as_f64().unwrap();
+            s_py.rcu += answer["rcu"].as_f64().unwrap();
         }
     }
-    s_ours.calls = ours_counter.total();
-    s_ours.wcu = ours_counter.capacity_units();
-    s_raw.calls = raw_counter.total();
-    s_raw.wcu = raw_counter.capacity_units();
-    let mut lines = vec![json_line(
-        scenario,
-        "lambda-idempotency",
-        mode_name,
-        &s_ours,
-    )];
+    for (sample, counter) in [(&mut s_ours, &ours_counter), (&mut s_raw, &raw_counter)] {
+        sample.calls = counter.total();
+        sample.wcu = counter.capacity_units();
+        sample.refused_wcu = counter.refused_write_units();
+        sample.rcu = counter.read_units();
+    }
+    let line =
+        |name: &str, mode: &str, sample: &Sample| json_line(scenario, target, name, mode, sample);
+    let mut lines = vec![line("lambda-idempotency", mode_name, &s_ours)];
     if raw_too {
-        lines.push(json_line(scenario, "raw-dynamodb", mode_name, &s_raw));
+        lines.push(line("raw-dynamodb", mode_name, &s_raw));
     }
     if let Some(mut py) = py {
-        lines.push(json_line(scenario, "powertools-python", "lease", &s_py));
+        lines.push(line("powertools-python", "lease", &s_py));
         let _ = py.child.kill().await;
     }
     lines

@@ -8,55 +8,79 @@ use lambda_idempotency::clock::epoch_ms;
 use lambda_runtime::Context;
 use serde_json::json;
 
-/// One scenario: its batches' size, how many records of each were completed before, and
-/// whether the toolkit keeps a local cache.
+/// One scenario: its batches' size, how many records of each were completed before, whether
+/// SQS marks those as delivered before, and whether the toolkit keeps a local cache.
 #[derive(Debug, Clone, Copy)]
 pub struct Scenario {
     pub name: &'static str,
     pub batch_size: usize,
     /// Records per batch that were completed before (duplicates).
     pub duplicates: usize,
+    /// The duplicates carry `ApproximateReceiveCount` 2 (SQS redelivered them: a consumer
+    /// died before the ack, a response was lost); otherwise 1 (a producer sent them again).
+    pub redelivered: bool,
     pub cache: bool,
 }
 
-pub const SCENARIOS: [Scenario; 6] = [
+const fn scenario(name: &'static str, batch_size: usize, duplicates: usize) -> Scenario {
     Scenario {
-        name: "fresh-10",
-        batch_size: 10,
-        duplicates: 0,
+        name,
+        batch_size,
+        duplicates,
+        redelivered: true,
         cache: false,
-    },
+    }
+}
+
+pub const SCENARIOS: [Scenario; 7] = [
+    scenario("fresh-10", 10, 0),
+    scenario("duplicates-10", 10, 10),
     Scenario {
-        name: "duplicates-10",
-        batch_size: 10,
-        duplicates: 10,
-        cache: false,
+        redelivered: false,
+        ..scenario("retries-10", 10, 10)
     },
+    scenario("mixed-10", 10, 5),
+    scenario("fresh-100", 100, 0),
     Scenario {
-        name: "mixed-10",
-        batch_size: 10,
-        duplicates: 5,
-        cache: false,
-    },
-    Scenario {
-        name: "fresh-100",
-        batch_size: 100,
-        duplicates: 0,
-        cache: false,
-    },
-    Scenario {
-        name: "duplicates-10-cached",
-        batch_size: 10,
-        duplicates: 10,
         cache: true,
+        ..scenario("duplicates-10-cached", 10, 10)
     },
     Scenario {
-        name: "mixed-10-cached",
-        batch_size: 10,
-        duplicates: 5,
         cache: true,
+        ..scenario("mixed-10-cached", 10, 5)
     },
 ];
+
+/// The network delay added to every DynamoDB request, in milliseconds: none (DynamoDB
+/// Local on loopback), [`REALISTIC_MS`], and a delay large enough that batch time over it
+/// counts the round trips on the critical path.
+pub const ADDED_LATENCY_MS: [u64; 3] = [0, REALISTIC_MS, ROUND_TRIP_PROBE_MS];
+
+/// A realistic in-region figure: AWS documents DynamoDB as answering in single-digit
+/// milliseconds; 8 ms is the upper end of that, nearer what a `TransactWriteItems` takes
+/// from a function in the same region than a `GetItem`.
+pub const REALISTIC_MS: u64 = 8;
+
+/// The delay from which round trips on the critical path follow: (batch time at this delay -
+/// batch time at 0 ms) / this delay.
+pub const ROUND_TRIP_PROBE_MS: u64 = 50;
+
+/// How many batches a scenario runs out of `batches`: a quarter for batches of 100, a half
+/// at the realistic delay and a quarter at the round-trip probe; never fewer than 5.
+pub fn batches_at(batches: usize, batch_size: usize, added_ms: u64) -> usize {
+    let divisor = match (batch_size >= 100, added_ms) {
+        (true, _) | (false, ROUND_TRIP_PROBE_MS) => 4,
+        (false, 0) => 1,
+        (false, _) => 2,
+    };
+    (batches / divisor).max(5)
+}
+
+/// Whether `scenario` runs at `added_ms`: every scenario without added latency; with it,
+/// the batches of 10 a new container meets (no cache).
+pub fn runs_at(scenario: &Scenario, added_ms: u64) -> bool {
+    added_ms == 0 || (scenario.batch_size == 10 && !scenario.cache)
+}
 
 /// Timings and counts of one implementation in one scenario.
 #[derive(Debug, Default, Clone)]
@@ -66,6 +90,10 @@ pub struct Sample {
     pub busy: Duration,
     pub calls: usize,
     pub wcu: f64,
+    /// Write units of writes refused by their condition (DynamoDB charges them; DynamoDB
+    /// Local reports none): estimated by the call counter.
+    pub refused_wcu: f64,
+    pub rcu: f64,
 }
 
 impl Sample {
@@ -89,7 +117,7 @@ impl Sample {
     }
 }
 
-/// Record `i` of batch `batch`: an order over seven accounts.
+/// Record `i` of batch `batch`: an order over seven accounts, received once so far.
 pub fn order_message(scenario: &str, mode: &str, batch: usize, i: usize) -> SqsMessage {
     let event_id = format!("{scenario}-{mode}-{batch}-{i}");
     let mut m = SqsMessage::default();
@@ -99,6 +127,8 @@ pub fn order_message(scenario: &str, mode: &str, batch: usize, i: usize) -> SqsM
             .to_string(),
     );
     m.event_source = Some("aws:sqs".into());
+    m.attributes
+        .insert("ApproximateReceiveCount".into(), "1".into());
     m
 }
 
@@ -107,9 +137,13 @@ pub fn batch(s: &Scenario, mode: &str, b: usize) -> (SqsEvent, SqsEvent) {
     let mut timed = SqsEvent::default();
     let mut prime = SqsEvent::default();
     for i in 0..s.batch_size {
-        let m = order_message(s.name, mode, b, i);
+        let mut m = order_message(s.name, mode, b, i);
         if i < s.duplicates {
             prime.records.push(m.clone());
+            if s.redelivered {
+                m.attributes
+                    .insert("ApproximateReceiveCount".into(), "2".into());
+            }
         }
         timed.records.push(m);
     }

@@ -272,6 +272,12 @@ pub async fn client_for_attempts(
     Client::new(&config)
 }
 
+/// A client for `endpoint` (a proxy in front of DynamoDB Local, say) that counts its calls
+/// with `counter`, configured as [`counted_client`]'s.
+pub async fn counted_client_at(endpoint: &str, counter: &CallCounter) -> Client {
+    connect(endpoint, Some(counter.clone())).await
+}
+
 async fn client_with(counter: Option<CallCounter>) -> Option<Client> {
     let endpoint = match std::env::var("AWS_ENDPOINT_URL_DYNAMODB") {
         Ok(endpoint) if !endpoint.is_empty() => endpoint,
@@ -283,12 +289,16 @@ async fn client_with(counter: Option<CallCounter>) -> Option<Client> {
             return None;
         }
     };
+    Some(connect(&endpoint, counter).await)
+}
+
+async fn connect(endpoint: &str, counter: Option<CallCounter>) -> Client {
     let config = aws_config::defaults(BehaviorVersion::latest())
         .region(aws_config::Region::new("us-east-1"))
         .credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
             "local", "local", None, None, "tests",
         ))
-        .endpoint_url(&endpoint)
+        .endpoint_url(endpoint)
         .timeout_config(
             aws_config::timeout::TimeoutConfig::builder()
                 .operation_attempt_timeout(Duration::from_secs(5))
@@ -307,7 +317,7 @@ async fn client_with(counter: Option<CallCounter>) -> Option<Client> {
         .send()
         .await
         .unwrap_or_else(|e| panic!("DynamoDB Local at {endpoint} is unreachable: {e:?}"));
-    Some(client)
+    client
 }
 
 /// Creates a fresh table with the idempotency schema (partition key `id` (S), on-demand).
