@@ -7,8 +7,11 @@ use lambda_runtime::LambdaEvent;
 use order_consumer::{metrics, processor, sdk_config, Settings};
 use tower::ServiceExt;
 
-// One invocation at a time, its records concurrent on one thread: Lambda gives a function
-// one event at a time, and a single-threaded runtime starts faster and uses less memory.
+// Records concurrent on one thread: a single-threaded runtime starts faster and uses less
+// memory. Lambda gives a function one event at a time, except on Lambda Managed Instances,
+// where `AWS_LAMBDA_MAX_CONCURRENCY` above 1 makes `run_concurrent` poll for that many
+// events at once (on this same thread): the invocations then share the processor's single
+// flight and local cache, so a key in several of them runs once in the process.
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), lambda_runtime::Error> {
     lambda_runtime::tracing::init_default_subscriber();
@@ -23,13 +26,14 @@ async fn main() -> Result<(), lambda_runtime::Error> {
     );
     let function_name = std::env::var("AWS_LAMBDA_FUNCTION_NAME").unwrap_or_default();
     let collector = metrics::install(&function_name)?;
-    lambda_runtime::run(lambda_runtime::service_fn(
+    lambda_runtime::run_concurrent(lambda_runtime::service_fn(
         move |event: LambdaEvent<SqsEvent>| {
             let processor = processor.clone();
             async move {
                 let context = event.context.clone();
                 let response = processor.oneshot(event).await;
-                // One EMF line per invocation: the records' outcomes, latencies, DynamoDB calls.
+                // One EMF line per invocation: the records' outcomes, latencies, DynamoDB calls
+                // (with concurrent invocations, what was recorded since the last line).
                 metrics::flush(collector, &context);
                 response
             }

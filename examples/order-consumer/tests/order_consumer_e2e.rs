@@ -5,7 +5,7 @@ mod container;
 
 use std::time::{Duration, Instant};
 
-use container::{spawn, spawn_with_endpoint};
+use container::{spawn, spawn_concurrent, spawn_with_endpoint};
 use lambda_idempotency_test_support as support;
 use order_consumer::Tables;
 use serde_json::{json, Value};
@@ -210,4 +210,41 @@ async fn a_hung_store_cannot_eat_the_invocation() {
     }
     assert_eq!(balance(&direct, &tables.ledger, "acct-alice").await, 0);
     eprintln!("a hung store: order-consumer answered in {took:?}, every record reported");
+}
+
+/// Lambda Managed Instances: one process polls for four invocations at once
+/// (`AWS_LAMBDA_MAX_CONCURRENCY=4`, `run_concurrent`), all four the same batch. The
+/// invocations share the process's single flight: each order is credited once, and no
+/// invocation reports a record (a duplicate waits for the copy running in the process and
+/// replays it, instead of meeting its lease and being reported locked).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_invocations_in_one_process_credit_once_and_report_nothing() {
+    let Some(client) = support::dynamodb::client().await else {
+        return;
+    };
+    for mode in ["optimistic", "lease"] {
+        let tables = Tables {
+            idempotency: create_table(&client).await,
+            ledger: create_table_keyed(&client, "ledger", "account").await,
+        };
+        let api = RuntimeApi::start().await;
+        let _container = spawn_concurrent(&api.address(), &tables, mode, "4");
+        let body = event("batch.json");
+        let invoke = || api.invoke(&body, Duration::from_secs(30), Duration::from_secs(60));
+        let replies = tokio::join!(invoke(), invoke(), invoke(), invoke());
+        for reply in [replies.0, replies.1, replies.2, replies.3] {
+            assert_eq!(failures(reply), Vec::<String>::new(), "{mode}");
+        }
+        assert_eq!(api.most_in_flight(), 4, "{mode}: four invocations at once");
+        assert_eq!(
+            balance(&client, &tables.ledger, "acct-alice").await,
+            20,
+            "{mode}"
+        );
+        assert_eq!(
+            balance(&client, &tables.ledger, "acct-bob").await,
+            40,
+            "{mode}"
+        );
+    }
 }

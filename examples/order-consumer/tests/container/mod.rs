@@ -31,6 +31,26 @@ pub fn spawn_with_endpoint(
     )
 }
 
+/// As [`spawn`], as on Lambda Managed Instances: `AWS_LAMBDA_MAX_CONCURRENCY` is
+/// `max_concurrency`, so the process polls for that many invocations at once.
+pub fn spawn_concurrent(
+    runtime_api: &str,
+    tables: &Tables,
+    mode: &str,
+    max_concurrency: &str,
+) -> Child {
+    let endpoint =
+        std::env::var("AWS_ENDPOINT_URL_DYNAMODB").expect("AWS_ENDPOINT_URL_DYNAMODB is set");
+    let mut env = environment(tables, mode, &endpoint).to_vec();
+    env.push(("AWS_LAMBDA_MAX_CONCURRENCY", max_concurrency));
+    function::spawn(
+        env!("CARGO_BIN_EXE_order-consumer"),
+        "order-consumer",
+        runtime_api,
+        &env,
+    )
+}
+
 /// As [`spawn`], with the process's stdout piped (its metrics lines).
 pub fn spawn_with_stdout(runtime_api: &str, tables: &Tables, mode: &str) -> Child {
     let endpoint =

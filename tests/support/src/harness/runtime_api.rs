@@ -52,6 +52,8 @@ struct State {
     replies: Mutex<HashMap<String, oneshot::Sender<Reply>>>,
     init_errors: Mutex<Vec<String>>,
     first_poll: Mutex<Option<Instant>>,
+    /// Invocations handed to the function and not yet answered, and the most at once.
+    in_flight: std::sync::Mutex<(usize, usize)>,
 }
 
 /// The emulator. Dropping it stops accepting connections.
@@ -89,6 +91,7 @@ impl RuntimeApi {
             replies: Mutex::default(),
             init_errors: Mutex::default(),
             first_poll: Mutex::default(),
+            in_flight: std::sync::Mutex::default(),
         });
         let server = {
             let state = state.clone();
@@ -111,6 +114,12 @@ impl RuntimeApi {
     /// When the function first asked for an invocation: it is ready (cold start ends).
     pub async fn first_poll_at(&self) -> Option<Instant> {
         *self.state.first_poll.lock().await
+    }
+
+    /// The most invocations the function held at once (handed out, not yet answered): 1 for
+    /// a function that handles one invocation at a time, more under `run_concurrent`.
+    pub fn most_in_flight(&self) -> usize {
+        self.state.in_flight.lock().unwrap().1
     }
 
     /// Errors the function reported while starting.
@@ -164,6 +173,11 @@ async fn serve(request: Request, state: Arc<State>) -> Result<Response, Hangup> 
         let Some(invocation) = invocation else {
             return Err(Hangup("the emulator is stopping"));
         };
+        {
+            let mut in_flight = state.in_flight.lock().unwrap();
+            in_flight.0 += 1;
+            in_flight.1 = in_flight.1.max(in_flight.0);
+        }
         let headers = [
             json(),
             ("Lambda-Runtime-Aws-Request-Id", invocation.request_id),
@@ -194,6 +208,9 @@ async fn serve(request: Request, state: Arc<State>) -> Result<Response, Hangup> 
             Reply::Error(body)
         };
         if let Some(tx) = state.replies.lock().await.remove(&request_id) {
+            let mut in_flight = state.in_flight.lock().unwrap();
+            in_flight.0 = in_flight.0.saturating_sub(1);
+            drop(in_flight);
             let _ = tx.send(reply);
         }
         Ok(response(StatusCode::ACCEPTED, &[json()], "{}"))
