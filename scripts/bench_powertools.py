@@ -4,7 +4,7 @@ same DynamoDB Local, tables and events as the Rust toolkit.
 
     python bench_powertools.py worker    # JSON lines on stdin: {"event": {...}}; answers
                                          # {"ms": ..., "failures": n, "calls": n, "wcu": x,
-                                         #  "refused_wcu": x, "rcu": x}
+                                         #  "refused_wcu": x, "rcu": x, "cpu_ms": x}
     python bench_powertools.py runtime   # a Lambda-style process polling AWS_LAMBDA_RUNTIME_API
                                          # (for the cold start and memory figures)
 
@@ -125,11 +125,12 @@ def worker():
         if "event" not in request:
             break
         stats.update(calls=0, wcu=0.0, refused_wcu=0.0, rcu=0.0)
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         response = handler(request["event"], Context(time.time() * 1000 + 30_000))
         ms = (time.perf_counter() - started) * 1000
-        print(json.dumps({"ms": ms, "failures": len(response["batchItemFailures"]), **stats}),
-              flush=True)
+        cpu_ms = (time.process_time() - cpu) * 1000
+        print(json.dumps({"ms": ms, "cpu_ms": cpu_ms,
+                          "failures": len(response["batchItemFailures"]), **stats}), flush=True)
 
 
 def runtime():

@@ -42,6 +42,7 @@ async fn main() {
     let python = std::env::var("BENCH_PYTHON").ok();
     let out = std::env::var("BENCH_OUT").unwrap_or_else(|_| "BENCHMARKS.md".into());
     let local = std::env::var("AWS_ENDPOINT_URL_DYNAMODB").expect("AWS_ENDPOINT_URL_DYNAMODB");
+    warm_up(&local).await;
     let mut lines = Vec::new();
     for added_ms in ADDED_LATENCY_MS {
         // Every implementation reaches DynamoDB Local through the same proxy.
@@ -100,4 +101,21 @@ async fn main() {
     }
     std::fs::write(&out, report(&lines, batches)).expect("write BENCHMARKS.md");
     eprintln!("wrote {out}");
+}
+
+/// Untimed batches of both modes, so that DynamoDB Local's JIT has compiled its hot paths
+/// before the first timed scenario (the first batches of a fresh JVM are several times
+/// slower).
+async fn warm_up(endpoint: &str) {
+    let warm = scenario::Scenario {
+        name: "warm-up",
+        ..SCENARIOS[0]
+    };
+    let target = Target {
+        endpoint,
+        added_ms: 0,
+    };
+    for mode in [IdempotencyMode::Optimistic, IdempotencyMode::Lease] {
+        run_scenario(&warm, mode, 20, None, target).await;
+    }
 }

@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 
 use crate::python::Python;
 use crate::raw::raw_batch;
-use crate::scenario::{batch, context, order_message, Sample, Scenario};
+use crate::scenario::{batch, context, order_message, process_cpu, Sample, Scenario};
 
 /// Fresh tables for one implementation.
 pub async fn tables(client: &aws_sdk_dynamodb::Client) -> Tables {
@@ -54,6 +54,7 @@ fn json_line(
         "wcu_per_record": round(sample.per_record(sample.wcu)),
         "refused_wcu_per_record": round(sample.per_record(sample.refused_wcu)),
         "rcu_per_record": round(sample.per_record(sample.rcu)),
+        "client_cpu_us_per_record": round(sample.per_record(sample.cpu.as_secs_f64() * 1e6)),
     })
 }
 
@@ -118,20 +119,21 @@ pub async fn run_scenario(
     let (mut s_ours, mut s_raw, mut s_py) =
         (Sample::default(), Sample::default(), Sample::default());
     for (_, timed) in &plan {
-        let started = Instant::now();
-        let report = ours
-            .process(LambdaEvent::new(timed.clone(), context()))
-            .await;
+        let event = LambdaEvent::new(timed.clone(), context());
+        let (started, cpu) = (Instant::now(), process_cpu());
+        let report = ours.process(event).await;
         let took = started.elapsed();
+        s_ours.cpu += process_cpu() - cpu;
         assert!(report.response.batch_item_failures.is_empty(), "{report:?}");
         s_ours.latencies_ms.push(took.as_secs_f64() * 1000.0);
         s_ours.busy += took;
         s_ours.records += timed.records.len();
 
         if raw_too {
-            let started = Instant::now();
+            let (started, cpu) = (Instant::now(), process_cpu());
             raw_batch(&raw_client, &raw_t, mode, timed).await;
             let took = started.elapsed();
+            s_raw.cpu += process_cpu() - cpu;
             s_raw.latencies_ms.push(took.as_secs_f64() * 1000.0);
             s_raw.busy += took;
             s_raw.records += timed.records.len();
@@ -147,6 +149,7 @@ pub async fn run_scenario(
             s_py.wcu += answer["wcu"].as_f64().unwrap();
             s_py.refused_wcu += answer["refused_wcu"].as_f64().unwrap();
             s_py.rcu += answer["rcu"].as_f64().unwrap();
+            s_py.cpu += Duration::from_secs_f64(answer["cpu_ms"].as_f64().unwrap() / 1000.0);
         }
     }
     for (sample, counter) in [(&mut s_ours, &ours_counter), (&mut s_raw, &raw_counter)] {

@@ -94,6 +94,8 @@ pub struct Sample {
     /// Local reports none): estimated by the call counter.
     pub refused_wcu: f64,
     pub rcu: f64,
+    /// CPU time the client spent on its batches (this process's, or the Python worker's).
+    pub cpu: Duration,
 }
 
 impl Sample {
@@ -156,4 +158,16 @@ pub fn context() -> Context {
     c.deadline = epoch_ms(SystemTime::now() + Duration::from_secs(60));
     c.request_id = "bench".into();
     c
+}
+
+/// The CPU time this process has used so far (every thread).
+pub fn process_cpu() -> Duration {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `t` is a valid timespec for clock_gettime to fill.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut t) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_PROCESS_CPUTIME_ID)");
+    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
 }
