@@ -96,6 +96,18 @@ pub enum Error {
         /// The stored key.
         key: IdempotencyKey,
     },
+    /// A sequence-guarded event arrived ahead of its turn: its entity is at `stored` (none
+    /// yet: `None`), and the event is number `sequence`, more than one ahead. Nothing was
+    /// written; worth retrying once the events in between are applied.
+    #[error("event {sequence} of {entity} is ahead of its turn (the entity is at {stored:?}); nothing was written")]
+    OutOfOrder {
+        /// The entity: its table and key.
+        entity: String,
+        /// Where the entity's sequence stood.
+        stored: Option<u64>,
+        /// The event's place in the sequence.
+        sequence: u64,
+    },
 }
 
 impl Error {
@@ -132,6 +144,7 @@ impl Error {
             }
             Error::LeaseLost { .. } => Outcome::LeaseLost,
             Error::DeadlineNear | Error::DeadlineReached => Outcome::DeadlineNear,
+            Error::OutOfOrder { .. } => Outcome::OutOfOrder,
         }
     }
 
@@ -169,6 +182,7 @@ impl Error {
             Error::LeaseLost { .. } => "Idempotency.LeaseLost",
             Error::DeadlineNear => "Idempotency.DeadlineNear",
             Error::DeadlineReached => "Idempotency.DeadlineReached",
+            Error::OutOfOrder { .. } => "Idempotency.OutOfOrder",
         }
     }
 }

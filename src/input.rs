@@ -29,6 +29,14 @@ pub trait Input {
 
     /// The attribute called `name`, if the event has it with a value.
     fn attribute(&self, name: &str) -> Option<AttributeValue<'_>>;
+
+    /// Whether the source says it delivered this event before (SQS:
+    /// `ApproximateReceiveCount` above 1), which makes it likely a duplicate: the batch
+    /// [pre-check](crate::batch::Precheck) and sequence-guarded handlers look such events up
+    /// before they run. Sources that do not say (streams, whole invocations): `false`.
+    fn delivered_before(&self) -> bool {
+        false
+    }
 }
 
 /// A value with its canonical JSON: the [`Input`] of an event that is not a record of a batch

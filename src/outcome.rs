@@ -32,11 +32,15 @@ pub enum Outcome {
     /// FIFO: an earlier record of the batch (or of the message group) failed, so this one
     /// was not started: reported for retry, in order.
     FifoSkipped,
+    /// A [sequence-guarded](crate::idempotent::Sequence) event arrived before the events
+    /// ahead of it in its entity's sequence were applied: nothing was written, reported for
+    /// retry.
+    OutOfOrder,
 }
 
 impl Outcome {
     /// Every outcome, in declaration order.
-    pub const ALL: [Outcome; 11] = [
+    pub const ALL: [Outcome; 12] = [
         Outcome::Executed,
         Outcome::Replayed,
         Outcome::Unprotected,
@@ -48,6 +52,7 @@ impl Outcome {
         Outcome::LeaseLost,
         Outcome::DeadlineNear,
         Outcome::FifoSkipped,
+        Outcome::OutOfOrder,
     ];
 
     /// A stable snake_case name, for logs and metric dimensions.
@@ -64,6 +69,7 @@ impl Outcome {
             Outcome::LeaseLost => "lease_lost",
             Outcome::DeadlineNear => "deadline_near",
             Outcome::FifoSkipped => "fifo_skipped",
+            Outcome::OutOfOrder => "out_of_order",
         }
     }
 
@@ -82,6 +88,7 @@ impl Outcome {
             Outcome::LeaseLost => "RecordsLeaseLost",
             Outcome::DeadlineNear => "RecordsDeadlineNear",
             Outcome::FifoSkipped => "RecordsFifoSkipped",
+            Outcome::OutOfOrder => "RecordsOutOfOrder",
         }
     }
 

@@ -37,15 +37,6 @@ pub trait BatchEvent: Send + 'static {
         None
     }
 
-    /// Whether the source says it delivered this record before (SQS:
-    /// `ApproximateReceiveCount` above 1), which makes it likely a duplicate: the
-    /// [pre-check](crate::batch::Precheck) looks such records up before they run. Streams
-    /// do not say: `false`.
-    fn delivered_before(record: &Self::Record) -> bool {
-        let _ = record;
-        false
-    }
-
     /// The response reporting `failures` (item identifiers) for retry.
     fn response(failures: Vec<String>) -> Self::Response;
 }

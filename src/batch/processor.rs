@@ -266,7 +266,7 @@ impl<S, C, E: BatchEvent> BatchProcessor<S, C, E> {
             Precheck::Off => Vec::new(),
             Precheck::Redelivered => records
                 .iter()
-                .filter(|record| E::delivered_before(record))
+                .filter(|record| crate::input::Input::delivered_before(*record))
                 .cloned()
                 .collect(),
             Precheck::Always => records.clone(),

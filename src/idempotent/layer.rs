@@ -9,11 +9,12 @@ use super::finish::{ResultAndWrites, ResultOnly};
 use super::in_transaction::InTransaction;
 use super::protocol::{LocalAnswers, Protocol};
 use super::record_fn::{record_fn, RecordFn};
+use super::sequenced::{Sequence, Sequenced};
 use super::service::Idempotent;
 use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
 use crate::key::MessageId;
-use crate::store::{Store, TransactionScope, TransactionalStore};
+use crate::store::{GuardedWrite, Store, TransactionScope, TransactionalStore};
 
 /// Builds [`Idempotent`] services: the per-record idempotency protocol around a handler.
 ///
@@ -119,6 +120,31 @@ impl<St, K, C, M> IdempotencyLayer<St, K, C, M> {
         IdempotencyLayer {
             store: self.store,
             key: self.key,
+            clock: self.clock,
+            config: self.config,
+            local: self.local,
+            mode: PhantomData,
+        }
+    }
+
+    /// Builds services whose handler's one write is its own guard (natural idempotency):
+    /// `sequence` places each event in its entity's sequence, and the handler answers a
+    /// [`Completion`](crate::Completion) with exactly one put or update on that entity, which
+    /// the toolkit conditions on the entity's sequence and sets to the event's number. No
+    /// idempotency record is written: one conditional write per fresh event, none for a
+    /// duplicate found by the read of a redelivered event. The store must be a
+    /// [`GuardedWrite`]. The key extractor, the local cache and the record settings of
+    /// [`Config`] do not apply.
+    pub fn sequenced<P>(
+        self,
+        sequence: Sequence<P>,
+    ) -> IdempotencyLayer<St, Sequence<P>, C, Sequenced>
+    where
+        St: GuardedWrite,
+    {
+        IdempotencyLayer {
+            store: self.store,
+            key: sequence,
             clock: self.clock,
             config: self.config,
             local: self.local,

@@ -34,6 +34,7 @@ mod precheck;
 mod protocol;
 mod record_fn;
 mod retry;
+mod sequenced;
 mod service;
 mod stored_result;
 
@@ -46,4 +47,5 @@ pub(crate) use invoke::catch_panic_async;
 pub use layer::IdempotencyLayer;
 pub(crate) use precheck::offering;
 pub use record_fn::{record_fn, RecordFn};
+pub use sequenced::{Position, PositionOf, Sequence, SequenceRule, Sequenced};
 pub use service::{Idempotent, Mode, ResponseFuture, Transactional};

@@ -15,6 +15,7 @@ use super::completion::Completion;
 use super::finish::{ResultAndWrites, ResultOnly};
 use super::in_transaction::{self, InTransaction, TransactionEvent};
 use super::protocol::Protocol;
+use super::sequenced::{self, PositionOf, Sequence, Sequenced};
 use super::{lease, optimistic};
 use crate::clock::{Clock, SystemClock};
 use crate::config::IdempotencyMode;
@@ -22,7 +23,7 @@ use crate::error::Error;
 use crate::input::Input;
 use crate::key::{KeyExtractor, MessageId};
 use crate::processed::Processed;
-use crate::store::{Store, TransactionScope, TransactionalStore};
+use crate::store::{GuardedWrite, Store, TransactionScope, TransactionalStore};
 
 /// A handler made idempotent: it runs at most once per key while the key's record counts,
 /// under a lease that ends at the invocation deadline, and duplicates get its stored result.
@@ -125,10 +126,12 @@ mod sealed {
     impl Sealed for super::ResultOnly {}
     impl Sealed for super::ResultAndWrites {}
     impl Sealed for super::InTransaction {}
+    impl Sealed for super::Sequenced {}
 }
 
 /// A completion mode of [`Idempotent`] for handler `S`, store `St`, key extractor `K`, clock
-/// `C` and event `I`: [`ResultOnly`], [`ResultAndWrites`] or [`InTransaction`]. Sealed.
+/// `C` and event `I`: [`ResultOnly`], [`ResultAndWrites`], [`InTransaction`] or
+/// [`Sequenced`]. Sealed.
 pub trait Mode<S, St, K, C, I>: sealed::Sealed + Sized {
     /// The result that is stored and replayed.
     type Value;
@@ -226,6 +229,32 @@ where
     ) -> ResponseFuture<T> {
         let (ready, protocol) = service.take_ready();
         Box::pin(in_transaction::run(protocol, ready, event))
+    }
+}
+
+impl<S, St, P, C, I, T> Mode<S, St, Sequence<P>, C, I> for Sequenced
+where
+    S: Service<LambdaEvent<I>, Response = Completion<T>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<BoxError>,
+    T: Send + 'static,
+    St: GuardedWrite,
+    P: PositionOf<I>,
+    C: Clock,
+    I: Input + Send + Sync + 'static,
+{
+    type Value = T;
+
+    fn poll_ready(inner: &mut S, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        Service::<LambdaEvent<I>>::poll_ready(inner, cx).map_err(|e| Error::Handler(e.into()))
+    }
+
+    fn call(
+        service: &mut Idempotent<S, St, Sequence<P>, C, Self>,
+        event: LambdaEvent<I>,
+    ) -> ResponseFuture<T> {
+        let (ready, protocol) = service.take_ready();
+        Box::pin(sequenced::run(protocol, ready, event))
     }
 }
 

@@ -28,6 +28,13 @@ impl Input for SqsMessage {
             (None, None) => None,
         }
     }
+
+    fn delivered_before(&self) -> bool {
+        self.attributes
+            .get("ApproximateReceiveCount")
+            .and_then(|count| count.trim().parse::<u64>().ok())
+            .is_some_and(|count| count > 1)
+    }
 }
 
 impl BatchEvent for SqsEvent {
@@ -58,14 +65,6 @@ impl BatchEvent for SqsEvent {
 
     fn group(record: &SqsMessage) -> Option<String> {
         record.attributes.get("MessageGroupId").cloned()
-    }
-
-    fn delivered_before(record: &SqsMessage) -> bool {
-        record
-            .attributes
-            .get("ApproximateReceiveCount")
-            .and_then(|count| count.trim().parse::<u64>().ok())
-            .is_some_and(|count| count > 1)
     }
 
     fn response(failures: Vec<String>) -> SqsBatchResponse {

@@ -9,6 +9,7 @@ mod attribute_names;
 #[cfg(feature = "dynamodb")]
 mod dynamodb;
 mod error;
+mod guarded;
 pub(crate) mod item_size;
 mod memory;
 #[cfg(feature = "postgres")]
@@ -33,6 +34,7 @@ pub use attribute_names::AttributeNames;
 #[cfg(feature = "dynamodb")]
 pub use dynamodb::DynamoDbStore;
 pub use error::StoreError;
+pub use guarded::{Guarded, GuardedWrite};
 pub use item_size::{MAX_ITEM_BYTES, MAX_NESTING, MAX_TRANSACTION_BYTES, MAX_TRANSACTION_ITEMS};
 pub use memory::InMemoryStore;
 pub(crate) use request::is_our_completion;

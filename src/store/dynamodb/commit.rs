@@ -21,7 +21,7 @@ use crate::store::{
     Attr, Commit, CommitRequest, Item, StoreError, TransactionalStore, Write, WriteKind,
 };
 
-fn sdk_value(value: &Attr) -> AttributeValue {
+pub(super) fn sdk_value(value: &Attr) -> AttributeValue {
     match value {
         Attr::S(v) => AttributeValue::S(v.clone()),
         Attr::N(v) => AttributeValue::N(v.clone()),
@@ -35,7 +35,7 @@ fn sdk_value(value: &Attr) -> AttributeValue {
     }
 }
 
-fn sdk_item(item: &Item) -> HashMap<String, AttributeValue> {
+pub(super) fn sdk_item(item: &Item) -> HashMap<String, AttributeValue> {
     item.iter()
         .map(|(k, v)| (k.clone(), sdk_value(v)))
         .collect()

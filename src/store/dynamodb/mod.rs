@@ -1,7 +1,8 @@
 //! [`DynamoDbStore`]: records in a DynamoDB table, with conditional writes.
 
 mod batch_get;
-mod commit;
+pub(super) mod commit;
+mod guarded;
 
 use std::collections::HashMap;
 use std::future::Future;

@@ -6,6 +6,7 @@ mod decimal;
 mod document;
 mod evaluate;
 mod expression;
+mod guarded;
 mod lexer;
 mod parser;
 mod tables;

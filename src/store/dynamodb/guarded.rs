@@ -1,0 +1,128 @@
+//! [`GuardedWrite`] on [`DynamoDbStore`]: one `PutItem` or `UpdateItem` with the write's
+//! condition and `ReturnValuesOnConditionCheckFailure=ALL_OLD`, so a refusal answers the item
+//! as it was without a second read; a strongly consistent `GetItem`.
+
+use std::future::Future;
+
+use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
+
+use super::commit::sdk_item;
+use super::{refused, unavailable, DynamoDbStore};
+use crate::store::item_size::write_size_bytes;
+use crate::store::{Attr, Guarded, GuardedWrite, Item, StoreError, Write, WriteKind};
+
+/// Our attribute value of DynamoDB's (a type this crate does not model reads as `NULL`).
+fn attr(value: &AttributeValue) -> Attr {
+    match value {
+        AttributeValue::S(v) => Attr::S(v.clone()),
+        AttributeValue::N(v) => Attr::N(v.clone()),
+        AttributeValue::B(v) => Attr::B(v.clone().into_inner()),
+        AttributeValue::Bool(v) => Attr::Bool(*v),
+        AttributeValue::L(items) => Attr::L(items.iter().map(attr).collect()),
+        AttributeValue::M(map) => Attr::M(item(map)),
+        AttributeValue::Ss(v) => Attr::Ss(v.clone()),
+        AttributeValue::Ns(v) => Attr::Ns(v.clone()),
+        _ => Attr::Null,
+    }
+}
+
+fn item(map: &std::collections::HashMap<String, AttributeValue>) -> Item {
+    map.iter().map(|(k, v)| (k.clone(), attr(v))).collect()
+}
+
+impl DynamoDbStore {
+    async fn write_guarded_inner(&self, write: &Write) -> Result<Guarded, StoreError> {
+        let names = (!write.names.is_empty()).then(|| write.names.clone().into_iter().collect());
+        let values = (!write.values.is_empty()).then(|| sdk_item(&write.values));
+        let size = write_size_bytes(write);
+        let all_old = ReturnValuesOnConditionCheckFailure::AllOld;
+        crate::metrics::dynamodb_call();
+        let refusal = match write.kind {
+            WriteKind::Put => {
+                let result = self
+                    .client
+                    .put_item()
+                    .table_name(&write.table)
+                    .set_item(Some(sdk_item(&write.item)))
+                    .set_condition_expression(write.condition_expression.clone())
+                    .set_expression_attribute_names(names)
+                    .set_expression_attribute_values(values)
+                    .return_values_on_condition_check_failure(all_old)
+                    .send()
+                    .await;
+                match result {
+                    Ok(_) => return Ok(Guarded::Applied),
+                    Err(err) => match err.as_service_error() {
+                        Some(PutItemError::ConditionalCheckFailedException(ccf)) => {
+                            ccf.item().cloned()
+                        }
+                        _ => return Err(refused(err, size)),
+                    },
+                }
+            }
+            WriteKind::Update => {
+                let result = self
+                    .client
+                    .update_item()
+                    .table_name(&write.table)
+                    .set_key(Some(sdk_item(&write.item)))
+                    .set_update_expression(write.update_expression.clone())
+                    .set_condition_expression(write.condition_expression.clone())
+                    .set_expression_attribute_names(names)
+                    .set_expression_attribute_values(values)
+                    .return_values_on_condition_check_failure(all_old)
+                    .send()
+                    .await;
+                match result {
+                    Ok(_) => return Ok(Guarded::Applied),
+                    Err(err) => match err.as_service_error() {
+                        Some(UpdateItemError::ConditionalCheckFailedException(ccf)) => {
+                            ccf.item().cloned()
+                        }
+                        _ => return Err(refused(err, size)),
+                    },
+                }
+            }
+            _ => {
+                return Err(StoreError::InvalidWrite {
+                    write_index: 0,
+                    reason: "a guarded write is a put or an update".into(),
+                })
+            }
+        };
+        Ok(Guarded::Refused(refusal.as_ref().map(item)))
+    }
+
+    async fn read_item_inner(&self, table: &str, key: &Item) -> Result<Option<Item>, StoreError> {
+        crate::metrics::dynamodb_call();
+        let output = self
+            .client
+            .get_item()
+            .table_name(table)
+            .set_key(Some(sdk_item(key)))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(unavailable)?;
+        Ok(output.item().map(item))
+    }
+}
+
+impl GuardedWrite for DynamoDbStore {
+    fn write_guarded(
+        &self,
+        write: &Write,
+    ) -> impl Future<Output = Result<Guarded, StoreError>> + Send {
+        self.write_guarded_inner(write)
+    }
+
+    fn read_item(
+        &self,
+        table: &str,
+        key: &Item,
+    ) -> impl Future<Output = Result<Option<Item>, StoreError>> + Send {
+        self.read_item_inner(table, key)
+    }
+}

@@ -1,0 +1,58 @@
+//! [`GuardedWrite`] on [`InMemoryStore`]: one write applied alone, with DynamoDB's
+//! semantics (an invalid write fails before its condition counts; a refused condition
+//! answers the item as it was).
+
+use std::future::Future;
+
+use super::transaction::TransactionRefusal;
+use super::{refused, InMemoryStore};
+use crate::store::{Guarded, GuardedWrite, Item, StoreError, Write, WriteKind};
+
+impl InMemoryStore {
+    fn write_guarded_now(&self, write: &Write) -> Result<Guarded, StoreError> {
+        self.check_available()?;
+        if !matches!(write.kind, WriteKind::Put | WriteKind::Update) {
+            return Err(StoreError::InvalidWrite {
+                write_index: 0,
+                reason: "a guarded write is a put or an update".into(),
+            });
+        }
+        let writes = std::slice::from_ref(write);
+        let mut contents = self.lock();
+        let staged = contents.tables.stage(writes).map_err(refused)?;
+        match contents.tables.check_conditions(writes, &staged) {
+            Ok(()) => {
+                contents.tables.store(staged);
+                Ok(Guarded::Applied)
+            }
+            Err(TransactionRefusal::ConditionFailed { .. }) => {
+                // The write's item holds its key (a put's whole item, an update's key).
+                let old = contents.tables.item(&write.table, &write.item).cloned();
+                Ok(Guarded::Refused(old))
+            }
+            Err(invalid) => Err(refused(invalid)),
+        }
+    }
+
+    fn read_item_now(&self, table: &str, key: &Item) -> Result<Option<Item>, StoreError> {
+        self.check_available()?;
+        Ok(self.lock().tables.item(table, key).cloned())
+    }
+}
+
+impl GuardedWrite for InMemoryStore {
+    fn write_guarded(
+        &self,
+        write: &Write,
+    ) -> impl Future<Output = Result<Guarded, StoreError>> + Send {
+        std::future::ready(self.write_guarded_now(write))
+    }
+
+    fn read_item(
+        &self,
+        table: &str,
+        key: &Item,
+    ) -> impl Future<Output = Result<Option<Item>, StoreError>> + Send {
+        std::future::ready(self.read_item_now(table, key))
+    }
+}

@@ -1,0 +1,189 @@
+//! Sequence-guarded handlers on the embedded store: the rules (in turn, or any newer
+//! event), a handler's own condition, writes the guard refuses, and puts. Each delivery is
+//! checked: outcomes, `batchItemFailures`, the handler's runs and the entity.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
+use lambda_idempotency::batch::{BatchProcessor, BatchReport};
+use lambda_idempotency::idempotent::{Position, Sequence};
+use lambda_idempotency::key::KeyError;
+use lambda_idempotency::store::{Attr, Guarded, GuardedWrite, InMemoryStore, Item, Write};
+use lambda_idempotency::{Completion, IdempotencyLayer, Outcome, Permanent};
+use lambda_idempotency_test_support::{invocation, outcomes, reported};
+
+const REMAINING: Duration = Duration::from_secs(30);
+
+/// Events for entity `id` with these sequence numbers; `body` says what the handler writes.
+fn events(items: &[(u64, &str)]) -> SqsEvent {
+    let mut event = SqsEvent::default();
+    for (n, what) in items {
+        let mut m = SqsMessage::default();
+        m.message_id = Some(format!("m-{n}-{what}"));
+        m.body = Some(format!(r#"{{"sequence":{n},"write":"{what}"}}"#));
+        event.records.push(m);
+    }
+    event
+}
+
+fn key() -> Item {
+    [("id".to_string(), Attr::s("order-1"))].into()
+}
+
+fn position(m: &SqsMessage) -> Result<Position, KeyError> {
+    let body: serde_json::Value =
+        serde_json::from_str(m.body.as_deref().unwrap()).map_err(|_| KeyError::MissingBody)?;
+    Ok(Position {
+        table: "orders".into(),
+        key: key(),
+        sequence: body["sequence"].as_u64().ok_or(KeyError::MissingBody)?,
+    })
+}
+
+struct Rig {
+    store: InMemoryStore,
+    runs: Arc<AtomicUsize>,
+}
+
+impl Rig {
+    fn new() -> Self {
+        let store = InMemoryStore::new();
+        store.define_table("orders", &["id"]);
+        store.define_table("other", &["id"]);
+        Self {
+            store,
+            runs: Arc::default(),
+        }
+    }
+
+    async fn deliver(&self, newer: bool, event: SqsEvent) -> BatchReport<u64> {
+        let sequence = if newer {
+            Sequence::newer("version", position)
+        } else {
+            Sequence::next("version", position)
+        };
+        let layer = IdempotencyLayer::new(self.store.clone()).sequenced(sequence);
+        let runs = self.runs.clone();
+        let processor = BatchProcessor::new(layer.handler(move |m: SqsMessage| {
+            let runs = runs.clone();
+            async move {
+                runs.fetch_add(1, Ordering::SeqCst);
+                let body: serde_json::Value = serde_json::from_str(m.body.as_deref().unwrap())?;
+                let n = body["sequence"].as_u64().unwrap();
+                let state = |id: &str| [("id", Attr::s(id)), ("state", Attr::n(n))];
+                let completion = Completion::new(n);
+                Ok::<_, lambda_idempotency::BoxError>(match body["write"].as_str().unwrap() {
+                    "update" => completion.with_write(
+                        Write::update("orders", [("id", Attr::s("order-1"))], "SET #s = :s")
+                            .name("#s", "state")
+                            .value(":s", Attr::n(n)),
+                    ),
+                    "put" => completion.with_write(Write::put("orders", state("order-1"))),
+                    "closed" => completion.with_write(
+                        Write::update("orders", [("id", Attr::s("order-1"))], "SET #s = :s")
+                            .name("#s", "state")
+                            .value(":s", Attr::n(n))
+                            .condition("attribute_not_exists(closed)"),
+                    ),
+                    "elsewhere" => completion.with_write(Write::put("other", state("order-1"))),
+                    "two" => completion
+                        .with_write(Write::put("orders", state("order-1")))
+                        .with_write(Write::put("orders", state("order-2"))),
+                    "permanent" => return Err(Permanent::new("declined").into()),
+                    other => panic!("unknown write {other}"),
+                })
+            }
+        }));
+        processor
+            .process(invocation(event, SystemTime::now(), REMAINING))
+            .await
+    }
+
+    fn entity(&self) -> Option<Item> {
+        self.store.item("orders", &key())
+    }
+
+    fn version(&self) -> Option<Attr> {
+        self.entity().and_then(|item| item.get("version").cloned())
+    }
+}
+
+#[tokio::test]
+async fn in_turn_events_apply_once_and_late_ones_are_replayed() {
+    let rig = Rig::new();
+    let first = rig
+        .deliver(false, events(&[(1, "update"), (2, "put")]))
+        .await;
+    assert_eq!(outcomes(&first), [Outcome::Executed; 2]);
+    assert_eq!(rig.version(), Some(Attr::n(2)));
+    let late = rig
+        .deliver(false, events(&[(1, "update"), (2, "update")]))
+        .await;
+    assert_eq!(outcomes(&late), [Outcome::Replayed; 2]);
+    assert!(reported(&late).is_empty());
+    assert_eq!(
+        rig.entity().unwrap()["state"],
+        Attr::n(2),
+        "nothing rewritten"
+    );
+    assert_eq!(
+        rig.runs.load(Ordering::SeqCst),
+        4,
+        "run, then refused by the guard"
+    );
+}
+
+#[tokio::test]
+async fn the_newer_rule_skips_gaps_and_treats_older_events_as_stale() {
+    let rig = Rig::new();
+    let report = rig
+        .deliver(true, events(&[(5, "update"), (3, "update"), (9, "put")]))
+        .await;
+    assert_eq!(
+        outcomes(&report),
+        [Outcome::Executed, Outcome::Replayed, Outcome::Executed]
+    );
+    assert_eq!(rig.version(), Some(Attr::n(9)));
+    assert_eq!(rig.entity().unwrap()["state"], Attr::n(9));
+}
+
+#[tokio::test]
+async fn the_handlers_own_condition_is_kept_and_a_failure_is_rejected() {
+    let rig = Rig::new();
+    rig.deliver(false, events(&[(1, "update")])).await;
+    let mut closed = rig.entity().unwrap();
+    closed.insert("closed".into(), Attr::Bool(true));
+    let put = Write::put("orders", closed);
+    assert_eq!(
+        rig.store.write_guarded(&put).await.unwrap(),
+        Guarded::Applied
+    );
+    let report = rig.deliver(false, events(&[(2, "closed")])).await;
+    assert_eq!(outcomes(&report), [Outcome::Rejected]);
+    assert_eq!(rig.version(), Some(Attr::n(1)), "nothing written");
+}
+
+#[tokio::test]
+async fn writes_the_guard_cannot_own_are_rejected_and_write_nothing() {
+    let rig = Rig::new();
+    let report = rig
+        .deliver(false, events(&[(1, "elsewhere"), (1, "two")]))
+        .await;
+    assert_eq!(outcomes(&report), [Outcome::Rejected; 2]);
+    assert_eq!(rig.entity(), None);
+    assert!(rig.store.item("other", &key()).is_none());
+    // Sequence numbers start at 1 in turn.
+    let report = rig.deliver(false, events(&[(0, "update")])).await;
+    assert_eq!(outcomes(&report), [Outcome::Rejected]);
+}
+
+#[tokio::test]
+async fn a_permanent_failure_is_acknowledged_and_writes_nothing() {
+    let rig = Rig::new();
+    let report = rig.deliver(false, events(&[(1, "permanent")])).await;
+    assert_eq!(outcomes(&report), [Outcome::FailedPermanently]);
+    assert!(reported(&report).is_empty());
+    assert_eq!(rig.entity(), None);
+}
