@@ -20,6 +20,7 @@ mod raw;
 mod report;
 mod run;
 mod scenario;
+mod sequenced;
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -55,9 +56,15 @@ async fn main() {
             added_ms,
         };
         for scenario in SCENARIOS.iter().filter(|s| runs_at(s, added_ms)) {
+            let n = batches_at(batches, scenario.batch_size, added_ms);
             for mode in [IdempotencyMode::Optimistic, IdempotencyMode::Lease] {
-                let n = batches_at(batches, scenario.batch_size, added_ms);
                 for line in run_scenario(scenario, mode, n, python.as_deref(), target).await {
+                    println!("{line}");
+                    lines.push(line);
+                }
+            }
+            if scenario.batch_size == 10 && !scenario.cache && scenario.duplicates != 5 {
+                for line in sequenced::run_sequenced(scenario, n, target).await {
                     println!("{line}");
                     lines.push(line);
                 }

@@ -33,7 +33,7 @@ pub struct Target<'a> {
     pub added_ms: u64,
 }
 
-fn json_line(
+pub fn json_line(
     scenario: &Scenario,
     target: Target<'_>,
     implementation: &str,

@@ -1,0 +1,151 @@
+//! Sequence-guarded (natural) idempotency, side by side with its raw limit: each order is
+//! the first event of its own entity (a ledger item keyed by the order's `eventId`, at
+//! sequence 1), so a fresh order is one conditional `UpdateItem` and a duplicate finds its
+//! entity applied. There is no Powertools equivalent (Powertools writes a record).
+
+use std::time::Instant;
+
+use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
+use aws_sdk_dynamodb::Client;
+use futures_util::StreamExt;
+use lambda_idempotency::batch::BatchProcessor;
+use lambda_idempotency::idempotent::{Position, Sequence};
+use lambda_idempotency::key::KeyError;
+use lambda_idempotency::store::{Attr, DynamoDbStore, Write};
+use lambda_idempotency::{Completion, IdempotencyLayer, Input};
+use lambda_idempotency_test_support::dynamodb::{counted_client, counted_client_at, CallCounter};
+use lambda_runtime::LambdaEvent;
+use serde_json::Value;
+
+use crate::run::{json_line, tables, Target};
+use crate::scenario::{batch, context, process_cpu, Sample, Scenario};
+
+fn order(m: &SqsMessage) -> Result<Value, KeyError> {
+    serde_json::from_str(m.body.as_deref().unwrap_or_default()).map_err(|_| KeyError::MissingBody)
+}
+
+/// Runs `scenario` over `batches` batches in sequence-guarded mode against `target`: the
+/// toolkit's line and the raw limit's.
+pub async fn run_sequenced(scenario: &Scenario, batches: usize, target: Target<'_>) -> Vec<Value> {
+    let (ours_counter, raw_counter, setup) = (
+        CallCounter::default(),
+        CallCounter::default(),
+        CallCounter::default(),
+    );
+    let ours_client = counted_client_at(target.endpoint, &ours_counter).await;
+    let raw_client = counted_client_at(target.endpoint, &raw_counter).await;
+    let setup_client = counted_client(&setup).await.expect("DynamoDB Local");
+    let (ours_t, raw_t) = (tables(&setup_client).await, tables(&setup_client).await);
+    let ledger = ours_t.ledger.clone();
+    let position = move |m: &SqsMessage| -> Result<Position, KeyError> {
+        let event_id = order(m)?["eventId"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        Ok(Position {
+            table: ledger.clone(),
+            key: [("account".to_string(), Attr::s(event_id))].into(),
+            sequence: 1,
+        })
+    };
+    let store = DynamoDbStore::new(ours_client, ours_t.idempotency.clone());
+    let layer = IdempotencyLayer::new(store).sequenced(Sequence::next("sequence", position));
+    let ledger = ours_t.ledger.clone();
+    let ours = BatchProcessor::new(layer.handler(move |m: SqsMessage| {
+        let ledger = ledger.clone();
+        async move {
+            let order = order(&m)?;
+            let credit = Write::update(
+                ledger,
+                [(
+                    "account",
+                    Attr::s(order["eventId"].as_str().unwrap_or_default()),
+                )],
+                "ADD #b :a",
+            )
+            .name("#b", "balance")
+            .value(":a", Attr::n(order["amount"].as_i64().unwrap_or_default()));
+            Ok::<_, KeyError>(Completion::new(()).with_write(credit))
+        }
+    }));
+    let plan: Vec<(SqsEvent, SqsEvent)> = (0..batches)
+        .map(|b| batch(scenario, "sequenced", b))
+        .collect();
+    for (prime, _) in plan.iter().filter(|(p, _)| !p.records.is_empty()) {
+        ours.process(LambdaEvent::new(prime.clone(), context()))
+            .await;
+        raw_sequenced(&raw_client, &raw_t.ledger, prime).await;
+    }
+    ours_counter.reset();
+    raw_counter.reset();
+    let (mut s_ours, mut s_raw) = (Sample::default(), Sample::default());
+    for (_, timed) in &plan {
+        let event = LambdaEvent::new(timed.clone(), context());
+        let (started, cpu) = (Instant::now(), process_cpu());
+        let report = ours.process(event).await;
+        let took = started.elapsed();
+        s_ours.cpu += process_cpu() - cpu;
+        assert!(report.response.batch_item_failures.is_empty(), "{report:?}");
+        s_ours.latencies_ms.push(took.as_secs_f64() * 1000.0);
+        s_ours.busy += took;
+        s_ours.records += timed.records.len();
+
+        let (started, cpu) = (Instant::now(), process_cpu());
+        raw_sequenced(&raw_client, &raw_t.ledger, timed).await;
+        let took = started.elapsed();
+        s_raw.cpu += process_cpu() - cpu;
+        s_raw.latencies_ms.push(took.as_secs_f64() * 1000.0);
+        s_raw.busy += took;
+        s_raw.records += timed.records.len();
+    }
+    for (sample, counter) in [(&mut s_ours, &ours_counter), (&mut s_raw, &raw_counter)] {
+        sample.calls = counter.total();
+        sample.wcu = counter.capacity_units();
+        sample.refused_wcu = counter.refused_write_units();
+        sample.rcu = counter.read_units();
+    }
+    vec![
+        json_line(scenario, target, "lambda-idempotency", "sequenced", &s_ours),
+        json_line(scenario, target, "raw-dynamodb", "sequenced", &s_raw),
+    ]
+}
+
+/// The raw limit: a redelivered order's entity read first (done if applied), then one
+/// conditional `UpdateItem` that credits the order and sets the entity's sequence.
+async fn raw_sequenced(client: &Client, ledger: &str, event: &SqsEvent) {
+    futures_util::stream::iter(event.records.iter().map(|m| async move {
+        let order = order(m).unwrap();
+        let key = AttributeValue::S(order["eventId"].as_str().unwrap().to_string());
+        if m.delivered_before() {
+            let item = client
+                .get_item()
+                .table_name(ledger)
+                .key("account", key.clone())
+                .consistent_read(true)
+                .send()
+                .await
+                .unwrap();
+            if item.item().is_some_and(|i| i.contains_key("sequence")) {
+                return;
+            }
+        }
+        let _ = client
+            .update_item()
+            .table_name(ledger)
+            .key("account", key)
+            .update_expression("SET #s = :s ADD #b :a")
+            .condition_expression("attribute_not_exists(#s) OR #s = :p")
+            .expression_attribute_names("#s", "sequence")
+            .expression_attribute_names("#b", "balance")
+            .expression_attribute_values(":s", AttributeValue::N("1".into()))
+            .expression_attribute_values(":p", AttributeValue::N("0".into()))
+            .expression_attribute_values(":a", AttributeValue::N(order["amount"].to_string()))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+    }))
+    .buffered(10)
+    .collect::<Vec<_>>()
+    .await;
+}
