@@ -5,13 +5,27 @@
 # starts DynamoDB Local, builds in release mode, prints one JSON line per scenario and
 # writes BENCHMARKS.md.
 #
-#   scripts/bench.sh                  # BENCH_BATCHES=40 batches per scenario
+#   scripts/bench.sh                  # BENCH_BATCHES=40 batches per scenario, ~5 minutes
 #   BENCH_BATCHES=100 scripts/bench.sh
+#   BENCH_SMOKE=1 scripts/bench.sh    # CI: a debug build, 3 batches, no Python, a temp file
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/dynamodb-local.sh
 source scripts/dynamodb-local.sh
 trap 'status=$?; ddb_stop; exit $status' EXIT
+
+if [ -n "${BENCH_SMOKE:-}" ]; then
+  # CI's smoke: the whole pipeline on a debug build with a few batches, without the Python
+  # baseline and the cold start, written to a temporary file (its figures mean nothing).
+  echo "== building (debug, smoke)" >&2
+  cargo build --quiet -p bench
+  ddb_start
+  out="$(mktemp -t bench-smoke.XXXXXX.md)"
+  BENCH_BATCHES="${BENCH_BATCHES:-3}" BENCH_OUT="$out" target/debug/bench >/dev/null
+  grep -q '^## Ratios and targets' "$out" || { echo "the bench smoke wrote no report" >&2; exit 1; }
+  echo "bench smoke: $(grep -c '^| ' "$out") table rows in $out"
+  exit 0
+fi
 
 BENCH_VENV="${LAMBDA_IDEMPOTENCY_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/lambda-idempotency}/bench-venv"
 if [ ! -x "$BENCH_VENV/bin/python3" ] || ! cmp -s scripts/bench-requirements.txt "$BENCH_VENV/requirements.txt"; then

@@ -68,6 +68,8 @@ echo "== cargo package -p lambda-idempotency (the library as it would be publish
 cargo package -p lambda-idempotency --locked --quiet
 echo "== cargo test --workspace (DynamoDB Local at $AWS_ENDPOINT_URL_DYNAMODB)"
 cargo test --workspace
+echo "== scripts/bench.sh smoke (debug build, a few batches, report written to a temporary file)"
+BENCH_SMOKE=1 scripts/bench.sh
 echo "== scripts/run-local.sh (the Quickstart's main job) ends with PASS"
 run_local="$(mktemp -t run-local.XXXXXX)"
 scripts/run-local.sh >"$run_local" 2>&1 || { tail -40 "$run_local" >&2; echo "scripts/run-local.sh did not pass" >&2; exit 1; }
