@@ -20,6 +20,11 @@
 //!   committed in the same DynamoDB transaction as the idempotency record.
 //! - A body that is not valid JSON, or lacks or mistypes a field, fails that record only and
 //!   is reported, so the queue's redrive policy moves it to the dead-letter queue.
+//! - `IDEMPOTENCY_MODE=sequenced`: the body also carries `"sequence"` (the event's number in
+//!   its account's sequence, from 1), and the credit is one conditional write on the ledger
+//!   item, applied in turn, that sets the item's `sequence`; no idempotency record. A late
+//!   or repeated event changes nothing (acknowledged), one ahead of its turn is reported, an
+//!   order without a sequence fails alone.
 
 #![warn(missing_docs)]
 
@@ -32,12 +37,14 @@ use aws_config::timeout::TimeoutConfig;
 use aws_config::{BehaviorVersion, SdkConfig};
 use aws_lambda_events::sqs::SqsMessage;
 use lambda_idempotency::batch::BatchProcessor;
-use lambda_idempotency::key::{JsonPointer, KeyExtractor, MessageAttribute};
+use lambda_idempotency::idempotent::{Position, Sequence};
+use lambda_idempotency::key::{JsonPointer, KeyError, KeyExtractor, MessageAttribute};
 use lambda_idempotency::store::{Attr, DynamoDbStore, Write};
 use lambda_idempotency::validation::PayloadValidation;
 use lambda_idempotency::{Completion, Config, Error, IdempotencyLayer, IdempotencyMode, Processed};
 use lambda_runtime::LambdaEvent;
 use serde::{Deserialize, Serialize};
+use tower::util::Either;
 
 /// The message body.
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
@@ -50,6 +57,10 @@ pub struct Order {
     pub account: String,
     /// The amount credited (negative: debited).
     pub amount: i64,
+    /// The event's number in its account's sequence (1, 2, ...): required when the
+    /// deployment is sequence-guarded (`IDEMPOTENCY_MODE=sequenced`), ignored otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sequence: Option<u64>,
 }
 
 /// The stored (and replayed) result of one order. It holds no key material (the event id
@@ -128,6 +139,28 @@ pub fn ledger_credit(ledger_table: impl Into<String>, order: &Order) -> Write {
     )
     .name("#balance", "balance")
     .value(":amount", Attr::n(order.amount))
+}
+
+/// The ledger attribute holding an account's sequence in a sequence-guarded deployment.
+pub const SEQUENCE_ATTRIBUTE: &str = "sequence";
+
+/// Where an order stands in a sequence-guarded deployment: its account's ledger item, and
+/// its `sequence`. A body that is not an order, or an order without a sequence, fails its
+/// record alone.
+pub fn order_position(
+    ledger_table: String,
+) -> impl Fn(&SqsMessage) -> Result<Position, KeyError> + Clone + Send + Sync + 'static {
+    move |message: &SqsMessage| {
+        let order = parse_order(message).map_err(|err| KeyError::Custom(err.into()))?;
+        let sequence = order.sequence.ok_or(KeyError::PointerNotFound {
+            pointer: "/sequence".into(),
+        })?;
+        Ok(Position {
+            table: ledger_table.clone(),
+            key: [("account".to_string(), Attr::s(order.account))].into(),
+            sequence,
+        })
+    }
 }
 
 /// Credits the order's amount to its account, in the same transaction as the record.
@@ -232,6 +265,10 @@ pub struct Settings {
     pub deadline_margin: Duration,
     /// Completed keys remembered in the container (0: no local cache).
     pub local_cache: usize,
+    /// Sequence-guarded instead (`IDEMPOTENCY_MODE=sequenced`): each order carries its
+    /// account's `sequence`, and the credit is applied in turn by one conditional write on
+    /// the ledger item, without an idempotency record.
+    pub sequenced: bool,
 }
 
 impl Settings {
@@ -244,6 +281,7 @@ impl Settings {
             expires_after: DEFAULT_EXPIRES_AFTER,
             deadline_margin: default_deadline_margin(mode),
             local_cache: 1024,
+            sequenced: false,
         }
     }
 
@@ -252,8 +290,16 @@ impl Settings {
         let idempotency = required_env("IDEMPOTENCY_TABLE")?;
         let ledger = required_env("LEDGER_TABLE")?;
         let mode_text = std::env::var("IDEMPOTENCY_MODE").unwrap_or_else(|_| "optimistic".into());
-        let mode = IdempotencyMode::parse(&mode_text).ok_or_else(|| {
-            format!("IDEMPOTENCY_MODE must be optimistic or lease, not {mode_text:?}")
+        let sequenced = mode_text.trim().eq_ignore_ascii_case("sequenced");
+        // A sequence-guarded order makes at most a read and a write: the optimistic margin
+        // covers it.
+        let mode = if sequenced {
+            Some(IdempotencyMode::Optimistic)
+        } else {
+            IdempotencyMode::parse(&mode_text)
+        }
+        .ok_or_else(|| {
+            format!("IDEMPOTENCY_MODE must be optimistic, lease or sequenced, not {mode_text:?}")
         })?;
         let mut settings = Self::new(
             Tables {
@@ -269,6 +315,7 @@ impl Settings {
         )?;
         settings.deadline_margin =
             deadline_margin(std::env::var("DEADLINE_MARGIN_MS").ok().as_deref(), mode)?;
+        settings.sequenced = sequenced;
         Ok(settings)
     }
 }
@@ -291,7 +338,8 @@ pub async fn sdk_config() -> SdkConfig {
 
 /// The batch processor of one deployment: its records in `settings.tables.idempotency`
 /// through `client`, each order credited to `settings.tables.ledger` in the same
-/// transaction.
+/// transaction; or, sequence-guarded, each order credited in turn by one conditional write
+/// on its account's ledger item.
 pub fn processor(
     client: aws_sdk_dynamodb::Client,
     settings: &Settings,
@@ -318,10 +366,14 @@ pub fn processor(
                 .with_local_cache(settings.local_cache),
         );
     let ledger_table = settings.tables.ledger.clone();
-    let handler = layer
-        .clone()
-        .with_writes()
-        .handler(move |message| apply_order(ledger_table.clone(), message));
+    let apply = move |message| apply_order(ledger_table.clone(), message);
+    let handler = if settings.sequenced {
+        let position = order_position(settings.tables.ledger.clone());
+        let sequence = Sequence::next(SEQUENCE_ATTRIBUTE, position);
+        Either::Right(layer.sequenced(sequence).handler(apply))
+    } else {
+        Either::Left(layer.with_writes().handler(apply))
+    };
     BatchProcessor::new(handler).with_deadline_margin(settings.deadline_margin)
 }
 

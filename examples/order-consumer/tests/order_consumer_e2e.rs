@@ -248,3 +248,67 @@ async fn concurrent_invocations_in_one_process_credit_once_and_report_nothing() 
         );
     }
 }
+
+/// Sequence-guarded (`IDEMPOTENCY_MODE=sequenced`): a FIFO batch of account events, each
+/// carrying its account's sequence, credits each account in turn without an idempotency
+/// record; the batch redelivered (`ApproximateReceiveCount` 2) changes nothing; an event
+/// ahead of its turn is reported and applies once the gap closes; an order without a
+/// sequence fails alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn order_consumer_sequenced_credits_each_account_in_turn() {
+    let Some(client) = support::dynamodb::client().await else {
+        return;
+    };
+    let tables = Tables {
+        idempotency: "no-idempotency-table-needed".into(),
+        ledger: create_table_keyed(&client, "ledger", "account").await,
+    };
+    let api = RuntimeApi::start().await;
+    let _container = spawn(&api.address(), &tables, "sequenced");
+    let invoke = |body: Value| {
+        let api = &api;
+        async move {
+            api.invoke(&body, Duration::from_secs(30), Duration::from_secs(60))
+                .await
+        }
+    };
+    let batch = event("batch_sequenced.json");
+    assert_eq!(failures(invoke(batch.clone()).await), Vec::<String>::new());
+    assert_eq!(balance(&client, &tables.ledger, "acct-gina").await, 12);
+    assert_eq!(balance(&client, &tables.ledger, "acct-hal").await, 7);
+    // Redelivered: every entity is at or past its event; nothing is written.
+    let mut again = batch.clone();
+    for record in again["Records"].as_array_mut().unwrap() {
+        record["attributes"]["ApproximateReceiveCount"] = json!("2");
+    }
+    assert_eq!(failures(invoke(again).await), Vec::<String>::new());
+    assert_eq!(balance(&client, &tables.ledger, "acct-gina").await, 12);
+    // acct-hal's event 3 before its 2: reported (nothing written); then 2 and 3 in turn.
+    let event_of = |seq: u64, amount: i64, id: &str| {
+        let mut one = batch.clone();
+        let record = &mut one["Records"][2];
+        record["messageId"] = json!(id);
+        record["body"] = json!(format!(
+            r#"{{"eventId":"evt-hal-{seq}","account":"acct-hal","amount":{amount},"sequence":{seq}}}"#
+        ));
+        one["Records"] = json!([record.clone()]);
+        one
+    };
+    assert_eq!(failures(invoke(event_of(3, 100, "hal-3")).await), ["hal-3"]);
+    assert_eq!(balance(&client, &tables.ledger, "acct-hal").await, 7);
+    assert_eq!(
+        failures(invoke(event_of(2, 10, "hal-2")).await),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        failures(invoke(event_of(3, 100, "hal-3")).await),
+        Vec::<String>::new()
+    );
+    assert_eq!(balance(&client, &tables.ledger, "acct-hal").await, 117);
+    // An order without a sequence fails alone.
+    let mut unsequenced = event_of(4, 1, "hal-x");
+    unsequenced["Records"][0]["body"] =
+        json!(r#"{"eventId":"evt-hal-x","account":"acct-hal","amount":1}"#);
+    assert_eq!(failures(invoke(unsequenced).await), ["hal-x"]);
+    assert_eq!(balance(&client, &tables.ledger, "acct-hal").await, 117);
+}
