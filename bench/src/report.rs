@@ -191,6 +191,7 @@ fn targets(md: &mut String, lines: &[Value]) {
     let _ = writeln!(md, "| target | figure | result |");
     let _ = writeln!(md, "| --- | --- | --- |");
     let mut missed = Vec::new();
+    let mut why: Vec<String> = Vec::new();
     let py_trips = round_trips(lines, "fresh-10", "powertools-python", "lease");
     for (mode, limit) in [("optimistic", 1.0), ("lease", 2.0)] {
         if let Some(trips) = round_trips(lines, "fresh-10", "lambda-idempotency", mode) {
@@ -247,6 +248,16 @@ fn targets(md: &mut String, lines: &[Value]) {
         ) {
             let over = (ours / raw - 1.0) * 100.0;
             let _ = writeln!(md, "| {scenario} at {added_ms} ms: at most 10% latency over the raw limit ({mode}) | {over:+.1}% (median {ours} ms vs {raw} ms) | {} |", verdict(over <= 10.0));
+            if over > 10.0 {
+                why.push(format!(
+                    "{scenario} at {added_ms} ms, {mode}: {over:+.1}% over the raw limit, {:.2} ms a batch of {:.2} ms. The toolkit does \
+                     per record what the raw requests skip (see the client CPU rows below); at a few milliseconds a batch, that \
+                     and DynamoDB Local's jitter are of the same size (the same scenario with the network delay added stays \
+                     within a few percent): compare several runs.",
+                    ours - raw,
+                    raw
+                ));
+            }
         }
     }
     for l in lines
@@ -261,6 +272,18 @@ fn targets(md: &mut String, lines: &[Value]) {
         ) {
             let over = (ours / raw - 1.0) * 100.0;
             let _ = writeln!(md, "| {scenario}: client CPU per record within 10% of the raw requests' ({mode}) | {over:+.1}% ({ours} µs vs {raw} µs) | {} |", verdict(over <= 10.0));
+            if over > 10.0 {
+                why.push(format!(
+                    "{scenario}, {mode}: {:.0} µs more client CPU per record than the raw requests ({over:+.0}%). The raw requests \
+                     only build, sign and send the calls; the toolkit also derives each key (a JSON pointer into the body, then \
+                     SHA-256), hashes the payload (canonical JSON, SHA-256), serializes the result, decodes the records it reads \
+                     and the results it replays, and tracks each record's flight and deadline; a pre-checked batch derives the \
+                     keys of its redelivered records twice. Where the calls are cheapest (one shared `BatchGetItem` for a batch \
+                     of duplicates), that work is the larger share; the sequence-guarded mode, which hashes nothing, stays \
+                     within 10%.",
+                    ours - raw
+                ));
+            }
         }
     }
     let cold = |name: &str, k: &str| {
@@ -286,15 +309,36 @@ fn targets(md: &mut String, lines: &[Value]) {
     ) {
         let _ = writeln!(
             md,
-            "| peak memory at most a quarter of Python's | {r} MiB vs {p} MiB ({:.1}x less) | {} |",
+            "| peak memory at most a quarter of Python's | {r} MiB vs {p} MiB ({:.2}x less) | {} |",
             p / r,
             verdict(r * 4.0 <= p)
         );
+        if r * 4.0 > p {
+            why.push(format!(
+                "Peak memory: {r} MiB against {p} MiB, {:.2}x less, short of 4x by {:.2} MiB. Most of it is the AWS SDK's HTTP \
+                 and TLS stack (aws-lc) and the runtime, loaded whatever the workload.",
+                p / r,
+                r - p / 4.0
+            ));
+        }
     }
-    if missed.is_empty() {
+    if let Some(l) = find(lines, "retries-10", 0, "lambda-idempotency", "sequenced") {
+        if l["refused_wcu_per_record"].as_f64().unwrap_or(0.0) > 0.0 {
+            why.push(
+                "retries-10, sequence-guarded: a duplicate SQS does not mark (a producer's retry, a new message) runs the \
+                 handler, and its guarded write is refused, which DynamoDB charges as a write. Only events SQS marks as \
+                 redelivered are read first; reading every event first would cost a read and a round trip per fresh event."
+                    .to_string(),
+            );
+        }
+    }
+    if missed.is_empty() && why.is_empty() {
         return;
     }
     let _ = writeln!(md, "\n## Where a target is missed, and why\n");
+    for line in &why {
+        let _ = writeln!(md, "- {line}");
+    }
     for (scenario, added_ms, mode, ratio) in missed {
         let raw = num(
             find(lines, scenario, added_ms, "raw-dynamodb", mode),
