@@ -138,7 +138,8 @@ pub trait Store: Send + Sync + 'static {
     /// store could not read in time (DynamoDB's unprocessed keys after its retries): a caller
     /// treats an absent key as "ask again with a conditional write", never as "no record".
     ///
-    /// The default reads the keys one `get` each, all at once.
+    /// The default reads the keys one `get` each, all at once. A store that wraps another
+    /// should forward this call too, or its batches are read key by key.
     fn get_many(
         &self,
         keys: &[IdempotencyKey],

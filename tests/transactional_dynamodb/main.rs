@@ -109,6 +109,9 @@ impl Store for FaultyStore {
     async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
         self.inner.get(key).await
     }
+    async fn get_many(&self, keys: &[IdempotencyKey]) -> Result<Vec<Record>, StoreError> {
+        self.inner.get_many(keys).await
+    }
 }
 
 impl TransactionalStore for FaultyStore {

@@ -27,12 +27,14 @@ async fn batch_and_redelivery_apply_each_event_once() {
         assert_eq!(outcomes(&retry), [Outcome::Replayed], "{mode:?}");
         assert_eq!(ledger.balance("acct-alice").await, 20, "{mode:?}");
         assert_eq!(ledger.balance("acct-bob").await, 40, "{mode:?}");
-        // Optimistic mode computes duplicates again and learns from the refused commit that
-        // they are duplicates; lease mode never runs the handler for them.
+        // The redelivered batch (ApproximateReceiveCount 2) is answered by the pre-check in
+        // both modes, without running the handler. The producer's retry is a first delivery:
+        // optimistic mode computes it again and learns from the refused commit that it is a
+        // duplicate; lease mode's refused acquire answers it before the handler.
         let runs = *ledger.handler_runs.lock().unwrap();
         match mode {
             IdempotencyMode::Lease => assert_eq!(runs, 3),
-            _ => assert_eq!(runs, 7),
+            _ => assert_eq!(runs, 4),
         }
     }
 }
@@ -53,13 +55,24 @@ async fn dynamodb_calls_per_record_are_the_minimum_for_each_mode() {
         ledger.deliver(mode, load_event("batch.json")).await;
         let calls: Vec<(&str, usize)> = ledger.counter.all().into_iter().collect();
         assert_eq!(calls, fresh_calls, "{mode:?}: fresh records");
-        // Duplicates: at most one call each.
+        // Duplicates SQS redelivered: one lookup for the batch (the pre-check), no write.
         ledger.counter.reset();
         ledger
             .deliver(mode, load_event("batch_redelivered.json"))
             .await;
+        let calls: Vec<(&str, usize)> = ledger.counter.all().into_iter().collect();
+        assert_eq!(
+            calls,
+            [("BatchGetItem", 1)],
+            "{mode:?}: redelivered duplicates"
+        );
+        // A producer's retry (a first delivery): one refused call.
+        ledger.counter.reset();
+        ledger
+            .deliver(mode, load_event("producer_retry.json"))
+            .await;
         let duplicate_calls: usize = ledger.counter.all().values().sum();
-        assert_eq!(duplicate_calls, 3, "{mode:?}: duplicates");
+        assert_eq!(duplicate_calls, 1, "{mode:?}: an unmarked duplicate");
     }
 }
 
