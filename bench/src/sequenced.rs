@@ -80,24 +80,24 @@ pub async fn run_sequenced(scenario: &Scenario, batches: usize, target: Target<'
     ours_counter.reset();
     raw_counter.reset();
     let (mut s_ours, mut s_raw) = (Sample::default(), Sample::default());
-    for (_, timed) in &plan {
-        let event = LambdaEvent::new(timed.clone(), context());
-        let (started, cpu) = (Instant::now(), process_cpu());
-        let report = ours.process(event).await;
-        let took = started.elapsed();
-        s_ours.cpu += process_cpu() - cpu;
-        assert!(report.response.batch_item_failures.is_empty(), "{report:?}");
-        s_ours.latencies_ms.push(took.as_secs_f64() * 1000.0);
-        s_ours.busy += took;
-        s_ours.records += timed.records.len();
-
-        let (started, cpu) = (Instant::now(), process_cpu());
-        raw_sequenced(&raw_client, &raw_t.ledger, timed).await;
-        let took = started.elapsed();
-        s_raw.cpu += process_cpu() - cpu;
-        s_raw.latencies_ms.push(took.as_secs_f64() * 1000.0);
-        s_raw.busy += took;
-        s_raw.records += timed.records.len();
+    for (b, (_, timed)) in plan.iter().enumerate() {
+        // The toolkit and the raw requests take turns going first.
+        for ours_turn in [b % 2 == 0, b % 2 == 1] {
+            let event = ours_turn.then(|| LambdaEvent::new(timed.clone(), context()));
+            let (started, cpu) = (Instant::now(), process_cpu());
+            if let Some(event) = event {
+                let report = ours.process(event).await;
+                assert!(report.response.batch_item_failures.is_empty(), "{report:?}");
+            } else {
+                raw_sequenced(&raw_client, &raw_t.ledger, timed).await;
+            }
+            let took = started.elapsed();
+            let sample = if ours_turn { &mut s_ours } else { &mut s_raw };
+            sample.cpu += process_cpu() - cpu;
+            sample.latencies_ms.push(took.as_secs_f64() * 1000.0);
+            sample.busy += took;
+            sample.records += timed.records.len();
+        }
     }
     for (sample, counter) in [(&mut s_ours, &ours_counter), (&mut s_raw, &raw_counter)] {
         sample.calls = counter.total();
