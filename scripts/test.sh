@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The project's test command (README Quickstart, and CI through .ci/run):
 # installs what is missing (DynamoDB Local, the Python-packaged tools), lints template.yaml,
-# starts DynamoDB Local, Redis and PostgreSQL (Debian's packages, installed if missing), then runs
+# starts DynamoDB Local, Redis and PostgreSQL (Debian's packages, installed if missing) and
+# moto's SQS server (PyPI), then runs
 # the format check, clippy, the docs build and every test of
 # the workspace (the library, the examples, the CLI, bench, tests/support), the DynamoDB
 # Local ones included, and stops it; then runs scripts/run-local.sh, which must PASS, and
@@ -14,9 +15,11 @@ source scripts/dynamodb-local.sh
 source scripts/redis.sh
 # shellcheck source=scripts/postgres.sh
 source scripts/postgres.sh
+# shellcheck source=scripts/sqs-local.sh
+source scripts/sqs-local.sh
 # shellcheck source=scripts/tools.sh
 source scripts/tools.sh
-trap 'status=$?; ddb_stop; redis_stop; postgres_stop; exit $status' EXIT
+trap 'status=$?; ddb_stop; redis_stop; postgres_stop; sqs_stop; exit $status' EXIT
 # No incremental compilation caches: this script builds every crate once, and the caches
 # only cost disk.
 export CARGO_INCREMENTAL=0
@@ -38,15 +41,17 @@ rm -f "$short_window"
 ddb_start
 redis_start
 postgres_start
+sqs_start
 # Tests that need DynamoDB Local, Redis or PostgreSQL fail, rather than skip, when it is
 # unreachable.
 export LAMBDA_IDEMPOTENCY_REQUIRE_DYNAMODB=1
 export LAMBDA_IDEMPOTENCY_REQUIRE_REDIS=1
 export LAMBDA_IDEMPOTENCY_REQUIRE_POSTGRES=1
+export LAMBDA_IDEMPOTENCY_REQUIRE_SQS=1
 
-echo "== the library with the DynamoDB feature alone compiles neither the Redis nor the PostgreSQL client"
+echo "== the library with the DynamoDB feature alone compiles neither the Redis, the PostgreSQL nor the SQS client"
 if cargo tree -p lambda-idempotency --no-default-features --features dynamodb -e normal --prefix none \
-  | grep -E '^(redis|tokio-postgres|deadpool-postgres) '; then
+  | grep -E '^(redis|tokio-postgres|deadpool-postgres|aws-sdk-sqs) '; then
   echo "a store client is compiled without its feature" >&2
   exit 1
 fi
@@ -62,12 +67,16 @@ cargo clippy -p lambda-idempotency --no-default-features --features http --quiet
 cargo clippy -p lambda-idempotency --features testing --quiet -- -D warnings
 cargo clippy -p lambda-idempotency --no-default-features --features redis --quiet -- -D warnings
 cargo clippy -p lambda-idempotency --no-default-features --features postgres --quiet -- -D warnings
+cargo clippy -p lambda-idempotency --features sqs-visibility --all-targets --quiet -- -D warnings
 echo "== cargo doc --workspace --no-deps (warnings denied)"
 RUSTDOCFLAGS=-Dwarnings cargo doc --workspace --no-deps --quiet
 echo "== cargo package -p lambda-idempotency (the library as it would be published builds on its own)"
 cargo package -p lambda-idempotency --locked --quiet
 echo "== cargo test --workspace (DynamoDB Local at $AWS_ENDPOINT_URL_DYNAMODB)"
 cargo test --workspace
+echo "== retry shaping with the visibility timeout (feature sqs-visibility) against moto's SQS server at $LAMBDA_IDEMPOTENCY_SQS_URL"
+RUSTDOCFLAGS=-Dwarnings cargo doc -p lambda-idempotency --no-deps --all-features --quiet
+cargo test -p lambda-idempotency --features sqs-visibility --lib --test visibility_sqs
 echo "== scripts/bench.sh smoke (debug build, a few batches, report written to a temporary file)"
 BENCH_SMOKE=1 scripts/bench.sh
 echo "== scripts/run-local.sh (the Quickstart's main job) ends with PASS"

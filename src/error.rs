@@ -27,6 +27,9 @@ pub enum Error {
     InProgress {
         /// The stored key.
         key: IdempotencyKey,
+        /// When the holder's lease ends, in epoch milliseconds, when the record said so (a
+        /// record running in this same process: unknown).
+        lease_ends_ms: Option<u64>,
     },
     /// The record kept changing while acquiring it.
     #[error("idempotency record {key} kept changing during acquire")]

@@ -130,7 +130,10 @@ impl Claim {
                 protocol.local.remember(existing);
                 Some(Err(failure))
             }
-            Decision::InProgress => Some(Err(Error::InProgress { key })),
+            Decision::InProgress => Some(Err(Error::InProgress {
+                key,
+                lease_ends_ms: existing.lease_expiration_ms,
+            })),
             Decision::PayloadMismatch => Some(Err(Error::PayloadMismatch { key })),
             Decision::Retry => None,
         }
@@ -259,7 +262,10 @@ where
             let result = tokio::select! {
                 result = in_flight::wait(slot) => result,
                 () = protocol.clock.sleep_until(deadline.time()) => {
-                    return Admission::Answered(Err(Error::InProgress { key }));
+                    return Admission::Answered(Err(Error::InProgress {
+                        key,
+                        lease_ends_ms: None,
+                    }));
                 }
             };
             if let Some(answer) = follow(&protocol.config, &key, validation.as_ref(), result) {
@@ -297,7 +303,10 @@ fn answer_found<St, K, C, T: DeserializeOwned>(
         }
         Decision::ReplayFailure { data } => Err(replay_failure(data.as_deref())),
         Decision::PayloadMismatch => Err(Error::PayloadMismatch { key: key.clone() }),
-        Decision::InProgress => Err(Error::InProgress { key: key.clone() }),
+        Decision::InProgress => Err(Error::InProgress {
+            key: key.clone(),
+            lease_ends_ms: stored.lease_expiration_ms,
+        }),
     };
     protocol.local.remember(stored);
     Some(answer)

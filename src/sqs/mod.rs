@@ -4,3 +4,8 @@
 //! queues (an `eventSourceARN` ending in `.fifo`), by `MessageGroupId`.
 
 mod message;
+#[cfg(feature = "sqs-visibility")]
+mod visibility;
+
+#[cfg(feature = "sqs-visibility")]
+pub use visibility::{queue_url, Backoff, Visibility, VisibilityLayer, MAX_VISIBILITY};

@@ -1,0 +1,203 @@
+//! Retry shaping with the visibility timeout, against a real SQS-compatible server on
+//! loopback (moto's, started by `scripts/test.sh`; `LAMBDA_IDEMPOTENCY_SQS_URL`). Messages are
+//! sent, received (with their receipt handles and receive counts), processed as a batch, and
+//! received again: a `locked` message stays away until its holder's lease ends, a failed one
+//! comes back after its backoff, an acknowledged one is untouched.
+#![cfg(feature = "sqs-visibility")]
+
+use std::collections::BTreeSet;
+use std::time::{Duration, SystemTime};
+
+use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
+use aws_sdk_sqs::types::{MessageSystemAttributeName, QueueAttributeName};
+use lambda_idempotency::batch::BatchProcessor;
+use lambda_idempotency::clock::{epoch_ms, epoch_secs};
+use lambda_idempotency::key::{IdempotencyKey, JsonPointer};
+use lambda_idempotency::record::OwnerToken;
+use lambda_idempotency::sqs::{Backoff, VisibilityLayer};
+use lambda_idempotency::store::{Acquire, AcquireRequest, InMemoryStore, Store};
+use lambda_idempotency::testing::invocation;
+use lambda_idempotency::{Config, IdempotencyLayer};
+use tower::{Layer, ServiceExt};
+
+async fn client() -> Option<aws_sdk_sqs::Client> {
+    let url = match std::env::var("LAMBDA_IDEMPOTENCY_SQS_URL") {
+        Ok(url) if !url.is_empty() => url,
+        _ if std::env::var("LAMBDA_IDEMPOTENCY_REQUIRE_SQS").is_ok_and(|v| v == "1") => {
+            panic!("LAMBDA_IDEMPOTENCY_SQS_URL is not set but the SQS server is required: run scripts/test.sh")
+        }
+        _ => {
+            eprintln!("SKIPPED: LAMBDA_IDEMPOTENCY_SQS_URL is not set (scripts/test.sh starts moto's server)");
+            return None;
+        }
+    };
+    let config = aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .region(aws_config::Region::new("us-east-1"))
+        .credentials_provider(aws_sdk_sqs::config::Credentials::new(
+            "local", "local", None, None, "tests",
+        ))
+        .endpoint_url(&url)
+        .load()
+        .await;
+    let client = aws_sdk_sqs::Client::new(&config);
+    client
+        .list_queues()
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("the SQS server at {url} is unreachable: {e:?}"));
+    Some(client)
+}
+
+/// A queue whose messages come back at once unless their visibility is changed.
+async fn queue(client: &aws_sdk_sqs::Client) -> (String, String) {
+    let name = format!("visibility-{}", OwnerToken::generate().as_str());
+    let url = client
+        .create_queue()
+        .queue_name(&name)
+        .attributes(QueueAttributeName::VisibilityTimeout, "0")
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    (url, format!("arn:aws:sqs:us-east-1:123456789012:{name}"))
+}
+
+/// Receives what is visible now, as Lambda hands it over: the ids in the bodies.
+async fn receive(
+    client: &aws_sdk_sqs::Client,
+    url: &str,
+    arn: &str,
+) -> (SqsEvent, BTreeSet<String>) {
+    let out = client
+        .receive_message()
+        .queue_url(url)
+        .max_number_of_messages(10)
+        .message_system_attribute_names(MessageSystemAttributeName::All)
+        .send()
+        .await
+        .unwrap();
+    let mut event = SqsEvent::default();
+    let mut ids = BTreeSet::new();
+    for m in out.messages() {
+        let mut message = SqsMessage::default();
+        message.message_id = m.message_id.clone();
+        message.receipt_handle = m.receipt_handle.clone();
+        message.body = m.body.clone();
+        message.event_source_arn = Some(arn.to_string());
+        if let Some(count) = m
+            .attributes()
+            .and_then(|a| a.get(&MessageSystemAttributeName::ApproximateReceiveCount))
+        {
+            message
+                .attributes
+                .insert("ApproximateReceiveCount".into(), count.clone());
+        }
+        let body: serde_json::Value = serde_json::from_str(m.body().unwrap()).unwrap();
+        ids.insert(body["id"].as_str().unwrap().to_string());
+        event.records.push(message);
+    }
+    (event, ids)
+}
+
+fn set(ids: &[&str]) -> BTreeSet<String> {
+    ids.iter().map(|s| s.to_string()).collect()
+}
+
+#[tokio::test]
+async fn locked_messages_wait_for_the_lease_and_failed_ones_back_off() {
+    let Some(client) = client().await else { return };
+    let (url, arn) = queue(&client).await;
+    for id in ["ok", "locked", "fail"] {
+        client
+            .send_message()
+            .queue_url(&url)
+            .message_body(format!(r#"{{"id":"{id}"}}"#))
+            .send()
+            .await
+            .unwrap();
+    }
+    // "locked" is held by another invocation for a minute.
+    let store = InMemoryStore::new();
+    let now = SystemTime::now();
+    let held = AcquireRequest {
+        key: IdempotencyKey::derive("vis", b"locked"),
+        owner: OwnerToken::generate(),
+        now,
+        lease_expiration_ms: epoch_ms(now + Duration::from_secs(60)),
+        expiration_secs: epoch_secs(now + Duration::from_secs(3600)),
+        validation: None,
+    };
+    assert_eq!(store.acquire(&held).await.unwrap(), Acquire::Acquired);
+    let layer = IdempotencyLayer::new(store)
+        .with_key(JsonPointer::new("/id"))
+        .with_config(Config::new().with_key_prefix("vis"));
+    let processor = BatchProcessor::new(layer.handler(|m: SqsMessage| async move {
+        if m.body.as_deref() == Some(r#"{"id":"fail"}"#) {
+            return Err(std::io::Error::other("downstream is down"));
+        }
+        Ok(1u8)
+    }));
+    let backoff = Backoff {
+        base: Duration::from_secs(1),
+        max: Duration::from_secs(1),
+    };
+    let shaped = VisibilityLayer::new(client.clone())
+        .with_backoff(backoff)
+        .layer(processor);
+
+    let (event, ids) = receive(&client, &url, &arn).await;
+    assert_eq!(ids, set(&["fail", "locked", "ok"]));
+    let response = shaped
+        .oneshot(invocation(event.clone(), Duration::from_secs(30)))
+        .await
+        .unwrap();
+    let reported: BTreeSet<String> = response
+        .batch_item_failures
+        .iter()
+        .map(|f| f.item_identifier.clone())
+        .collect();
+    let id_of = |name: &str| {
+        event
+            .records
+            .iter()
+            .find(|m| m.body.as_deref() == Some(&format!(r#"{{"id":"{name}"}}"#)))
+            .and_then(|m| m.message_id.clone())
+            .unwrap()
+    };
+    assert_eq!(
+        reported,
+        [id_of("fail"), id_of("locked")].into_iter().collect()
+    );
+    // At once: only the acknowledged message (which Lambda would delete) is visible.
+    let (_, now_visible) = receive(&client, &url, &arn).await;
+    assert_eq!(now_visible, set(&["ok"]));
+    // After the backoff (at most 1 s): the failed one is back; the locked one is not.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let (_, later) = receive(&client, &url, &arn).await;
+    assert_eq!(later, set(&["fail", "ok"]));
+}
+
+#[tokio::test]
+async fn a_change_that_fails_leaves_the_response_as_it_is() {
+    let Some(client) = client().await else { return };
+    let (_, arn) = queue(&client).await;
+    let mut message = SqsMessage::default();
+    message.message_id = Some("m-1".into());
+    message.receipt_handle = Some("not-a-receipt-handle".into());
+    message.body = Some(r#"{"id":"fail"}"#.into());
+    message.event_source_arn = Some(arn);
+    let mut event = SqsEvent::default();
+    event.records.push(message);
+    let layer = IdempotencyLayer::new(InMemoryStore::new()).with_key(JsonPointer::new("/id"));
+    let processor = BatchProcessor::new(layer.handler(|_m: SqsMessage| async move {
+        Err::<u8, _>(std::io::Error::other("downstream is down"))
+    }));
+    let response = VisibilityLayer::new(client)
+        .layer(processor)
+        .oneshot(invocation(event, Duration::from_secs(30)))
+        .await
+        .unwrap();
+    assert_eq!(response.batch_item_failures.len(), 1);
+    assert_eq!(response.batch_item_failures[0].item_identifier, "m-1");
+}
