@@ -201,3 +201,56 @@ async fn a_change_that_fails_leaves_the_response_as_it_is() {
     assert_eq!(response.batch_item_failures.len(), 1);
     assert_eq!(response.batch_item_failures[0].item_identifier, "m-1");
 }
+
+/// An SQS endpoint that never answers must not hold the response past the deadline (a late
+/// response retries the whole batch): the changes are abandoned just before it. No server
+/// needed: a loopback listener that accepts and stays silent.
+#[tokio::test]
+async fn a_hung_change_is_abandoned_before_the_deadline() {
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let endpoint = format!("http://{}", silent.local_addr().unwrap());
+    let held = tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((socket, _)) = silent.accept().await {
+            open.push(socket);
+        }
+    });
+    let config = aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .region(aws_config::Region::new("us-east-1"))
+        .credentials_provider(aws_sdk_sqs::config::Credentials::new(
+            "local", "local", None, None, "tests",
+        ))
+        .endpoint_url(&endpoint)
+        .load()
+        .await;
+    let client = aws_sdk_sqs::Client::new(&config);
+    let mut message = SqsMessage::default();
+    message.message_id = Some("m-1".into());
+    message.receipt_handle = Some("handle".into());
+    message.body = Some(r#"{"id":"fail"}"#.into());
+    message.event_source_arn = Some("arn:aws:sqs:us-east-1:123456789012:orders".into());
+    let mut event = SqsEvent::default();
+    event.records.push(message);
+    let layer = IdempotencyLayer::new(InMemoryStore::new()).with_key(JsonPointer::new("/id"));
+    let processor = BatchProcessor::new(layer.handler(|_m: SqsMessage| async move {
+        Err::<u8, _>(std::io::Error::other("downstream is down"))
+    }))
+    .with_deadline_margin(Duration::from_millis(100));
+    let started = std::time::Instant::now();
+    let answered = tokio::time::timeout(
+        Duration::from_secs(10),
+        VisibilityLayer::new(client)
+            .layer(processor)
+            .oneshot(invocation(event, Duration::from_secs(2))),
+    )
+    .await
+    .expect("answered before the deadline")
+    .unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(answered.batch_item_failures.len(), 1);
+    held.abort();
+}

@@ -16,10 +16,14 @@ use lambda_runtime::LambdaEvent;
 use tower::{Layer, Service};
 
 use crate::batch::{BatchError, BatchProcessor, BatchReport};
-use crate::clock::{epoch_ms, Clock, SystemClock};
+use crate::clock::{epoch_ms, Clock, Deadline, SystemClock};
 use crate::error::Error;
 use crate::outcome::Outcome;
 use crate::processed::Processed;
+
+/// The time kept before the invocation deadline when visibility changes are still out: they
+/// are abandoned then, so the response is sent in time.
+const SEND_MARGIN: Duration = Duration::from_millis(100);
 
 /// SQS's longest visibility timeout: 12 hours.
 pub const MAX_VISIBILITY: Duration = Duration::from_secs(12 * 3600);
@@ -268,9 +272,17 @@ where
         let (processor, shaping) = (self.processor.clone(), self.shaping.clone());
         Box::pin(async move {
             let records = event.payload.records.clone();
+            let deadline = Deadline::of(event.context.deadline, shaping.clock.now());
             let report = processor.process(event).await;
             let changes = shaping.plan(&records, &report);
-            shaping.send(changes).await;
+            // The response must reach Lambda before the deadline (a late one retries the
+            // whole batch): the changes get what is left, and are abandoned after it.
+            tokio::select! {
+                () = shaping.send(changes) => {}
+                () = shaping.clock.sleep_until(deadline.before(SEND_MARGIN)) => {
+                    tracing::warn!("visibility changes cut off at the deadline; those messages come back after the queue's timeout");
+                }
+            }
             report.into_response()
         })
     }
