@@ -146,3 +146,81 @@ async fn concurrent_starts_all_create_the_table() {
         answer.expect("created, or found created");
     }
 }
+
+/// A transaction whose `begin` is dropped after BEGIN reached the server (a cancelled
+/// invocation, a heartbeat that lost the lease) must not hand its connection back to the
+/// pool inside the open transaction: the next user of the pool would run its statements in
+/// it, with its timeouts, uncommitted. (Found in review; fails on the code before the fix,
+/// which returned the connection to the pool.)
+#[tokio::test]
+async fn a_begin_dropped_in_flight_never_returns_its_connection_to_the_pool() {
+    use lambda_idempotency::store::TransactionScope;
+    use std::future::Future;
+    use std::task::{Context, Poll, Waker};
+
+    let Some(observer) = support::postgres::pool() else {
+        return;
+    };
+    let url = std::env::var("LAMBDA_IDEMPOTENCY_POSTGRES_URL").unwrap();
+    let manager = deadpool_postgres::Manager::new(url.parse().unwrap(), tokio_postgres::NoTls);
+    let pool = deadpool_postgres::Pool::builder(manager)
+        .max_size(1)
+        .build()
+        .unwrap();
+    let store = PostgresStore::new(pool.clone());
+    let observer = observer.get().await.unwrap();
+    let state = |pid: i32| {
+        let observer = &observer;
+        async move {
+            observer
+                .query_opt("SELECT state FROM pg_stat_activity WHERE pid = $1", &[&pid])
+                .await
+                .unwrap()
+                .and_then(|row| row.get::<_, Option<String>>(0))
+        }
+    };
+    let mut cx = Context::from_waker(Waker::noop());
+    let mut dropped_in_flight = false;
+    for _attempt in 0..20 {
+        let pid: i32 = {
+            let client = pool.get().await.unwrap();
+            client
+                .query_one("SELECT pg_backend_pid()", &[])
+                .await
+                .unwrap()
+                .get(0)
+        };
+        let mut begin = Box::pin(store.begin(Duration::from_secs(600)));
+        // Poll by hand until the server holds the transaction open, then drop the future
+        // before it sees the answer.
+        let mut polls = 0;
+        loop {
+            if polls > 0 && state(pid).await.as_deref() == Some("idle in transaction") {
+                dropped_in_flight = true;
+                break;
+            }
+            if let Poll::Ready(begun) = begin.as_mut().poll(&mut cx) {
+                // The answer was already there: not this race; try again.
+                drop(begun);
+                break;
+            }
+            polls += 1;
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        drop(begin);
+        if dropped_in_flight {
+            break;
+        }
+    }
+    assert!(dropped_in_flight, "could not drop a begin in flight");
+    let client = pool.get().await.unwrap();
+    let lock_timeout: String = client
+        .query_one("SHOW lock_timeout", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        lock_timeout, "0",
+        "the pool handed out the open transaction"
+    );
+}

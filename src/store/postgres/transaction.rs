@@ -101,15 +101,18 @@ impl PgTransaction {
 }
 
 /// Ends the transaction in `guard` with `sql` (`COMMIT` or `ROLLBACK`): the connection goes
-/// back to the pool if that worked, and is closed if not.
+/// back to the pool if that worked, and is closed if not. It stays in the guard until the
+/// answer came, so a future dropped while waiting closes it too.
 async fn end(
     guard: &mut MutexGuard<'_, Option<Object>>,
     sql: &str,
 ) -> Result<(), tokio_postgres::Error> {
-    let Some(object) = guard.take() else {
+    let Some(client) = guard.as_ref() else {
         return Ok(());
     };
-    match object.batch_execute(sql).await {
+    let ended = client.batch_execute(sql).await;
+    let object = guard.take().expect("still held");
+    match ended {
         Ok(()) => Ok(()),
         Err(err) => {
             drop(Object::take(object));
@@ -130,24 +133,28 @@ impl TransactionScope for PostgresStore {
     async fn begin(&self, hold_for: Duration) -> Result<PgTransaction, StoreError> {
         let object = self.pool.get().await.map_err(pool_error)?;
         let ms = whole_millis(hold_for);
+        // The connection is owned by the transaction before BEGIN is sent: dropped from here
+        // on (a cancelled invocation, a heartbeat that lost the lease), it is closed, never
+        // handed back to the pool inside a transaction.
+        let shared = Arc::new(Shared {
+            client: Mutex::new(Some(object)),
+        });
         // Bounded waits: on another transaction's row, on a statement, and on this
         // transaction left idle (a frozen or killed function's transaction ends there).
-        let begun = object
-            .batch_execute(&format!(
-                "BEGIN; SET LOCAL lock_timeout = {ms}; SET LOCAL statement_timeout = {ms}; \
-                 SET LOCAL idle_in_transaction_session_timeout = {ms}"
-            ))
-            .await;
-        if let Err(err) = begun {
-            // A connection in an unknown state is not handed back to the pool.
-            drop(Object::take(object));
-            return Err(sql_error(err));
-        }
-        Ok(PgTransaction {
-            shared: Arc::new(Shared {
-                client: Mutex::new(Some(object)),
-            }),
-        })
+        let begun = {
+            let guard = shared.client.lock().await;
+            let client = guard.as_ref().expect("just stored");
+            client
+                .batch_execute(&format!(
+                    "BEGIN; SET LOCAL lock_timeout = {ms}; SET LOCAL statement_timeout = {ms}; \
+                     SET LOCAL idle_in_transaction_session_timeout = {ms}"
+                ))
+                .await
+        };
+        // A connection in an unknown state is not handed back to the pool: dropping `shared`
+        // closes it.
+        begun.map_err(sql_error)?;
+        Ok(PgTransaction { shared })
     }
 
     async fn acquire_in(
