@@ -152,3 +152,66 @@ async fn first_deliveries_do_not_wait_for_the_lookup() {
         "one lookup (m-1); m-2 and the first m-1 acquired"
     );
 }
+
+/// The pre-check's lookups were keyed by the protocol's address. A per-record service
+/// built from one of two layers (two stores, same prefix) frees its protocol after its
+/// record; the next record's protocol could reuse the address and be answered from the other
+/// store's lookup: m1 acknowledged without running against its own store. (Found in review;
+/// fails on the code before the fix.)
+#[tokio::test]
+async fn a_protocol_freed_in_the_batch_never_answers_for_another_store() {
+    use tower::ServiceExt;
+    let store_a = InMemoryStore::new();
+    let store_b = InMemoryStore::new();
+    let clock = ManualClock::starting_now();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let config = Config::new().with_key_prefix("same");
+    let layer_a = IdempotencyLayer::new(store_a.clone())
+        .with_clock(clock.clone())
+        .with_config(config.clone());
+    let layer_b = IdempotencyLayer::new(store_b.clone())
+        .with_clock(clock.clone())
+        .with_config(config);
+    let f = {
+        let runs = runs.clone();
+        move |_m: SqsMessage| {
+            let runs = runs.clone();
+            async move {
+                runs.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, std::io::Error>(7u32)
+            }
+        }
+    };
+    // Store A completes m1.
+    let seeded = BatchProcessor::new(layer_a.handler(f.clone()))
+        .with_clock(clock.clone())
+        .process(invocation(batch(&["m1"], 1, false), clock.now(), REMAINING))
+        .await;
+    assert_eq!(outcomes(&seeded), [Outcome::Executed]);
+    // m0 goes to store A, m1 to store B (B has never seen m1).
+    let router = tower::service_fn(move |event: lambda_runtime::LambdaEvent<SqsMessage>| {
+        let layer = if event.payload.message_id.as_deref() == Some("m0") {
+            layer_a.clone()
+        } else {
+            layer_b.clone()
+        };
+        let f = f.clone();
+        async move { layer.handler(f).oneshot(event).await }
+    });
+    let report = BatchProcessor::new(router)
+        .with_clock(clock.clone())
+        .with_mode(lambda_idempotency::batch::BatchMode::Concurrent { limit: 1 })
+        .with_precheck(Precheck::Redelivered)
+        .process(invocation(
+            batch(&["m0", "m1"], 2, false),
+            clock.now(),
+            REMAINING,
+        ))
+        .await;
+    assert_eq!(
+        outcomes(&report),
+        [Outcome::Executed, Outcome::Executed],
+        "m1 must run against store B (runs: {})",
+        runs.load(Ordering::SeqCst)
+    );
+}

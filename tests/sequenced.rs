@@ -187,3 +187,30 @@ async fn a_permanent_failure_is_acknowledged_and_writes_nothing() {
     assert!(reported(&report).is_empty());
     assert_eq!(rig.entity(), None);
 }
+
+/// An event numbered 0 under the in-turn rule is invalid ("sequence numbers start at 1"):
+/// rejected on its first delivery, and on a redelivery too, where the entity read used to
+/// answer it as replayed although it never applied. (Found in review; fails on the code
+/// before the fix.)
+#[tokio::test]
+async fn an_event_numbered_zero_is_rejected_even_when_redelivered() {
+    let rig = Rig::new();
+    let first = rig.deliver(false, events(&[(1, "update")])).await;
+    assert_eq!(outcomes(&first), [Outcome::Executed]);
+    let zero = rig.deliver(false, events(&[(0, "update")])).await;
+    assert_eq!(
+        outcomes(&zero),
+        [Outcome::Rejected],
+        "first delivery: rejected"
+    );
+    let mut again = events(&[(0, "update")]);
+    again.records[0]
+        .attributes
+        .insert("ApproximateReceiveCount".into(), "2".into());
+    let redelivered = rig.deliver(false, again).await;
+    assert_eq!(
+        outcomes(&redelivered),
+        [Outcome::Rejected],
+        "redelivered: still rejected, never acknowledged"
+    );
+}

@@ -224,3 +224,42 @@ async fn a_begin_dropped_in_flight_never_returns_its_connection_to_the_pool() {
         "the pool handed out the open transaction"
     );
 }
+
+/// A duplicate whose record row is held by another open transaction past its own lock wait
+/// is answered "in flight elsewhere" (an in-progress record: `locked`), not a store outage.
+/// With `lock_timeout` equal to `statement_timeout`, the statement timeout always fired first
+/// and the duplicate failed as the store being unavailable. (Found in review; fails on the
+/// code before the fix.)
+#[tokio::test]
+async fn a_row_held_past_the_lock_wait_answers_in_flight_elsewhere() {
+    use lambda_idempotency::store::TransactionScope;
+    let Some(store) = support::postgres::fresh_store().await else {
+        return;
+    };
+    let key = IdempotencyKey::derive("held", b"k");
+    let now = SystemTime::now();
+    let holder = store.begin(Duration::from_secs(60)).await.unwrap();
+    let first = acquire_at(&key, now, Duration::from_secs(600));
+    assert_eq!(
+        store.acquire_in(&holder, &first).await.unwrap(),
+        Acquire::Acquired
+    );
+    let duplicate = store.begin(Duration::from_millis(500)).await.unwrap();
+    let second = AcquireRequest {
+        owner: OwnerToken::generate(),
+        ..first.clone()
+    };
+    let started = std::time::Instant::now();
+    let answer = store.acquire_in(&duplicate, &second).await;
+    assert!(
+        matches!(&answer, Ok(Acquire::Existing(record)) if record.status == Status::InProgress),
+        "{answer:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_millis(600),
+        "{:?}",
+        started.elapsed()
+    );
+    store.rollback(&duplicate).await;
+    store.rollback(&holder).await;
+}

@@ -7,7 +7,7 @@ use tower::Layer;
 
 use super::finish::{ResultAndWrites, ResultOnly};
 use super::in_transaction::InTransaction;
-use super::protocol::{LocalAnswers, Protocol};
+use super::protocol::{next_protocol_id, LocalAnswers, Protocol};
 use super::record_fn::{record_fn, RecordFn};
 use super::sequenced::{Sequence, Sequenced};
 use super::service::Idempotent;
@@ -205,6 +205,7 @@ impl<S, St: Clone, K: Clone, C: Clone, M> Layer<S> for IdempotencyLayer<St, K, C
         Idempotent::new(
             inner,
             Arc::new(Protocol {
+                id: next_protocol_id(),
                 store: self.store.clone(),
                 key: self.key.clone(),
                 clock: self.clock.clone(),

@@ -38,7 +38,7 @@ struct Lookup {
 struct Offered {
     /// An `Arc<Vec<I>>` of the batch's record type.
     records: Arc<dyn Any + Send + Sync>,
-    lookups: Mutex<HashMap<usize, Arc<Lookup>>>,
+    lookups: Mutex<HashMap<u64, Arc<Lookup>>>,
 }
 
 tokio::task_local! {
@@ -80,8 +80,10 @@ where
     let lookup = OFFERED
         .try_with(|offered| {
             let records = offered.records.clone().downcast::<Vec<I>>().ok()?;
-            // One lookup per protocol: its key extractor, prefix and store are its own.
-            let id = protocol as *const Protocol<St, K, C> as usize;
+            // One lookup per protocol: its key extractor, prefix and store are its own. Its
+            // id, not its address: a protocol freed within the batch (a service built per
+            // record) may leave its address to another one, with another store.
+            let id = protocol.id;
             let mut lookups = offered.lookups.lock().unwrap_or_else(|p| p.into_inner());
             let lookup = lookups.entry(id).or_insert_with(|| {
                 let keys = records

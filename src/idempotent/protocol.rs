@@ -53,6 +53,9 @@ impl LocalAnswers {
 /// Everything a service needs to run the protocol, behind one `Arc`.
 #[derive(Debug)]
 pub(crate) struct Protocol<St, K, C> {
+    /// Unique in the process, for as long as it runs (never reused, unlike an address): the
+    /// batch pre-check files its lookups under it.
+    pub(crate) id: u64,
     pub(crate) store: St,
     pub(crate) key: K,
     pub(crate) clock: C,
@@ -79,4 +82,10 @@ impl<St, K, C> Protocol<St, K, C> {
             held_until_ms,
         }
     }
+}
+
+/// A fresh [`Protocol::id`].
+pub(crate) fn next_protocol_id() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }

@@ -265,6 +265,11 @@ where
 {
     let guard = &protocol.key;
     let position = catch_panic(|| guard.position.position(&event.payload))??;
+    // Refused before anything reads the entity: an event the rule can never apply must not
+    // look applied on a redelivery.
+    if position.sequence == 0 && guard.rule == SequenceRule::Next {
+        return Err(invalid("sequence numbers start at 1"));
+    }
     if guard.read_redelivered && event.payload.delivered_before() {
         match protocol
             .store

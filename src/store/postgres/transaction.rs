@@ -133,6 +133,9 @@ impl TransactionScope for PostgresStore {
     async fn begin(&self, hold_for: Duration) -> Result<PgTransaction, StoreError> {
         let object = self.pool.get().await.map_err(pool_error)?;
         let ms = whole_millis(hold_for);
+        // A wait on another transaction's row ends first (`55P03`: in flight elsewhere),
+        // before the statement's own timeout (`57014`, which reads as an outage).
+        let lock_ms = (ms - ms / 5).max(1);
         // The connection is owned by the transaction before BEGIN is sent: dropped from here
         // on (a cancelled invocation, a heartbeat that lost the lease), it is closed, never
         // handed back to the pool inside a transaction.
@@ -146,7 +149,7 @@ impl TransactionScope for PostgresStore {
             let client = guard.as_ref().expect("just stored");
             client
                 .batch_execute(&format!(
-                    "BEGIN; SET LOCAL lock_timeout = {ms}; SET LOCAL statement_timeout = {ms}; \
+                    "BEGIN; SET LOCAL lock_timeout = {lock_ms}; SET LOCAL statement_timeout = {ms}; \
                      SET LOCAL idle_in_transaction_session_timeout = {ms}"
                 ))
                 .await
