@@ -263,3 +263,56 @@ async fn a_row_held_past_the_lock_wait_answers_in_flight_elsewhere() {
     store.rollback(&duplicate).await;
     store.rollback(&holder).await;
 }
+
+/// An acquire resent by the holder of an elapsed lease, while another caller's takeover of
+/// the row commits, must not get the lease back: the statement's snapshot still shows the old
+/// holder's row, but the takeover holds the key. (Found in review; fails on the code before
+/// the fix, which answered `Acquired` to both.)
+#[tokio::test]
+async fn a_resent_acquire_after_a_takeover_does_not_get_the_lease_back() {
+    let Some(store) = support::postgres::fresh_store().await else {
+        return;
+    };
+    let key = IdempotencyKey::derive("resent", b"k");
+    let now = SystemTime::now();
+    // A's lease elapsed a minute ago.
+    let a = acquire_at(
+        &key,
+        now - Duration::from_secs(60),
+        Duration::from_secs(3_600),
+    );
+    assert_eq!(store.acquire(&a).await.unwrap(), Acquire::Acquired);
+    // B takes the row over in a transaction that holds it for a moment.
+    let b = OwnerToken::generate();
+    let taker = store.pool().get().await.unwrap();
+    taker.batch_execute("BEGIN").await.unwrap();
+    taker
+        .execute(
+            &format!(
+                "UPDATE \"{}\" SET lease_owner = $1, in_progress_expiration = $2 WHERE id = $3",
+                store.table()
+            ),
+            &[
+                &b.as_str(),
+                &(epoch_ms(now + Duration::from_secs(600)) as i64),
+                &key.as_str(),
+            ],
+        )
+        .await
+        .unwrap();
+    // A resends its acquire (same owner, now): it waits on B's row lock...
+    let resent = AcquireRequest { now, ..a.clone() };
+    let answer = tokio::spawn({
+        let store = store.clone();
+        async move { store.acquire(&resent).await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // ...until B commits.
+    taker.batch_execute("COMMIT").await.unwrap();
+    match answer.await.unwrap().unwrap() {
+        Acquire::Existing(record) => {
+            assert_eq!(record.owner.as_ref(), Some(&b), "B holds the key");
+        }
+        other => panic!("A got {other:?} while B holds the lease"),
+    }
+}

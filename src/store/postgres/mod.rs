@@ -286,14 +286,18 @@ impl Store for PostgresStore {
         if taken {
             return Ok(Acquire::Acquired);
         }
+        let ours = |record: &Record| {
+            record.status == Status::InProgress && record.owner.as_ref() == Some(&request.owner)
+        };
         Ok(match parse(&request.key, &row, 1)? {
-            // Sent again after a lost answer: the lease is already ours.
-            Some(record)
-                if record.status == Status::InProgress
-                    && record.owner.as_ref() == Some(&request.owner) =>
-            {
-                Acquire::Acquired
-            }
+            // Sent again after a lost answer, the lease may already be ours. The row above is
+            // the statement's snapshot, which can predate a takeover its conflict check saw:
+            // only a fresh read can say the lease is still ours.
+            Some(record) if ours(&record) => match self.get(&request.key).await? {
+                Some(now) if ours(&now) => Acquire::Acquired,
+                Some(now) => Acquire::Existing(now),
+                None => Acquire::Contended,
+            },
             Some(record) => Acquire::Existing(record),
             // Written and committed after this statement's snapshot: ask again.
             None => Acquire::Contended,
