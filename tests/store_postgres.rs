@@ -316,3 +316,34 @@ async fn a_resent_acquire_after_a_takeover_does_not_get_the_lease_back() {
         other => panic!("A got {other:?} while B holds the lease"),
     }
 }
+
+/// The transaction is READ COMMITTED even where the role's or database's default is not:
+/// a duplicate that waited on a row must read its committed version (under REPEATABLE READ
+/// it fails with a serialization error). (Found in review; fails on the code before the fix.)
+#[tokio::test]
+async fn a_transaction_is_read_committed_whatever_the_default() {
+    use lambda_idempotency::store::TransactionScope;
+    if support::postgres::pool().is_none() {
+        return;
+    }
+    let url = std::env::var("LAMBDA_IDEMPOTENCY_POSTGRES_URL").unwrap();
+    let mut config: tokio_postgres::Config = url.parse().unwrap();
+    config.options("-c default_transaction_isolation=repeatable\\ read");
+    let manager = deadpool_postgres::Manager::new(config, tokio_postgres::NoTls);
+    let pool = deadpool_postgres::Pool::builder(manager)
+        .max_size(1)
+        .build()
+        .unwrap();
+    let store = PostgresStore::new(pool);
+    let transaction = store.begin(Duration::from_secs(5)).await.unwrap();
+    let isolation: String = transaction
+        .client()
+        .await
+        .unwrap()
+        .query_one("SHOW transaction_isolation", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(isolation, "read committed");
+    store.rollback(&transaction).await;
+}

@@ -142,14 +142,17 @@ impl TransactionScope for PostgresStore {
         let shared = Arc::new(Shared {
             client: Mutex::new(Some(object)),
         });
-        // Bounded waits: on another transaction's row, on a statement, and on this
-        // transaction left idle (a frozen or killed function's transaction ends there).
+        // READ COMMITTED whatever the role's default: a duplicate waiting on a row must see
+        // the row's committed version when it gets it. Bounded waits: on another
+        // transaction's row, on a statement, and on this transaction left idle (a frozen or
+        // killed function's transaction ends there).
         let begun = {
             let guard = shared.client.lock().await;
             let client = guard.as_ref().expect("just stored");
             client
                 .batch_execute(&format!(
-                    "BEGIN; SET LOCAL lock_timeout = {lock_ms}; SET LOCAL statement_timeout = {ms}; \
+                    "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = {lock_ms}; \
+                     SET LOCAL statement_timeout = {ms}; \
                      SET LOCAL idle_in_transaction_session_timeout = {ms}"
                 ))
                 .await
