@@ -4,6 +4,9 @@
 
 use std::future::Future;
 
+use std::collections::HashMap;
+
+use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
@@ -28,8 +31,28 @@ fn attr(value: &AttributeValue) -> Attr {
     }
 }
 
-fn item(map: &std::collections::HashMap<String, AttributeValue>) -> Item {
+fn item(map: &HashMap<String, AttributeValue>) -> Item {
     map.iter().map(|(k, v)| (k.clone(), attr(v))).collect()
+}
+
+/// The answer to a conditional put or update: applied, refused by its condition (with the
+/// item as it was, which `refusal` finds in the operation's error), or a store error.
+fn answer<O, E, R>(
+    result: Result<O, SdkError<E, R>>,
+    size: usize,
+    refusal: impl Fn(&E) -> Option<Option<&HashMap<String, AttributeValue>>>,
+) -> Result<Guarded, StoreError>
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    R: std::fmt::Debug + Send + Sync + 'static,
+{
+    match result {
+        Ok(_) => Ok(Guarded::Applied),
+        Err(err) => match err.as_service_error().and_then(&refusal) {
+            Some(old) => Ok(Guarded::Refused(old.map(item))),
+            None => Err(refused(err, size)),
+        },
+    }
 }
 
 impl DynamoDbStore {
@@ -39,7 +62,7 @@ impl DynamoDbStore {
         let size = write_size_bytes(write);
         let all_old = ReturnValuesOnConditionCheckFailure::AllOld;
         crate::metrics::dynamodb_call();
-        let refusal = match write.kind {
+        match write.kind {
             WriteKind::Put => {
                 let result = self
                     .client
@@ -52,15 +75,10 @@ impl DynamoDbStore {
                     .return_values_on_condition_check_failure(all_old)
                     .send()
                     .await;
-                match result {
-                    Ok(_) => return Ok(Guarded::Applied),
-                    Err(err) => match err.as_service_error() {
-                        Some(PutItemError::ConditionalCheckFailedException(ccf)) => {
-                            ccf.item().cloned()
-                        }
-                        _ => return Err(refused(err, size)),
-                    },
-                }
+                answer(result, size, |e| match e {
+                    PutItemError::ConditionalCheckFailedException(ccf) => Some(ccf.item()),
+                    _ => None,
+                })
             }
             WriteKind::Update => {
                 let result = self
@@ -75,24 +93,16 @@ impl DynamoDbStore {
                     .return_values_on_condition_check_failure(all_old)
                     .send()
                     .await;
-                match result {
-                    Ok(_) => return Ok(Guarded::Applied),
-                    Err(err) => match err.as_service_error() {
-                        Some(UpdateItemError::ConditionalCheckFailedException(ccf)) => {
-                            ccf.item().cloned()
-                        }
-                        _ => return Err(refused(err, size)),
-                    },
-                }
-            }
-            _ => {
-                return Err(StoreError::InvalidWrite {
-                    write_index: 0,
-                    reason: "a guarded write is a put or an update".into(),
+                answer(result, size, |e| match e {
+                    UpdateItemError::ConditionalCheckFailedException(ccf) => Some(ccf.item()),
+                    _ => None,
                 })
             }
-        };
-        Ok(Guarded::Refused(refusal.as_ref().map(item)))
+            _ => Err(StoreError::InvalidWrite {
+                write_index: 0,
+                reason: "a guarded write is a put or an update".into(),
+            }),
+        }
     }
 
     async fn read_item_inner(&self, table: &str, key: &Item) -> Result<Option<Item>, StoreError> {
