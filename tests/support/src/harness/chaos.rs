@@ -12,13 +12,14 @@
 //! A [`Deployment`] says how to start the function and read a balance, so any order
 //! consumer (on DynamoDB, on PostgreSQL) runs the same chaos.
 
-use std::collections::{BTreeMap, BTreeSet};
+mod workload;
+
+use std::collections::BTreeSet;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde_json::json;
 use tokio::process::Child;
 
 use super::runtime_api::{Reply, RuntimeApi};
@@ -89,103 +90,6 @@ impl Settings {
             time_limit: Duration::from_secs(env_or("CHAOS_TIME_LIMIT_SECS", 240)),
         }
     }
-}
-
-/// What was sent, for the final check.
-#[derive(Debug, Default)]
-struct Workload {
-    /// Valid messages (originals and producer retries): must all be acknowledged.
-    valid: Vec<String>,
-    /// Poison messages: must all be dead-lettered.
-    poison: Vec<String>,
-    /// Tampered pairs: (account, [(message id, amount); 2]).
-    tampered: Vec<(String, [(String, i64); 2])>,
-    /// Expected balance of each ordinary account.
-    expected: BTreeMap<String, i64>,
-}
-
-fn order(event_id: &str, account: &str, amount: i64) -> String {
-    json!({"eventId": event_id, "account": account, "amount": amount}).to_string()
-}
-
-/// Builds and sends the workload, in a seeded random order.
-fn send_workload(queue: &Queue, settings: &Settings, rng: &mut Rng) -> Workload {
-    enum Item {
-        Valid(String, Option<String>),
-        Poison(String, Option<String>),
-        Tampered(usize, usize, String, String),
-    }
-    let mut items = Vec::new();
-    let mut workload = Workload::default();
-    for i in 0..settings.events {
-        let event_id = format!("evt-{}-{i}", settings.seed);
-        let account = format!("acct-{}", rng.below(6));
-        let amount = rng.below(150) as i64 - 49;
-        *workload.expected.entry(account.clone()).or_default() += amount;
-        let keyed = rng.chance(0.5).then(|| event_id.clone());
-        let body = order(&event_id, &account, amount);
-        if rng.chance(0.25) {
-            // The producer retries: the same event again, as a new message.
-            items.push(Item::Valid(body.clone(), keyed.clone()));
-        }
-        items.push(Item::Valid(body, keyed));
-    }
-    let poison_bodies = [
-        r#"{"eventId":"evt-poison-a","account":"#.to_string(),
-        "\u{0}\u{1}\u{2}\u{fffd}\u{7f} binary-looking".to_string(),
-        r#"{"eventId":"evt-poison-b","account":"acct-0","amount":"12"}"#.to_string(),
-        r#"{"eventId":"evt-poison-c","amount":3}"#.to_string(),
-        "x".repeat(200_000),
-    ];
-    for (i, body) in poison_bodies
-        .iter()
-        .cycle()
-        .take((settings.events / 10).max(poison_bodies.len()))
-        .enumerate()
-    {
-        let keyed = (i % 2 == 1).then(|| format!("poison-key-{i}"));
-        items.push(Item::Poison(body.clone(), keyed));
-    }
-    for j in 0..(settings.events / 20).max(2) {
-        let account = format!("acct-t{j}");
-        let event_id = format!("evt-{}-t{j}", settings.seed);
-        let (a, b) = (10 + j as i64, 1000 + j as i64);
-        workload
-            .tampered
-            .push((account.clone(), Default::default()));
-        let index = workload.tampered.len() - 1;
-        items.push(Item::Tampered(
-            index,
-            0,
-            order(&event_id, &account, a),
-            event_id.clone(),
-        ));
-        items.push(Item::Tampered(
-            index,
-            1,
-            order(&event_id, &account, b),
-            event_id,
-        ));
-    }
-    // Shuffle (Fisher-Yates), then send.
-    for i in (1..items.len()).rev() {
-        let j = rng.below(i as u64 + 1) as usize;
-        items.swap(i, j);
-    }
-    for item in items {
-        match item {
-            Item::Valid(body, key) => workload.valid.push(queue.send(&body, key.as_deref())),
-            Item::Poison(body, key) => workload.poison.push(queue.send(&body, key.as_deref())),
-            Item::Tampered(pair, side, body, key) => {
-                let amount = serde_json::from_str::<serde_json::Value>(&body).unwrap()["amount"]
-                    .as_i64()
-                    .unwrap();
-                let id = queue.send(&body, Some(&key));
-                workload.tampered[pair].1[side] = (id, amount);
-            }
-        }
-    }
-    workload
 }
 
 #[derive(Debug, Default)]
@@ -288,7 +192,7 @@ async fn run_container<D: Deployment>(
 pub async fn chaos_run<D: Deployment>(deployment: D, mode: &'static str, settings: &Settings) {
     let queue = Arc::new(Queue::new(VISIBILITY, MAX_RECEIVES));
     let mut rng = Rng::new(settings.seed);
-    let workload = send_workload(&queue, settings, &mut rng);
+    let workload = workload::send(&queue, settings, &mut rng);
     let stop = Arc::new(AtomicBool::new(false));
     let counters = Arc::new(Counters::default());
     let started = Instant::now();
