@@ -358,3 +358,28 @@ pub async fn fresh_single_table_store() -> Option<DynamoDbStore> {
 pub async fn balance(client: &Client, table: &str, account: &str) -> i64 {
     lambda_idempotency::testing::dynamodb::balance(client, table, account).await
 }
+
+/// The sequence number `account`'s ledger item keeps in `attribute` (a sequence-guarded
+/// deployment's), read strongly consistent: 0 when the item or the attribute does not exist.
+pub async fn sequence(client: &Client, table: &str, account: &str, attribute: &str) -> u64 {
+    let item = client
+        .get_item()
+        .table_name(table)
+        .key(
+            "account",
+            aws_sdk_dynamodb::types::AttributeValue::S(account.into()),
+        )
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap_or_else(|err| panic!("read {table}: {err:?}"))
+        .item;
+    item.and_then(|i| i.get(attribute).cloned())
+        .map_or(0, |value| {
+            value
+                .as_n()
+                .unwrap_or_else(|_| panic!("{account}'s {attribute} is not a number: {value:?}"))
+                .parse()
+                .unwrap_or_else(|_| panic!("{account}'s {attribute} is not a whole number"))
+        })
+}

@@ -8,8 +8,9 @@ use lambda_idempotency_test_support::harness::function;
 use order_consumer::Tables;
 use tokio::process::Child;
 
-/// Starts one order-consumer process polling `runtime_api`, in `mode`
-/// (`optimistic` or `lease`). The process is killed when the handle is dropped.
+/// Starts one order-consumer process polling `runtime_api`, in `mode` (`optimistic`,
+/// `lease` or `sequenced`: passed as `IDEMPOTENCY_MODE`). The process is killed when the
+/// handle is dropped.
 pub fn spawn(runtime_api: &str, tables: &Tables, mode: &str) -> Child {
     let endpoint =
         std::env::var("AWS_ENDPOINT_URL_DYNAMODB").expect("AWS_ENDPOINT_URL_DYNAMODB is set");

@@ -9,9 +9,19 @@
 //! dead-lettered, every poison and losing tampered message was dead-lettered, and each
 //! tampered pair applied exactly one amount.
 //!
+//! The `sequenced` mode (a deployment whose orders carry their account's `sequence`, each
+//! credit one conditional write in turn) runs on a simulated SQS FIFO queue
+//! instead ([`Queue::fifo`]): one message group per account, in order; no in-flight
+//! duplicates (FIFO never hands out a message in flight), but lost acknowledgments
+//! (`CHAOS_LOST_ACK_RATE`) besides the kills, so processed batches come back after the
+//! visibility timeout. Its model adds that each account's ledger `sequence` is its number of
+//! unique events, and tampered twins (same event and sequence, another amount) are
+//! acknowledged as already applied, the first one's amount counted.
+//!
 //! A [`Deployment`] says how to start the function and read a balance, so any order
 //! consumer (on DynamoDB, on PostgreSQL) runs the same chaos.
 
+mod sequenced;
 mod workload;
 
 use std::collections::BTreeSet;
@@ -25,17 +35,34 @@ use tokio::process::Child;
 use super::runtime_api::{Reply, RuntimeApi};
 use super::sqs_sim::{Queue, Rng};
 
-/// The modes to run, from `CHAOS_MODES` (default `optimistic,lease`).
+fn requested_modes() -> Option<Vec<String>> {
+    let modes = std::env::var("CHAOS_MODES").ok()?;
+    let modes: Vec<String> = modes.split(',').map(|m| m.trim().to_string()).collect();
+    for mode in &modes {
+        assert!(
+            ["optimistic", "lease", "sequenced"].contains(&mode.as_str()),
+            "unknown mode {mode}"
+        );
+    }
+    Some(modes)
+}
+
+/// The record modes to run (`optimistic`, `lease`), from `CHAOS_MODES` (default
+/// `optimistic,lease`). `sequenced` is accepted there too, and left to [`sequenced_mode`].
 pub fn modes() -> Vec<&'static str> {
-    let modes = std::env::var("CHAOS_MODES").unwrap_or_else(|_| "optimistic,lease".into());
-    modes
-        .split(',')
-        .map(|mode| match mode.trim() {
-            "optimistic" => "optimistic",
-            "lease" => "lease",
-            other => panic!("unknown mode {other}"),
-        })
+    let Some(modes) = requested_modes() else {
+        return vec!["optimistic", "lease"];
+    };
+    ["optimistic", "lease"]
+        .into_iter()
+        .filter(|mode| modes.iter().any(|m| m == mode))
         .collect()
+}
+
+/// Whether to run the `sequenced` mode, for a deployment that has it: when `CHAOS_MODES`
+/// names it, or is unset.
+pub fn sequenced_mode() -> bool {
+    requested_modes().is_none_or(|modes| modes.iter().any(|m| m == "sequenced"))
 }
 
 /// The function under fire: how to start one process of it and read the ledger.
@@ -47,6 +74,12 @@ pub trait Deployment: Clone + Send + Sync + 'static {
     fn spawn(&self, runtime_api: &str, mode: &str) -> Child;
     /// The balance of `account` (0 when it has none).
     fn balance(&self, account: &str) -> impl Future<Output = i64> + Send;
+    /// The `sequence` of `account`'s ledger item (0 when it has none), for the `sequenced`
+    /// mode: a deployment without that mode need not answer.
+    fn sequence(&self, account: &str) -> impl Future<Output = u64> + Send {
+        let (name, account) = (self.name(), account.to_string());
+        async move { panic!("{name} has no sequenced mode (asked for {account}'s sequence)") }
+    }
 }
 
 /// Time a container gets per invocation (the function timeout).
@@ -72,13 +105,15 @@ pub struct Settings {
     kill_rate: f64,
     freeze_rate: f64,
     duplicate_rate: f64,
+    lost_ack_rate: f64,
     time_limit: Duration,
 }
 
 impl Settings {
     /// The settings from `CHAOS_SEED`, `CHAOS_EVENTS`, `CHAOS_CONTAINERS`,
-    /// `CHAOS_KILL_RATE`, `CHAOS_FREEZE_RATE`, `CHAOS_DUPLICATE_RATE` and
-    /// `CHAOS_TIME_LIMIT_SECS`, with CI's bounded defaults.
+    /// `CHAOS_KILL_RATE`, `CHAOS_FREEZE_RATE`, `CHAOS_DUPLICATE_RATE` (in-flight duplicates,
+    /// standard queue), `CHAOS_LOST_ACK_RATE` (answered batches whose acknowledgment is lost,
+    /// FIFO queue) and `CHAOS_TIME_LIMIT_SECS`, with CI's bounded defaults.
     pub fn from_env() -> Self {
         Self {
             seed: env_or("CHAOS_SEED", 1),
@@ -87,6 +122,9 @@ impl Settings {
             kill_rate: env_or("CHAOS_KILL_RATE", 0.12),
             freeze_rate: env_or("CHAOS_FREEZE_RATE", 0.05),
             duplicate_rate: env_or("CHAOS_DUPLICATE_RATE", 0.2),
+            // Lower than the in-flight duplicates: a lost acknowledgment counts as a receive
+            // for the whole batch, and 6 receives dead-letter a message.
+            lost_ack_rate: env_or("CHAOS_LOST_ACK_RATE", 0.05),
             time_limit: Duration::from_secs(env_or("CHAOS_TIME_LIMIT_SECS", 240)),
         }
     }
@@ -99,6 +137,7 @@ struct Counters {
     freezes: AtomicU64,
     cut_off: AtomicU64,
     restarts: AtomicU64,
+    lost_acks: AtomicU64,
 }
 
 fn signal(pid: u32, signal: &str) {
@@ -150,6 +189,11 @@ async fn run_container<D: Deployment>(
             .invoke(&event, DEADLINE, DEADLINE + Duration::from_millis(300))
             .await;
         match &reply {
+            Some(Reply::Response(_)) if queue.is_fifo() && rng.chance(settings.lost_ack_rate) => {
+                // Answered, but the deletion is lost: the batch comes back after the
+                // visibility timeout (a FIFO queue's source of duplicates).
+                counters.lost_acks.fetch_add(1, Ordering::SeqCst);
+            }
             Some(Reply::Response(body)) => {
                 let failed: BTreeSet<&str> = body["batchItemFailures"]
                     .as_array()
@@ -186,13 +230,23 @@ async fn run_container<D: Deployment>(
     let _ = child.kill().await;
 }
 
-/// One chaos run of `deployment` in `mode` (`optimistic` or `lease`): the workload through
-/// the simulated queue into `settings.containers` processes under fire, then the history
-/// checked against the model (panics with what broke).
+/// One chaos run of `deployment` in `mode` (`optimistic` or `lease` on a standard queue,
+/// `sequenced` on a FIFO queue): the workload through the simulated queue into
+/// `settings.containers` processes under fire, then the history checked against the model
+/// (panics with what broke).
 pub async fn chaos_run<D: Deployment>(deployment: D, mode: &'static str, settings: &Settings) {
-    let queue = Arc::new(Queue::new(VISIBILITY, MAX_RECEIVES));
+    let fifo = mode == "sequenced";
+    let queue = Arc::new(if fifo {
+        Queue::fifo(VISIBILITY, MAX_RECEIVES)
+    } else {
+        Queue::new(VISIBILITY, MAX_RECEIVES)
+    });
     let mut rng = Rng::new(settings.seed);
-    let workload = workload::send(&queue, settings, &mut rng);
+    let workload = if fifo {
+        sequenced::send(&queue, settings, &mut rng)
+    } else {
+        workload::send(&queue, settings, &mut rng)
+    };
     let stop = Arc::new(AtomicBool::new(false));
     let counters = Arc::new(Counters::default());
     let started = Instant::now();
@@ -266,6 +320,38 @@ pub async fn chaos_run<D: Deployment>(deployment: D, mode: &'static str, setting
     for (account, expected) in &workload.expected {
         let actual = deployment.balance(account).await;
         assert_eq!(actual, *expected, "{mode}: balance of {account}");
+    }
+    for (account, expected) in &workload.sequences {
+        let actual = deployment.sequence(account).await;
+        assert_eq!(actual, *expected, "{mode}: sequence of {account}");
+    }
+    if fifo {
+        eprintln!(
+            "chaos {} {mode} seed={} containers={}: {} messages ({} valid with {} tampered twins, {} poison) in {} groups \
+             on a FIFO queue drained in {:.1}s; {} deliveries, {} lost acknowledgments, {} invocations, {} SIGKILLs, \
+             {} freezes, {} cut off at the deadline, {} restarts; {} acknowledged ({} received more than once), \
+             {} dead-lettered; every balance and sequence matches the model",
+            deployment.name(),
+            settings.seed,
+            settings.containers,
+            stats.sent,
+            workload.valid.len(),
+            workload.twins,
+            workload.poison.len(),
+            workload.groups,
+            elapsed.as_secs_f64(),
+            stats.deliveries,
+            counters.lost_acks.load(Ordering::SeqCst),
+            counters.invocations.load(Ordering::SeqCst),
+            counters.kills.load(Ordering::SeqCst),
+            counters.freezes.load(Ordering::SeqCst),
+            counters.cut_off.load(Ordering::SeqCst),
+            counters.restarts.load(Ordering::SeqCst),
+            stats.acked,
+            stats.redelivered,
+            stats.dead,
+        );
+        return;
     }
     eprintln!(
         "chaos {} {mode} seed={} containers={}: {} messages ({} valid, {} poison, {} tampered pairs) drained in {:.1}s; \

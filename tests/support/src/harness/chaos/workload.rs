@@ -19,6 +19,13 @@ pub(super) struct Workload {
     pub(super) tampered: Vec<(String, [(String, i64); 2])>,
     /// Expected balance of each ordinary account.
     pub(super) expected: BTreeMap<String, i64>,
+    /// Sequenced mode: the expected ledger `sequence` of each account (its number of unique
+    /// events; 0 for an account that must have none).
+    pub(super) sequences: BTreeMap<String, u64>,
+    /// Sequenced mode: tampered twins sent (among the valid messages).
+    pub(super) twins: usize,
+    /// Sequenced mode: the message groups used.
+    pub(super) groups: usize,
 }
 
 pub(super) fn order(event_id: &str, account: &str, amount: i64) -> String {
