@@ -144,6 +144,13 @@ fn send_poison(queue: &Queue, settings: &Settings, rng: &mut Rng, workload: &mut
         }),
     ];
     let count = (settings.events / 10).max(kinds.len());
+    // The accounts' tails in a random order, each used once before any is used again: a
+    // poison message behind another in the same group is skipped with it, never run.
+    let mut tails: Vec<u64> = (0..ACCOUNTS).collect();
+    for i in (1..tails.len()).rev() {
+        tails.swap(i, rng.below(i as u64 + 1) as usize);
+    }
+    let mut tail = tails.iter().cycle();
     for (i, (place, poison)) in kinds.iter().cycle().take(count).enumerate() {
         let (account, group) = match place {
             Place::OwnGroup => {
@@ -155,7 +162,7 @@ fn send_poison(queue: &Queue, settings: &Settings, rng: &mut Rng, workload: &mut
                 (account.clone(), account)
             }
             Place::AccountTail => {
-                let account = format!("acct-{}", rng.below(ACCOUNTS));
+                let account = format!("acct-{}", tail.next().expect("cycles"));
                 // An account with no orders yet gets its group here.
                 workload.expected.entry(account.clone()).or_default();
                 workload.sequences.entry(account.clone()).or_default();
