@@ -37,6 +37,19 @@ pub trait Input {
     fn delivered_before(&self) -> bool {
         false
     }
+
+    /// Whether `other` is this very event, field for field. The batch
+    /// [pre-check](crate::batch::Precheck) derives the keys of the records it looks up in one
+    /// pass; a record that is the same as one it derived reuses that key and payload hash
+    /// instead of deriving them again. The default, `false`, always derives again; the
+    /// batch records (SQS, Kinesis, DynamoDB Streams) compare every field.
+    fn same_event(&self, other: &Self) -> bool
+    where
+        Self: Sized,
+    {
+        let _ = other;
+        false
+    }
 }
 
 /// A value with its canonical JSON: the [`Input`] of an event that is not a record of a batch

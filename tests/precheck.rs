@@ -215,3 +215,93 @@ async fn a_protocol_freed_in_the_batch_never_answers_for_another_store() {
         runs.load(Ordering::SeqCst)
     );
 }
+
+/// A redelivered record's key and payload hash are derived once: the pre-check derives the
+/// offered records' keys together, and each record then reuses its own. (Before, each was
+/// derived twice; this fails on that code.)
+#[tokio::test]
+async fn a_redelivered_record_derives_its_key_once() {
+    let store = InMemoryStore::new();
+    let clock = ManualClock::starting_now();
+    let derivations = Arc::new(AtomicUsize::new(0));
+    let deliver = |event: SqsEvent| {
+        let derivations = derivations.clone();
+        let key = move |message: &SqsMessage| {
+            derivations.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, lambda_idempotency::key::KeyError>(message.message_id.clone().unwrap())
+        };
+        let layer = IdempotencyLayer::new(store.clone())
+            .with_clock(clock.clone())
+            .with_key(key)
+            .with_config(Config::new().with_key_prefix("once"));
+        let processor = BatchProcessor::new(
+            layer.handler(|_m: SqsMessage| async { Ok::<_, std::io::Error>(7u32) }),
+        )
+        .with_clock(clock.clone());
+        let invocation = invocation(event, clock.now(), REMAINING);
+        async move { processor.process(invocation).await }
+    };
+    deliver(batch(&["m-1", "m-2"], 1, false)).await;
+    assert_eq!(derivations.swap(0, Ordering::SeqCst), 2);
+    let mut mixed = batch(&["m-1", "m-2"], 2, false);
+    mixed.records.extend(batch(&["m-3"], 1, false).records);
+    let report = deliver(mixed).await;
+    assert_eq!(
+        outcomes(&report),
+        [Outcome::Replayed, Outcome::Replayed, Outcome::Executed]
+    );
+    assert_eq!(
+        derivations.load(Ordering::SeqCst),
+        3,
+        "one derivation per record"
+    );
+}
+
+/// A record that a layer changes on its way to the idempotent service is not the record the
+/// pre-check derived a key for: it derives its own, and is answered by its own record.
+#[tokio::test]
+async fn a_record_changed_on_its_way_derives_its_own_key() {
+    use tower::ServiceExt;
+    let store = InMemoryStore::new();
+    let clock = ManualClock::starting_now();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let layer = IdempotencyLayer::new(store.clone())
+        .with_clock(clock.clone())
+        .with_key(lambda_idempotency::key::BodyHash)
+        .with_config(Config::new().with_key_prefix("changed"));
+    let f = {
+        let runs = runs.clone();
+        move |_m: SqsMessage| {
+            let runs = runs.clone();
+            async move {
+                runs.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, std::io::Error>(7u32)
+            }
+        }
+    };
+    let mut first = batch(&["m-1"], 1, false);
+    first.records[0].body = Some(r#"{"n":1}"#.into());
+    let seeded = BatchProcessor::new(layer.handler(f.clone()))
+        .with_clock(clock.clone())
+        .process(invocation(first, clock.now(), REMAINING))
+        .await;
+    assert_eq!(outcomes(&seeded), [Outcome::Executed]);
+    // Redelivered with another body, which a layer puts back to the first one's.
+    let rewrite = tower::service_fn(move |mut event: lambda_runtime::LambdaEvent<SqsMessage>| {
+        event.payload.body = Some(r#"{"n":1}"#.into());
+        let service = layer.handler(f.clone());
+        async move { service.oneshot(event).await }
+    });
+    let mut again = batch(&["m-1"], 2, false);
+    again.records[0].body = Some(r#"{"n":2}"#.into());
+    let report = BatchProcessor::new(rewrite)
+        .with_clock(clock.clone())
+        .process(invocation(again, clock.now(), REMAINING))
+        .await;
+    assert_eq!(
+        outcomes(&report),
+        [Outcome::Replayed],
+        "its own key: {{\"n\":1}}"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}

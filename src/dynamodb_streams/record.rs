@@ -39,6 +39,10 @@ impl Input for EventRecord {
             _ => None,
         }
     }
+
+    fn same_event(&self, other: &Self) -> bool {
+        self == other
+    }
 }
 
 impl BatchEvent for Event {

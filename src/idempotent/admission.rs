@@ -207,12 +207,16 @@ where
     I: Input + Send + Sync + 'static,
     T: DeserializeOwned,
 {
-    let derived = derive(
-        &protocol.key,
-        &protocol.config,
-        &event.payload,
-        &event.context,
-    );
+    // A record the batch's pre-check offered had its key derived with the others already.
+    let derived = match precheck::derived(protocol, &event.context, &event.payload) {
+        Some(derived) => Ok(derived),
+        None => derive(
+            &protocol.key,
+            &protocol.config,
+            &event.payload,
+            &event.context,
+        ),
+    };
     let (key, validation) = match derived {
         Ok(derived) => derived,
         Err(NotDerived::Unprotected(err)) => return Admission::Unprotected(err),

@@ -21,14 +21,25 @@ use crate::input::Input;
 use crate::key::{IdempotencyKey, KeyExtractor};
 use crate::record::Record;
 use crate::store::Store;
+use crate::validation::PayloadHash;
 
 /// What the pre-check found, by key.
 type Found = HashMap<IdempotencyKey, Record>;
+
+/// A record's stored key and payload hash, as [`derive`] gives them.
+pub(crate) type Derived = (IdempotencyKey, Option<PayloadHash>);
 
 /// One protocol's lookup of the offered records: their keys, derived when the first record
 /// of the batch reaches the protocol, and what the store answered for them.
 #[derive(Default)]
 struct Lookup {
+    /// The function name the keys were derived under (their prefix may come from it).
+    function_name: String,
+    /// Each offered record's key and payload hash, in the offered order (`None`: its key
+    /// could not be derived; the record then derives it again, and fails, on its own path).
+    derived: Vec<Option<Derived>>,
+    /// The index in `derived` of the first offered record with each id.
+    by_id: HashMap<String, usize>,
     keys: HashSet<IdempotencyKey>,
     found: OnceCell<Found>,
 }
@@ -62,6 +73,75 @@ where
     OFFERED.scope(offered, batch).await
 }
 
+/// This protocol's lookup of the current batch's offered records (of this protocol's record
+/// type), and the records: created by the first record of the batch to reach the protocol,
+/// which derives every offered record's key.
+fn lookup_of<St, K, C, I>(
+    protocol: &Protocol<St, K, C>,
+    context: &Context,
+) -> Option<(Arc<Lookup>, Arc<Vec<I>>)>
+where
+    K: KeyExtractor<I>,
+    I: Input + Send + Sync + 'static,
+{
+    OFFERED
+        .try_with(|offered| {
+            let records = offered.records.clone().downcast::<Vec<I>>().ok()?;
+            // One lookup per protocol: its key extractor, prefix and store are its own. Its
+            // id, not its address: a protocol freed within the batch (a service built per
+            // record) may leave its address to another one, with another store.
+            let id = protocol.id;
+            let mut lookups = offered.lookups.lock().unwrap_or_else(|p| p.into_inner());
+            let lookup = lookups.entry(id).or_insert_with(|| {
+                let derived: Vec<Option<Derived>> = records
+                    .iter()
+                    .map(|r| derive(&protocol.key, &protocol.config, r, context).ok())
+                    .collect();
+                let mut by_id = HashMap::with_capacity(records.len());
+                for (index, record) in records.iter().enumerate() {
+                    if let Some(id) = record.id() {
+                        by_id.entry(id.to_string()).or_insert(index);
+                    }
+                }
+                let keys = derived
+                    .iter()
+                    .flatten()
+                    .map(|(key, _)| key.clone())
+                    .collect();
+                Arc::new(Lookup {
+                    function_name: context.env_config.function_name.clone(),
+                    derived,
+                    by_id,
+                    keys,
+                    found: OnceCell::new(),
+                })
+            });
+            Some((lookup.clone(), records))
+        })
+        .ok()
+        .flatten()
+}
+
+/// The key and payload hash the pre-check derived for `payload`, when the current batch
+/// offered this very record (the same event, field for field, under the same function
+/// name), so that it is not derived twice; `None` otherwise (the caller derives it).
+pub(crate) fn derived<St, K, C, I>(
+    protocol: &Protocol<St, K, C>,
+    context: &Context,
+    payload: &I,
+) -> Option<Derived>
+where
+    K: KeyExtractor<I>,
+    I: Input + Send + Sync + 'static,
+{
+    let id = payload.id()?;
+    let (lookup, records) = lookup_of(protocol, context)?;
+    let index = *lookup.by_id.get(id)?;
+    let same = records[index].same_event(payload)
+        && lookup.function_name == context.env_config.function_name;
+    same.then(|| lookup.derived[index].clone()).flatten()
+}
+
 /// The record the pre-check found in the store for `key`, if the current batch offered a
 /// record with this key (of this protocol's record type). The first offered record to ask
 /// does the lookup for all of them, and the other offered records wait for it; a record not
@@ -77,29 +157,7 @@ where
     K: KeyExtractor<I>,
     I: Input + Send + Sync + 'static,
 {
-    let lookup = OFFERED
-        .try_with(|offered| {
-            let records = offered.records.clone().downcast::<Vec<I>>().ok()?;
-            // One lookup per protocol: its key extractor, prefix and store are its own. Its
-            // id, not its address: a protocol freed within the batch (a service built per
-            // record) may leave its address to another one, with another store.
-            let id = protocol.id;
-            let mut lookups = offered.lookups.lock().unwrap_or_else(|p| p.into_inner());
-            let lookup = lookups.entry(id).or_insert_with(|| {
-                let keys = records
-                    .iter()
-                    .filter_map(|r| derive(&protocol.key, &protocol.config, r, context).ok())
-                    .map(|(key, _)| key)
-                    .collect();
-                Arc::new(Lookup {
-                    keys,
-                    found: OnceCell::new(),
-                })
-            });
-            Some(lookup.clone())
-        })
-        .ok()
-        .flatten()?;
+    let (lookup, _) = lookup_of::<St, K, C, I>(protocol, context)?;
     if !lookup.keys.contains(key) {
         return None;
     }

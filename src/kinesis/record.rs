@@ -26,6 +26,10 @@ impl Input for KinesisEventRecord {
     fn attribute(&self, name: &str) -> Option<AttributeValue<'_>> {
         (name == PARTITION_KEY).then_some(AttributeValue::Text(&self.kinesis.partition_key))
     }
+
+    fn same_event(&self, other: &Self) -> bool {
+        self == other
+    }
 }
 
 impl BatchEvent for KinesisEvent {

@@ -35,6 +35,10 @@ impl Input for SqsMessage {
             .and_then(|count| count.trim().parse::<u64>().ok())
             .is_some_and(|count| count > 1)
     }
+
+    fn same_event(&self, other: &Self) -> bool {
+        self == other
+    }
 }
 
 impl BatchEvent for SqsEvent {
