@@ -13,7 +13,9 @@
 //! no leading or trailing zeros in the digits (`1`, `1.0` and `10e-1` are all `1e0`; zero
 //! is `0`).
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
 
 use serde_json::value::RawValue;
 
@@ -40,17 +42,37 @@ fn write_value(raw: &str, out: &mut String, depth: usize) -> Result<(), serde_js
     let raw = raw.trim_matches(|c: char| matches!(c, ' ' | '\t' | '\n' | '\r'));
     match raw.as_bytes().first() {
         Some(b'{') => {
-            let members: BTreeMap<String, &RawValue> = serde_json::from_str(raw)?;
-            out.push('{');
-            for (i, (key, value)) in members.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
+            // Keys without escapes (the usual case) are borrowed from the text; a key with
+            // an escape makes serde_json refuse the borrow, and the keys are decoded instead.
+            match serde_json::from_str::<BTreeMap<&str, &RawValue>>(raw) {
+                Ok(members) => {
+                    out.push('{');
+                    for (i, (key, value)) in members.iter().enumerate() {
+                        if i > 0 {
+                            out.push(',');
+                        }
+                        // No escape in the text: none needed in the output either.
+                        out.push('"');
+                        out.push_str(key);
+                        out.push_str("\":");
+                        write_value(value.get(), out, depth + 1)?;
+                    }
+                    out.push('}');
                 }
-                out.push_str(&serde_json::to_string(key)?);
-                out.push(':');
-                write_value(value.get(), out, depth + 1)?;
+                Err(_) => {
+                    let members: BTreeMap<String, &RawValue> = serde_json::from_str(raw)?;
+                    out.push('{');
+                    for (i, (key, value)) in members.iter().enumerate() {
+                        if i > 0 {
+                            out.push(',');
+                        }
+                        out.push_str(&serde_json::to_string(key)?);
+                        out.push(':');
+                        write_value(value.get(), out, depth + 1)?;
+                    }
+                    out.push('}');
+                }
             }
-            out.push('}');
         }
         Some(b'[') => {
             let items: Vec<&RawValue> = serde_json::from_str(raw)?;
@@ -63,20 +85,48 @@ fn write_value(raw: &str, out: &mut String, depth: usize) -> Result<(), serde_js
             }
             out.push(']');
         }
-        Some(b'"') => {
-            let text: String = serde_json::from_str(raw)?;
-            out.push_str(&serde_json::to_string(&text)?);
-        }
+        Some(b'"') => match serde_json::from_str::<&str>(raw) {
+            // Without escapes the text is already the form serde_json writes: a valid JSON
+            // string holds no quote, backslash or control character unescaped.
+            Ok(_) => out.push_str(raw),
+            Err(_) => {
+                let text: String = serde_json::from_str(raw)?;
+                out.push_str(&serde_json::to_string(&text)?);
+            }
+        },
         _ => {
             // `true`, `false`, `null` or a number: let serde_json check the token.
             let _: &RawValue = serde_json::from_str(raw)?;
             match raw {
                 "true" | "false" | "null" => out.push_str(raw),
-                number => out.push_str(&exact_number(number)),
+                number => write_number(number, out),
             }
         }
     }
     Ok(())
+}
+
+/// Writes a JSON number token (already checked by serde_json) by its exact decimal value;
+/// integers, the usual case, without building the general form.
+fn write_number(token: &str, out: &mut String) {
+    let unsigned = token.strip_prefix('-').unwrap_or(token);
+    if !unsigned.bytes().all(|b| b.is_ascii_digit()) {
+        out.push_str(&exact_number(token));
+        return;
+    }
+    let digits = unsigned.trim_start_matches('0');
+    let significant = digits.trim_end_matches('0');
+    if significant.is_empty() {
+        out.push('0');
+        return;
+    }
+    if unsigned.len() < token.len() {
+        out.push('-');
+    }
+    out.push_str(significant);
+    out.push('e');
+    // Writing to a String cannot fail.
+    let _ = write!(out, "{}", digits.len() - significant.len());
 }
 
 /// A JSON number token (already checked by serde_json) by its exact decimal value.
@@ -167,11 +217,23 @@ pub(crate) fn select<'a>(
         if depth > MAX_DEPTH {
             return Err(too_deep());
         }
-        let token = token.replace("~1", "/").replace("~0", "~");
+        let token: Cow<'_, str> = if token.contains('~') {
+            Cow::Owned(token.replace("~1", "/").replace("~0", "~"))
+        } else {
+            Cow::Borrowed(token)
+        };
         let next: Option<&'a RawValue> = match current.trim_start().as_bytes().first() {
             Some(b'{') => {
-                let members: BTreeMap<String, &'a RawValue> = serde_json::from_str(current)?;
-                members.get(&token).copied()
+                // Keys borrowed from the text when none has an escape (the last of
+                // duplicate keys wins either way).
+                match serde_json::from_str::<BTreeMap<&str, &'a RawValue>>(current) {
+                    Ok(members) => members.get(token.as_ref()).copied(),
+                    Err(_) => {
+                        let members: BTreeMap<String, &'a RawValue> =
+                            serde_json::from_str(current)?;
+                        members.get(token.as_ref()).copied()
+                    }
+                }
             }
             Some(b'[') => {
                 let items: Vec<&'a RawValue> = serde_json::from_str(current)?;
@@ -247,6 +309,39 @@ mod tests {
             format!("1e-1{}1", "0".repeat(39))
         );
         assert_eq!(c(&format!("0e{}", "1".repeat(40))), "0");
+    }
+
+    #[test]
+    fn the_integer_and_unescaped_shortcuts_give_the_general_form() {
+        for token in [
+            "0",
+            "-0",
+            "000",
+            "7",
+            "-7",
+            "10",
+            "100",
+            "-1200",
+            "120034000",
+            "00012",
+            "12345678901234567890123456789012345678901234567890",
+        ] {
+            let mut fast = String::new();
+            write_number(token, &mut fast);
+            assert_eq!(fast, exact_number(token), "{token}");
+        }
+        // Borrowed keys and strings, or decoded ones: the same bytes for the same value.
+        assert_eq!(
+            c(r#"{"b":"x","a":"y"}"#),
+            c(r#"{"\u0062":"\u0078","a":"y"}"#)
+        );
+        assert_eq!(c(r#"{"a":1,"a":2}"#), r#"{"a":2e0}"#);
+        assert_eq!(c(r#"{"a":1,"\u0061":2}"#), r#"{"a":2e0}"#);
+        assert_eq!(c(r#""tab\there""#), "\"tab\\there\"");
+        assert_eq!(c(r#""\/""#), r#""/""#);
+        assert_eq!(select(r#"{"a~b":1,"c/d":2}"#, "/a~0b").unwrap(), Some("1"));
+        assert_eq!(select(r#"{"a~b":1,"c/d":2}"#, "/c~1d").unwrap(), Some("2"));
+        assert_eq!(select(r#"{"\u0061":1}"#, "/a").unwrap(), Some("1"));
     }
 
     #[test]
