@@ -5,12 +5,14 @@
 
 mod error;
 mod event;
+mod mode;
 mod processor;
 mod report;
 
 pub use error::BatchError;
 pub use event::{BatchEvent, Ordering};
+pub use mode::BatchMode;
 pub use processor::{
-    BatchFuture, BatchMode, BatchProcessor, Precheck, ANSWER_MARGIN, DEFAULT_DEADLINE_MARGIN,
+    BatchFuture, BatchProcessor, Precheck, ANSWER_MARGIN, DEFAULT_DEADLINE_MARGIN,
 };
 pub use report::{BatchReport, RecordReport};

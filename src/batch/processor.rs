@@ -1,7 +1,6 @@
 //! [`BatchProcessor`]: runs a batch (SQS, Kinesis) through a per-record service, in order
 //! when the source asks for it, and builds the partial batch response.
 
-use std::collections::HashSet;
 use std::future::Future;
 use std::marker::PhantomData;
 use std::pin::Pin;
@@ -15,60 +14,12 @@ use tower::{Service, ServiceExt};
 use tracing::Instrument;
 
 use super::error::BatchError;
-use super::event::{BatchEvent, Ordering};
+use super::event::BatchEvent;
+use super::mode::{BatchMode, Stops};
 use super::report::{skipped, summarize, BatchReport, RecordReport};
 use crate::clock::{epoch_ms, Clock, Deadline, SystemClock};
 use crate::error::{error_chain, Error};
 use crate::processed::Processed;
-
-/// How the records of a batch are scheduled.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum BatchMode {
-    /// The default: in order (stop at the first failure) when the source asks for it (an
-    /// SQS FIFO queue, an `eventSourceARN` ending in `.fifo`; a stream shard), concurrent
-    /// processing, at most `limit` at once, otherwise. Ordering is not opt-in.
-    Auto {
-        /// The most records in flight at once on standard queues (at least 1).
-        limit: usize,
-    },
-    /// Standard queues: records run concurrently, at most `limit` at once. A batch that must
-    /// run in order (a FIFO queue's, a stream shard's) runs in order anyway.
-    Concurrent {
-        /// The most records in flight at once (at least 1).
-        limit: usize,
-    },
-    /// In order (FIFO queues, stream shards): records run one by one. After the first record
-    /// that does not succeed, every later record is reported without being started, or, with
-    /// `skip_failed_group_only`, every later record of the same `MessageGroupId` (and every
-    /// later record without a group: stream records have none).
-    Fifo {
-        /// Stop only the failed record's message group, not the whole batch.
-        skip_failed_group_only: bool,
-    },
-}
-
-impl Default for BatchMode {
-    fn default() -> Self {
-        BatchMode::Auto { limit: 10 }
-    }
-}
-
-impl BatchMode {
-    /// The mode for a batch of `records`: `Auto` decided, the others as they are.
-    fn resolve<E: BatchEvent>(self, records: &[E::Record]) -> BatchMode {
-        match (self, E::ordering(records)) {
-            // A batch that must run in order never runs concurrently, whatever was chosen.
-            (BatchMode::Auto { .. } | BatchMode::Concurrent { .. }, Ordering::InOrder) => {
-                BatchMode::Fifo {
-                    skip_failed_group_only: false,
-                }
-            }
-            (BatchMode::Auto { limit }, _) => BatchMode::Concurrent { limit },
-            (other, _) => other,
-        }
-    }
-}
 
 /// Which records of a batch are looked up in the store together before they run (one
 /// [`Store::get_many`](crate::store::Store::get_many): a `BatchGetItem` per 100 keys on
@@ -308,25 +259,16 @@ impl<S, C, E: BatchEvent> BatchProcessor<S, C, E> {
                 skip_failed_group_only,
             } => {
                 let mut reports = Vec::with_capacity(records.len());
-                let mut stopped = false;
-                let mut failed_groups = HashSet::new();
+                let mut stops = Stops::new(skip_failed_group_only);
                 for record in records {
                     let group = E::group(&record);
-                    // A record without a group (a stream record) waits behind any failure.
-                    let skip = match (&group, skip_failed_group_only) {
-                        (Some(group), true) => failed_groups.contains(group),
-                        _ => stopped,
-                    };
-                    let report = if skip {
+                    let report = if stops.skips(group.as_deref()) {
                         skipped(E::item_identifier(&record))
                     } else {
                         self.process_record::<T>(record, context, deadline).await
                     };
                     if !report.outcome.is_acknowledged() {
-                        stopped = true;
-                        if let Some(group) = group {
-                            failed_groups.insert(group);
-                        }
+                        stops.failed(group);
                     }
                     reports.push(report);
                 }

@@ -1,0 +1,92 @@
+//! [`BatchMode`]: how the records of a batch are scheduled, and which records an in-order
+//! batch skips after a failure.
+
+use std::collections::HashSet;
+
+use super::event::{BatchEvent, Ordering};
+
+/// How the records of a batch are scheduled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BatchMode {
+    /// The default: in order (stop at the first failure) when the source asks for it (an
+    /// SQS FIFO queue, an `eventSourceARN` ending in `.fifo`; a stream shard), concurrent
+    /// processing, at most `limit` at once, otherwise. Ordering is not opt-in.
+    Auto {
+        /// The most records in flight at once on standard queues (at least 1).
+        limit: usize,
+    },
+    /// Standard queues: records run concurrently, at most `limit` at once. A batch that must
+    /// run in order (a FIFO queue's, a stream shard's) runs in order anyway.
+    Concurrent {
+        /// The most records in flight at once (at least 1).
+        limit: usize,
+    },
+    /// In order (FIFO queues, stream shards): records run one by one. After the first record
+    /// that does not succeed, every later record is reported without being started, or, with
+    /// `skip_failed_group_only`, every later record of the same `MessageGroupId` (and every
+    /// later record without a group: stream records have none).
+    Fifo {
+        /// Stop only the failed record's message group, not the whole batch.
+        skip_failed_group_only: bool,
+    },
+}
+
+impl Default for BatchMode {
+    fn default() -> Self {
+        BatchMode::Auto { limit: 10 }
+    }
+}
+
+impl BatchMode {
+    /// The mode for a batch of `records`: `Auto` decided, the others as they are.
+    pub(super) fn resolve<E: BatchEvent>(self, records: &[E::Record]) -> BatchMode {
+        match (self, E::ordering(records)) {
+            // A batch that must run in order never runs concurrently, whatever was chosen.
+            (BatchMode::Auto { .. } | BatchMode::Concurrent { .. }, Ordering::InOrder) => {
+                BatchMode::Fifo {
+                    skip_failed_group_only: false,
+                }
+            }
+            (BatchMode::Auto { limit }, _) => BatchMode::Concurrent { limit },
+            (other, _) => other,
+        }
+    }
+}
+
+/// The failures an in-order batch has met so far, and so which later records it skips.
+#[derive(Debug)]
+pub(super) struct Stops {
+    skip_failed_group_only: bool,
+    /// A record failed.
+    any: bool,
+    /// The groups of the records that failed.
+    groups: HashSet<String>,
+}
+
+impl Stops {
+    pub(super) fn new(skip_failed_group_only: bool) -> Self {
+        Self {
+            skip_failed_group_only,
+            any: false,
+            groups: HashSet::new(),
+        }
+    }
+
+    /// Whether a record of `group` is reported without being started. A record without a
+    /// group (a stream record) waits behind any failure.
+    pub(super) fn skips(&self, group: Option<&str>) -> bool {
+        match group {
+            Some(group) if self.skip_failed_group_only => self.groups.contains(group),
+            _ => self.any,
+        }
+    }
+
+    /// A record of `group` did not succeed.
+    pub(super) fn failed(&mut self, group: Option<String>) {
+        self.any = true;
+        if let Some(group) = group {
+            self.groups.insert(group);
+        }
+    }
+}
