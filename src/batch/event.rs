@@ -8,8 +8,10 @@ use crate::input::Input;
 pub enum Ordering {
     /// Any order; records may run concurrently (SQS standard queues).
     Unordered,
-    /// In order, stopping at the first record that does not succeed (SQS FIFO queues, and
-    /// stream shards, whose event source mapping checkpoints at the lowest reported record).
+    /// In order, one record at a time (SQS FIFO queues, and stream shards, whose event
+    /// source mapping checkpoints at the lowest reported record): a record that does not
+    /// succeed holds back the later records of its [group](BatchEvent::group), or every later
+    /// record when it has none (see [`BatchMode`](super::BatchMode)).
     InOrder,
 }
 

@@ -6,28 +6,39 @@ use std::collections::HashSet;
 use super::event::{BatchEvent, Ordering};
 
 /// How the records of a batch are scheduled.
+///
+/// A batch that must run in order (an SQS FIFO queue's, an `eventSourceARN` ending in
+/// `.fifo`; a stream shard's) runs one record at a time under every mode. By default a
+/// failure there stops only its message group: on SQS FIFO every message a receive returns
+/// counts toward the queue's `maxReceiveCount`, also one reported without being started, so
+/// stopping the other groups behind a message that always fails would take their messages to
+/// the dead-letter queue with it, while FIFO orders messages only within a group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum BatchMode {
-    /// The default: in order (stop at the first failure) when the source asks for it (an
-    /// SQS FIFO queue, an `eventSourceARN` ending in `.fifo`; a stream shard), concurrent
-    /// processing, at most `limit` at once, otherwise. Ordering is not opt-in.
+    /// The default. A batch that must run in order runs as
+    /// `Fifo { skip_failed_group_only: true }`: after a record that does not succeed, the
+    /// later records of its `MessageGroupId` are reported without being started and the
+    /// other groups' records run; a record without a group (every stream record) is reported
+    /// without being started after any failure. Other batches run concurrently, at most
+    /// `limit` at once. Ordering is not opt-in.
     Auto {
         /// The most records in flight at once on standard queues (at least 1).
         limit: usize,
     },
     /// Standard queues: records run concurrently, at most `limit` at once. A batch that must
-    /// run in order (a FIFO queue's, a stream shard's) runs in order anyway.
+    /// run in order runs as under `Auto`.
     Concurrent {
         /// The most records in flight at once (at least 1).
         limit: usize,
     },
-    /// In order (FIFO queues, stream shards): records run one by one. After the first record
-    /// that does not succeed, every later record is reported without being started, or, with
-    /// `skip_failed_group_only`, every later record of the same `MessageGroupId` (and every
-    /// later record without a group: stream records have none).
+    /// In order, whatever the source: records run one by one. After the first record that
+    /// does not succeed, every later record is reported without being started, or, with
+    /// `skip_failed_group_only` (what `Auto` does), every later record of the same
+    /// `MessageGroupId` and every later record without a group.
     Fifo {
-        /// Stop only the failed record's message group, not the whole batch.
+        /// Stop only the failed record's message group, not the whole batch. `false` stops
+        /// the whole batch, on SQS FIFO at the cost described on [`BatchMode`].
         skip_failed_group_only: bool,
     },
 }
@@ -42,10 +53,11 @@ impl BatchMode {
     /// The mode for a batch of `records`: `Auto` decided, the others as they are.
     pub(super) fn resolve<E: BatchEvent>(self, records: &[E::Record]) -> BatchMode {
         match (self, E::ordering(records)) {
-            // A batch that must run in order never runs concurrently, whatever was chosen.
+            // A batch that must run in order never runs concurrently, whatever was chosen,
+            // and a failure stops only its group (every later record when it has none).
             (BatchMode::Auto { .. } | BatchMode::Concurrent { .. }, Ordering::InOrder) => {
                 BatchMode::Fifo {
-                    skip_failed_group_only: false,
+                    skip_failed_group_only: true,
                 }
             }
             (BatchMode::Auto { limit }, _) => BatchMode::Concurrent { limit },
