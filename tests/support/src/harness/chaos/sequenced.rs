@@ -6,22 +6,22 @@
 //! JSON, binary-looking, mistyped, without an account, 200 KB, without a sequence, at
 //! sequence 0, and ahead of their turn with a gap that never closes.
 //!
-//! The poison messages are sent last, after every valid message, each in a group of its own
-//! or at the tail of an account's group (behind all its valid orders). Why last: a poison
-//! message never succeeds, so it is received until it is dead-lettered, and on SQS every
-//! receive counts for each message returned, also one the consumer skips (see
-//! [`Queue::fifo`]). The order-consumer stops a FIFO batch at its first failure and reports
-//! the rest; whatever a receive returns behind a poison message becomes visible again with it
-//! and, if the next receive returns them in the same order, counts the same receives and goes
-//! to the dead-letter queue with it. A receive takes as many messages of a group as it can,
-//! so the orders behind a poison message in the middle of its group would follow it there
-//! (and every later order of the account would then be out of turn, until dead-lettered too);
-//! the groups a receive serves after the poison message's (those whose oldest message was
-//! sent after it) would as well. Sent last, a poison message is served after every group
-//! holding a valid message: a batch that also holds its group's last valid orders can carry
-//! other groups behind it, but the next receive serves those groups first (only a kill or a
-//! lost acknowledgment of that batch brings it back in the same order). This is a real FIFO
-//! hazard the workload steers around, not one the model covers.
+//! A poison message never succeeds, so it is received until it is dead-lettered, and on SQS
+//! every receive counts for each message returned, also one the consumer skips (see
+//! [`Queue::fifo`]). The order-consumer runs with the default batch mode, which stops only the
+//! failed record's message group: the other groups' messages a receive returns behind a
+//! poison message run and are acknowledged, and do not follow it to the dead-letter queue.
+//! One poison message (not JSON) is sent first, before every valid message, in a group of its
+//! own, to check just that: under a whole-batch stop it took valid messages of other accounts
+//! to the dead-letter queue (`BatchMode::Fifo { skip_failed_group_only: false }`: 20 of 51 for
+//! seed 1).
+//!
+//! The other poison messages are sent last, after every valid message, each in a group of its
+//! own or at the tail of an account's group (behind all its valid orders). At an account's
+//! tail because of FIFO itself: the orders behind a poison message in its own group are held
+//! back with it on every receive, so they would follow it to the dead-letter queue (and every
+//! later order of the account would then be out of turn, until dead-lettered too). This is a
+//! real FIFO hazard the workload steers around, not one the model covers.
 
 use std::collections::BTreeMap;
 
@@ -51,6 +51,14 @@ enum Place {
 pub(super) fn send(queue: &Queue, settings: &Settings, rng: &mut Rng) -> Workload {
     let seed = settings.seed;
     let mut workload = Workload::default();
+    // A poison message first in the queue, in a group of its own: the valid messages returned
+    // behind it must run, not follow it to the dead-letter queue.
+    workload.groups += 1;
+    workload.poison.push(queue.send_to_group(
+        r#"{"eventId":"evt-poison-early","#,
+        None,
+        "poison-early",
+    ));
     // Each account's group, in order.
     let mut groups: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let twins: Vec<u64> = (0..(settings.events / 20).max(2))
@@ -84,7 +92,7 @@ pub(super) fn send(queue: &Queue, settings: &Settings, rng: &mut Rng) -> Workloa
             (group, bodies.into_iter(), left)
         })
         .collect();
-    workload.groups = cursors.len();
+    workload.groups += cursors.len();
     let mut left: usize = cursors.iter().map(|(_, _, n)| n).sum();
     while left > 0 {
         let mut pick = rng.below(left as u64) as usize;
@@ -106,7 +114,7 @@ pub(super) fn send(queue: &Queue, settings: &Settings, rng: &mut Rng) -> Workloa
     workload
 }
 
-/// The poison messages, after every valid one.
+/// The poison messages sent after every valid one.
 fn send_poison(queue: &Queue, settings: &Settings, rng: &mut Rng, workload: &mut Workload) {
     let seed = settings.seed;
     type Poison = fn(usize, &str, u64) -> String;
