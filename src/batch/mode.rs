@@ -9,10 +9,11 @@ use super::event::{BatchEvent, Ordering};
 ///
 /// A batch that must run in order (an SQS FIFO queue's, an `eventSourceARN` ending in
 /// `.fifo`; a stream shard's) runs one record at a time under every mode. By default a
-/// failure there stops only its message group: on SQS FIFO every message a receive returns
-/// counts toward the queue's `maxReceiveCount`, also one reported without being started, so
-/// stopping the other groups behind a message that always fails would take their messages to
-/// the dead-letter queue with it, while FIFO orders messages only within a group.
+/// failure there stops only its message group (every later record when it has no group): on
+/// SQS FIFO every message a receive returns counts toward the queue's `maxReceiveCount`, also
+/// one reported without being started, so stopping the other groups behind a message that
+/// always fails would take their messages to the dead-letter queue with it, while FIFO orders
+/// messages only within a group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum BatchMode {
@@ -50,7 +51,8 @@ impl Default for BatchMode {
 }
 
 impl BatchMode {
-    /// The mode for a batch of `records`: `Auto` decided, the others as they are.
+    /// The mode for a batch of `records`: `Auto` decided, `Concurrent` made in-order for a
+    /// batch that must run in order, `Fifo` as it is.
     pub(super) fn resolve<E: BatchEvent>(self, records: &[E::Record]) -> BatchMode {
         match (self, E::ordering(records)) {
             // A batch that must run in order never runs concurrently, whatever was chosen,
