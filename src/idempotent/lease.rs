@@ -139,7 +139,7 @@ where
     C: Clock,
     I: Input + Send + Sync + 'static,
 {
-    let mut claim = match admit(&protocol, &event).await {
+    let claim = match admit(&protocol, &event).await {
         Admission::Answered(answer) => return answer,
         // Writes need the record: a handler that has writes fails with the key error.
         Admission::Unprotected(err) if M::HAS_WRITES => return Err(Error::Key(err)),
@@ -148,11 +148,36 @@ where
                 error_type = "Idempotency.KeyError",
                 "no idempotency key: processing without idempotency"
             );
-            let response = call_handler(inner, event, &protocol.clock).await?;
+            let response = Box::pin(call_handler(inner, event, &protocol.clock)).await?;
             return Ok(Processed::Unprotected(M::into_parts(response).0));
         }
         Admission::Claimed(claim) => claim,
     };
+    // Boxed: the lease, the handler and the commit make a future of kilobytes, which a record
+    // answered at admission (a duplicate) then never builds or moves.
+    Box::pin(run_claimed::<M, S, St, K, C, I>(
+        protocol, inner, event, claim,
+    ))
+    .await
+}
+
+/// The lease protocol for a claimed record: acquire, run the handler under the heartbeat,
+/// commit (or settle the failure).
+async fn run_claimed<M, S, St, K, C, I>(
+    protocol: Arc<Protocol<St, K, C>>,
+    inner: S,
+    event: LambdaEvent<I>,
+    mut claim: Claim,
+) -> Result<Processed<M::Value>, Error>
+where
+    M: Finish<S::Response, St>,
+    S: Service<LambdaEvent<I>>,
+    S::Error: Into<BoxError>,
+    St: Store,
+    K: KeyExtractor<I>,
+    C: Clock,
+    I: Input + Send + Sync + 'static,
+{
     let (owner, held_until_ms) = match acquire(&protocol, &mut claim).await {
         Ok(held) => held,
         Err(answer) => return answer,

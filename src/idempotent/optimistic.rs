@@ -172,12 +172,33 @@ where
     C: Clock,
     I: Input + Send + Sync + 'static,
 {
-    let mut claim = match admit(&protocol, &event).await {
+    let claim = match admit(&protocol, &event).await {
         Admission::Answered(answer) => return answer,
         // Writes need the record: a record without a key fails with the key error.
         Admission::Unprotected(err) => return Err(Error::Key(err)),
         Admission::Claimed(claim) => claim,
     };
+    // Boxed: the handler and the commit make a future of kilobytes, which a record answered
+    // at admission (a duplicate) then never builds or moves.
+    Box::pin(run_claimed(protocol, inner, event, claim)).await
+}
+
+/// A claimed record: the handler, then its result committed with its writes.
+async fn run_claimed<S, St, K, C, I, T>(
+    protocol: Arc<Protocol<St, K, C>>,
+    inner: S,
+    event: LambdaEvent<I>,
+    mut claim: Claim,
+) -> Result<Processed<T>, Error>
+where
+    S: Service<LambdaEvent<I>, Response = Completion<T>>,
+    S::Error: Into<BoxError>,
+    T: Serialize + DeserializeOwned,
+    St: TransactionalStore,
+    K: KeyExtractor<I>,
+    C: Clock,
+    I: Input + Send + Sync + 'static,
+{
     if claim.deadline.epoch_ms() <= epoch_ms(protocol.clock.now()) {
         return Err(Error::DeadlineNear);
     }

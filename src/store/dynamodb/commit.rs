@@ -266,14 +266,14 @@ impl TransactionalStore for DynamoDbStore {
         &self,
         request: &CommitRequest,
     ) -> impl Future<Output = Result<Commit, StoreError>> + Send {
-        self.commit_inner(request)
+        Box::pin(self.commit_inner(request))
     }
 
     fn commit_fresh(
         &self,
         request: &CommitRequest,
     ) -> impl Future<Output = Result<Commit, StoreError>> + Send {
-        self.commit_fresh_inner(request)
+        Box::pin(self.commit_fresh_inner(request))
     }
 }
 

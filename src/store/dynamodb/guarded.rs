@@ -125,7 +125,7 @@ impl GuardedWrite for DynamoDbStore {
         &self,
         write: &Write,
     ) -> impl Future<Output = Result<Guarded, StoreError>> + Send {
-        self.write_guarded_inner(write)
+        Box::pin(self.write_guarded_inner(write))
     }
 
     fn read_item(
@@ -133,6 +133,6 @@ impl GuardedWrite for DynamoDbStore {
         table: &str,
         key: &Item,
     ) -> impl Future<Output = Result<Option<Item>, StoreError>> + Send {
-        self.read_item_inner(table, key)
+        Box::pin(self.read_item_inner(table, key))
     }
 }

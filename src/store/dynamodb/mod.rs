@@ -413,26 +413,29 @@ where
     }
 }
 
+// Each call's future is boxed: the SDK's request futures are several kilobytes, and held
+// inline they would make every record's future (built and moved for each record, duplicates
+// answered without any call included) as large as the largest of them.
 impl Store for DynamoDbStore {
     fn acquire(
         &self,
         request: &AcquireRequest,
     ) -> impl Future<Output = Result<Acquire, StoreError>> + Send {
-        self.acquire_inner(request)
+        Box::pin(self.acquire_inner(request))
     }
 
     fn complete(
         &self,
         request: &CompleteRequest,
     ) -> impl Future<Output = Result<Fenced, StoreError>> + Send {
-        self.complete_inner(request)
+        Box::pin(self.complete_inner(request))
     }
 
     fn extend(
         &self,
         request: &ExtendRequest,
     ) -> impl Future<Output = Result<Fenced, StoreError>> + Send {
-        self.extend_inner(request)
+        Box::pin(self.extend_inner(request))
     }
 
     fn release(
@@ -440,20 +443,20 @@ impl Store for DynamoDbStore {
         key: &IdempotencyKey,
         owner: &OwnerToken,
     ) -> impl Future<Output = Result<Fenced, StoreError>> + Send {
-        self.release_inner(key, owner)
+        Box::pin(self.release_inner(key, owner))
     }
 
     fn get(
         &self,
         key: &IdempotencyKey,
     ) -> impl Future<Output = Result<Option<Record>, StoreError>> + Send {
-        self.get_inner(key)
+        Box::pin(self.get_inner(key))
     }
 
     fn get_many(
         &self,
         keys: &[IdempotencyKey],
     ) -> impl Future<Output = Result<Vec<Record>, StoreError>> + Send {
-        self.get_many_inner(keys)
+        Box::pin(self.get_many_inner(keys))
     }
 }
