@@ -10,7 +10,8 @@
 //! Environment: `AWS_ENDPOINT_URL_DYNAMODB` (required), `BENCH_BATCHES` (default 40),
 //! `BENCH_PYTHON` (a python with aws-lambda-powertools; the Powertools baseline is skipped
 //! without it), `BENCH_ORDER_CONSUMER` (the order-consumer binary, for cold start and
-//! memory), `BENCH_OUT` (default BENCHMARKS.md).
+//! memory), `BENCH_OUT` (default BENCHMARKS.md), `BENCH_SCENARIOS` (comma-separated scenario
+//! names to run, default all: for profiling one scenario; the report then lacks the others).
 //!
 //! The toolkit runs as order-consumer runs it: its processor, from `order_consumer`.
 
@@ -43,6 +44,11 @@ async fn main() {
     let python = std::env::var("BENCH_PYTHON").ok();
     let out = std::env::var("BENCH_OUT").unwrap_or_else(|_| "BENCHMARKS.md".into());
     let local = std::env::var("AWS_ENDPOINT_URL_DYNAMODB").expect("AWS_ENDPOINT_URL_DYNAMODB");
+    let only = std::env::var("BENCH_SCENARIOS").ok();
+    let chosen = |name: &str| {
+        only.as_deref()
+            .is_none_or(|o| o.split(',').any(|n| n.trim() == name))
+    };
     warm_up(&local).await;
     let mut lines = Vec::new();
     for added_ms in ADDED_LATENCY_MS {
@@ -55,7 +61,10 @@ async fn main() {
             endpoint: proxy.as_ref().map_or(local.as_str(), |p| p.endpoint()),
             added_ms,
         };
-        for scenario in SCENARIOS.iter().filter(|s| runs_at(s, added_ms)) {
+        for scenario in SCENARIOS
+            .iter()
+            .filter(|s| runs_at(s, added_ms) && chosen(s.name))
+        {
             let n = batches_at(batches, scenario.batch_size, added_ms);
             for mode in [IdempotencyMode::Optimistic, IdempotencyMode::Lease] {
                 for line in run_scenario(scenario, mode, n, python.as_deref(), target).await {
