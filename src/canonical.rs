@@ -205,14 +205,19 @@ pub(crate) fn select<'a>(
     document: &'a str,
     pointer: &str,
 ) -> Result<Option<&'a str>, serde_json::Error> {
-    let root: &'a RawValue = serde_json::from_str(document)?;
+    let container = matches!(document.trim_start().as_bytes().first(), Some(b'{' | b'['));
+    let mut current: &'a str = match pointer.strip_prefix('/') {
+        // The first step parses the whole document as its object or array, which checks it:
+        // no separate pass.
+        Some(_) if container => document,
+        _ => serde_json::from_str::<&'a RawValue>(document)?.get(),
+    };
     if pointer.is_empty() {
-        return Ok(Some(root.get()));
+        return Ok(Some(current));
     }
     let Some(tokens) = pointer.strip_prefix('/') else {
         return Ok(None);
     };
-    let mut current: &'a str = root.get();
     for (depth, token) in tokens.split('/').enumerate() {
         if depth > MAX_DEPTH {
             return Err(too_deep());
@@ -342,6 +347,26 @@ mod tests {
         assert_eq!(select(r#"{"a~b":1,"c/d":2}"#, "/a~0b").unwrap(), Some("1"));
         assert_eq!(select(r#"{"a~b":1,"c/d":2}"#, "/c~1d").unwrap(), Some("2"));
         assert_eq!(select(r#"{"\u0061":1}"#, "/a").unwrap(), Some("1"));
+    }
+
+    #[test]
+    fn a_pointer_into_an_invalid_document_is_an_error() {
+        for bad in [
+            r#"{"a":1} x"#,
+            r#"{"a":1,}"#,
+            r#"{"a":[1,}"#,
+            "[1] 2",
+            "[1,",
+            "tru",
+        ] {
+            assert!(select(bad, "/a").is_err(), "{bad:?}");
+            assert!(select(bad, "/0").is_err(), "{bad:?}");
+        }
+        assert_eq!(
+            select(r#" {"a" : [1, {"b": "x"}]} "#, "/a/1/b").unwrap(),
+            Some(r#""x""#)
+        );
+        assert_eq!(select(" 7 ", "").unwrap(), Some("7"));
     }
 
     #[test]
