@@ -15,6 +15,7 @@
 //!
 //! The toolkit runs as order-consumer runs it: its processor, from `order_consumer`.
 
+mod alone;
 mod latency;
 mod python;
 mod raw;
@@ -78,6 +79,13 @@ async fn main() {
                     lines.push(line);
                 }
             }
+        }
+    }
+    // The toolkit's own work, without I/O.
+    if chosen("toolkit-alone") {
+        for line in alone::measure(batches * 50).await {
+            println!("{line}");
+            lines.push(line);
         }
     }
     // Cold start and memory: order-consumer against the Python equivalent, alternating.
