@@ -10,6 +10,7 @@ use std::time::Duration;
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
 use lambda_idempotency::batch::{BatchProcessor, BatchReport, Precheck};
 use lambda_idempotency::clock::{Clock, ManualClock};
+use lambda_idempotency::key::{KeyError, KeyExtractor};
 use lambda_idempotency::store::InMemoryStore;
 use lambda_idempotency::{Config, IdempotencyLayer, Outcome};
 use lambda_idempotency_test_support::faulty_store::{FaultyStore, Inject};
@@ -216,6 +217,21 @@ async fn a_protocol_freed_in_the_batch_never_answers_for_another_store() {
     );
 }
 
+/// The message id as the key (from the event alone), counting its derivations.
+#[derive(Clone)]
+struct CountedId(Arc<AtomicUsize>);
+
+impl KeyExtractor<SqsMessage> for CountedId {
+    fn key_material(&self, message: &SqsMessage) -> Result<Vec<u8>, KeyError> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        Ok(message.message_id.clone().unwrap().into_bytes())
+    }
+
+    fn from_event_alone(&self) -> bool {
+        true
+    }
+}
+
 /// A redelivered record's key and payload hash are derived once: the pre-check derives the
 /// offered records' keys together, and each record then reuses its own. (Before, each was
 /// derived twice; this fails on that code.)
@@ -225,11 +241,7 @@ async fn a_redelivered_record_derives_its_key_once() {
     let clock = ManualClock::starting_now();
     let derivations = Arc::new(AtomicUsize::new(0));
     let deliver = |event: SqsEvent| {
-        let derivations = derivations.clone();
-        let key = move |message: &SqsMessage| {
-            derivations.fetch_add(1, Ordering::SeqCst);
-            Ok::<_, lambda_idempotency::key::KeyError>(message.message_id.clone().unwrap())
-        };
+        let key = CountedId(derivations.clone());
         let layer = IdempotencyLayer::new(store.clone())
             .with_clock(clock.clone())
             .with_key(key)
@@ -304,4 +316,77 @@ async fn a_record_changed_on_its_way_derives_its_own_key() {
         "its own key: {{\"n\":1}}"
     );
     assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+tokio::task_local! {
+    static TENANT: String;
+}
+
+/// A key that a closure builds from more than the event (here a task-local a layer sets per
+/// record) is derived in each record's own call: the pre-check derived the batch's keys in
+/// the first record's call, and reusing them gave tenant B's record tenant A's key, so B was
+/// acknowledged without running. (Found in review; fails on the commit that introduced the
+/// reuse.)
+#[tokio::test]
+async fn a_key_from_more_than_the_event_is_derived_in_its_own_record_call() {
+    use tower::ServiceExt;
+    let store = InMemoryStore::new();
+    let clock = ManualClock::starting_now();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let layer = IdempotencyLayer::new(store.clone())
+        .with_clock(clock.clone())
+        .with_key(|m: &SqsMessage| {
+            let tenant = TENANT.try_with(|t| t.clone()).unwrap_or_default();
+            Ok::<_, KeyError>(format!("{tenant}#{}", m.body.clone().unwrap()))
+        })
+        .with_config(Config::new().with_key_prefix("ambient"));
+    let handler = {
+        let runs = runs.clone();
+        layer.handler(move |_m: SqsMessage| {
+            let runs = runs.clone();
+            async move {
+                runs.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, std::io::Error>(7u32)
+            }
+        })
+    };
+    let deliver = |event: SqsEvent| {
+        let handler = handler.clone();
+        let tenanted = tower::service_fn(move |event: lambda_runtime::LambdaEvent<SqsMessage>| {
+            let service = handler.clone();
+            let tenant = event
+                .payload
+                .attributes
+                .get("tenant")
+                .cloned()
+                .unwrap_or_default();
+            TENANT.scope(tenant, async move { service.oneshot(event).await })
+        });
+        let processor = BatchProcessor::new(tenanted)
+            .with_clock(clock.clone())
+            .with_precheck(Precheck::Redelivered);
+        let invocation = invocation(event, clock.now(), REMAINING);
+        async move { processor.process(invocation).await }
+    };
+    let message = |id: &str, tenant: &str, count: u32| {
+        let mut event = batch(&[id], count, false);
+        event.records[0].body = Some(r#"{"order":1}"#.into());
+        event.records[0]
+            .attributes
+            .insert("tenant".into(), tenant.into());
+        event.records.remove(0)
+    };
+    let mut first = SqsEvent::default();
+    first.records.push(message("m-a", "A", 1));
+    assert_eq!(outcomes(&deliver(first).await), [Outcome::Executed]);
+    let mut second = SqsEvent::default();
+    second.records.push(message("m-a", "A", 2));
+    second.records.push(message("m-b", "B", 2));
+    let report = deliver(second).await;
+    assert_eq!(
+        outcomes(&report),
+        [Outcome::Replayed, Outcome::Executed],
+        "tenant B's record runs under its own key"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
 }

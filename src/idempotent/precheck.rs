@@ -124,7 +124,9 @@ where
 
 /// The key and payload hash the pre-check derived for `payload`, when the current batch
 /// offered this very record (the same event, field for field, under the same function
-/// name), so that it is not derived twice; `None` otherwise (the caller derives it).
+/// name) and the protocol's key comes from the event alone
+/// ([`KeyExtractor::from_event_alone`]), so that it is not derived twice; `None` otherwise
+/// (the caller derives it).
 pub(crate) fn derived<St, K, C, I>(
     protocol: &Protocol<St, K, C>,
     context: &Context,
@@ -134,6 +136,12 @@ where
     K: KeyExtractor<I>,
     I: Input + Send + Sync + 'static,
 {
+    // A key that may depend on more than the event (a closure reading a task-local a layer
+    // set for this record) was derived for the lookup in another record's call: derive it
+    // again in this one.
+    if !protocol.key.from_event_alone() {
+        return None;
+    }
     let id = payload.id()?;
     let (lookup, records) = lookup_of(protocol, context)?;
     let index = *lookup.by_id.get(id)?;

@@ -14,6 +14,10 @@ impl<I: Input + ?Sized> KeyExtractor<I> for MessageId {
         let id = input.id().ok_or(KeyError::MissingMessageId)?;
         non_empty(id.as_bytes().to_vec())
     }
+
+    fn from_event_alone(&self) -> bool {
+        true
+    }
 }
 
 /// Keys on a message attribute's string (or binary) value, e.g. `Idempotency-Key`.
@@ -45,6 +49,10 @@ impl<I: Input + ?Sized> KeyExtractor<I> for MessageAttribute {
             }
             _ => Err(missing()),
         }
+    }
+
+    fn from_event_alone(&self) -> bool {
+        true
     }
 }
 
@@ -101,6 +109,10 @@ impl<I: Input + ?Sized> KeyExtractor<I> for JsonPointer {
             }
         }
     }
+
+    fn from_event_alone(&self) -> bool {
+        true
+    }
 }
 
 /// The body as JSON text: a body that is not UTF-8 is not JSON either.
@@ -117,6 +129,10 @@ impl<I: Input + ?Sized> KeyExtractor<I> for BodyHash {
     fn key_material(&self, input: &I) -> Result<Vec<u8>, KeyError> {
         let body = input.body().ok_or(KeyError::MissingBody)?;
         non_empty(body.into_owned())
+    }
+
+    fn from_event_alone(&self) -> bool {
+        true
     }
 }
 

@@ -123,6 +123,17 @@ pub trait KeyExtractor<I: ?Sized>: Send + Sync + 'static {
     /// The raw key material for `input`. It is hashed before it is stored.
     fn key_material(&self, input: &I) -> Result<Vec<u8>, KeyError>;
 
+    /// Whether the key material depends on the event alone, never on state around it (a
+    /// task- or thread-local a layer sets per record, a clock, a counter). The batch
+    /// [pre-check](crate::batch::Precheck) derives the keys of the records it looks up
+    /// together, within the first record's call; with a key from the event alone, each of
+    /// those records then reuses its key instead of deriving it again. `false` by default (a
+    /// closure: each record derives its own key, in its own call); `true` for the built-in
+    /// extractors, and for [`or`](KeyExtractor::or) of two that are.
+    fn from_event_alone(&self) -> bool {
+        false
+    }
+
     /// Uses `fallback` when this extractor finds its source absent
     /// ([`KeyError::is_absent`]); other errors are returned as they are.
     ///
@@ -204,5 +215,9 @@ impl<I: ?Sized, A: KeyExtractor<I>, B: KeyExtractor<I>> KeyExtractor<I> for Or<A
             Err(err) if err.is_absent() => self.fallback.key_material(input),
             other => other,
         }
+    }
+
+    fn from_event_alone(&self) -> bool {
+        self.first.from_event_alone() && self.fallback.from_event_alone()
     }
 }
