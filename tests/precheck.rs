@@ -227,7 +227,7 @@ impl KeyExtractor<SqsMessage> for CountedId {
         Ok(message.message_id.clone().unwrap().into_bytes())
     }
 
-    fn from_event_alone(&self) -> bool {
+    fn reads_event_only(&self) -> bool {
         true
     }
 }

@@ -125,7 +125,7 @@ where
 /// The key and payload hash the pre-check derived for `payload`, when the current batch
 /// offered this very record (the same event, field for field, under the same function
 /// name) and the protocol's key comes from the event alone
-/// ([`KeyExtractor::from_event_alone`]), so that it is not derived twice; `None` otherwise
+/// ([`KeyExtractor::reads_event_only`]), so that it is not derived twice; `None` otherwise
 /// (the caller derives it).
 pub(crate) fn derived<St, K, C, I>(
     protocol: &Protocol<St, K, C>,
@@ -139,7 +139,7 @@ where
     // A key that may depend on more than the event (a closure reading a task-local a layer
     // set for this record) was derived for the lookup in another record's call: derive it
     // again in this one.
-    if !protocol.key.from_event_alone() {
+    if !protocol.key.reads_event_only() {
         return None;
     }
     let id = payload.id()?;

@@ -15,7 +15,7 @@ impl<I: Input + ?Sized> KeyExtractor<I> for MessageId {
         non_empty(id.as_bytes().to_vec())
     }
 
-    fn from_event_alone(&self) -> bool {
+    fn reads_event_only(&self) -> bool {
         true
     }
 }
@@ -51,7 +51,7 @@ impl<I: Input + ?Sized> KeyExtractor<I> for MessageAttribute {
         }
     }
 
-    fn from_event_alone(&self) -> bool {
+    fn reads_event_only(&self) -> bool {
         true
     }
 }
@@ -110,7 +110,7 @@ impl<I: Input + ?Sized> KeyExtractor<I> for JsonPointer {
         }
     }
 
-    fn from_event_alone(&self) -> bool {
+    fn reads_event_only(&self) -> bool {
         true
     }
 }
@@ -131,7 +131,7 @@ impl<I: Input + ?Sized> KeyExtractor<I> for BodyHash {
         non_empty(body.into_owned())
     }
 
-    fn from_event_alone(&self) -> bool {
+    fn reads_event_only(&self) -> bool {
         true
     }
 }

@@ -130,7 +130,7 @@ pub trait KeyExtractor<I: ?Sized>: Send + Sync + 'static {
     /// those records then reuses its key instead of deriving it again. `false` by default (a
     /// closure: each record derives its own key, in its own call); `true` for the built-in
     /// extractors, and for [`or`](KeyExtractor::or) of two that are.
-    fn from_event_alone(&self) -> bool {
+    fn reads_event_only(&self) -> bool {
         false
     }
 
@@ -217,7 +217,7 @@ impl<I: ?Sized, A: KeyExtractor<I>, B: KeyExtractor<I>> KeyExtractor<I> for Or<A
         }
     }
 
-    fn from_event_alone(&self) -> bool {
-        self.first.from_event_alone() && self.fallback.from_event_alone()
+    fn reads_event_only(&self) -> bool {
+        self.first.reads_event_only() && self.fallback.reads_event_only()
     }
 }
