@@ -5,7 +5,8 @@
 # starts DynamoDB Local, builds in release mode, prints one JSON line per scenario and
 # writes BENCHMARKS.md.
 #
-#   scripts/bench.sh                  # BENCH_BATCHES=40 batches per scenario, ~5 minutes
+#   scripts/bench.sh                  # BENCH_BATCHES=40 batches per scenario; BENCHMARKS.md
+#                                     # records how long the build and the run took
 #   BENCH_BATCHES=100 scripts/bench.sh
 #   BENCH_SMOKE=1 scripts/bench.sh    # CI: a debug build, 3 batches, no Python, a temp file
 set -euo pipefail
@@ -36,7 +37,9 @@ if [ ! -x "$BENCH_VENV/bin/python3" ] || ! cmp -s scripts/bench-requirements.txt
 fi
 
 echo "== building (release)" >&2
+build_started=$SECONDS
 cargo build --release --quiet -p order-consumer -p bench
+export BENCH_BUILD_SECS=$((SECONDS - build_started))
 ddb_start
 BENCH_PYTHON="$BENCH_VENV/bin/python3" \
 BENCH_ORDER_CONSUMER="$PWD/target/release/order-consumer" \

@@ -32,12 +32,13 @@ use lambda_idempotency_test_support::dynamodb::{counted_client, CallCounter};
 use serde_json::json;
 
 use latency::LatencyProxy;
-use report::report;
+use report::{report, Took};
 use run::{cold_start, median, round, run_scenario, tables, Target};
 use scenario::{batches_at, runs_at, ADDED_LATENCY_MS, SCENARIOS};
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
+    let started = std::time::Instant::now();
     let batches: usize = std::env::var("BENCH_BATCHES")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -123,7 +124,13 @@ async fn main() {
             lines.push(line);
         }
     }
-    std::fs::write(&out, report(&lines, batches)).expect("write BENCHMARKS.md");
+    let took = Took {
+        build_secs: std::env::var("BENCH_BUILD_SECS")
+            .ok()
+            .and_then(|v| v.parse().ok()),
+        run_secs: started.elapsed().as_secs(),
+    };
+    std::fs::write(&out, report(&lines, batches, took)).expect("write BENCHMARKS.md");
     eprintln!("wrote {out}");
 }
 

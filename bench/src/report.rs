@@ -89,8 +89,23 @@ fn over_powertools(lines: &[Value], scenario: &str, added_ms: u64, mode: &str) -
     Some(rate("lambda-idempotency", mode)? / rate("powertools-python", "")?)
 }
 
-/// The Markdown report of `lines`, a run of `batches` batches per scenario.
-pub fn report(lines: &[Value], batches: usize) -> String {
+/// `secs` as minutes and seconds.
+fn minutes(secs: u64) -> String {
+    format!("{} min {} s", secs / 60, secs % 60)
+}
+
+/// How long a run took: the release build before it (measured by `scripts/bench.sh`, absent
+/// when the bench runs alone) and the measurements themselves.
+#[derive(Debug, Clone, Copy)]
+pub struct Took {
+    /// The build's seconds (`BENCH_BUILD_SECS`).
+    pub build_secs: Option<u64>,
+    /// The bench's own seconds, warm-up to report.
+    pub run_secs: u64,
+}
+
+/// The Markdown report of `lines`, a run of `batches` batches per scenario that took `took`.
+pub fn report(lines: &[Value], batches: usize, took: Took) -> String {
     let mut md = String::new();
     let _ = writeln!(md, "# Benchmarks\n");
     let _ = writeln!(
@@ -118,7 +133,16 @@ pub fn report(lines: &[Value], batches: usize) -> String {
     let _ = writeln!(md, "- Batches per scenario: {batches} at 0 ms ({} with batches of 100), {} at {REALISTIC_MS} ms, {} at {ROUND_TRIP_PROBE_MS} ms; concurrency within a batch: 10 (toolkit and raw), Powertools sequential", batches_at(batches, 100, 0), batches_at(batches, 10, REALISTIC_MS), batches_at(batches, 10, ROUND_TRIP_PROBE_MS));
     let _ = writeln!(
         md,
-        "- Command: `scripts/bench.sh` (settings: `BENCH_BATCHES`)\n"
+        "- Command: `scripts/bench.sh` (settings: `BENCH_BATCHES`)"
+    );
+    let build = took.build_secs.map_or_else(
+        || "not measured (the bench ran without `scripts/bench.sh`)".to_string(),
+        minutes,
+    );
+    let _ = writeln!(
+        md,
+        "- Duration: release build {build}, measurements {}\n",
+        minutes(took.run_secs)
     );
     let _ = writeln!(md, "## Batches\n");
     let _ = writeln!(md, "| scenario | added ms | implementation | mode | median ms | p99 ms | records/s | calls/record | WCU/record | refused-write WCU/record | RCU/record | client CPU µs/record |");
