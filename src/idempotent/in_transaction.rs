@@ -37,7 +37,7 @@ use crate::store::{
 };
 
 /// The completion mode of a handler that writes in the store's own transaction (a
-/// [`TransactionScope`] such as [`PostgresStore`](crate::store::PostgresStore)): it receives
+/// [`TransactionScope`] such as `PostgresStore` (`postgres` feature)): it receives
 /// the open transaction, and its writes commit with the record's final state. Chosen with
 /// [`IdempotencyLayer::in_transaction`](crate::IdempotencyLayer::in_transaction).
 #[derive(Debug, Clone, Copy, Default)]
@@ -50,8 +50,7 @@ pub struct InTransaction;
 pub struct TransactionEvent<E, Tx> {
     /// The event (with its `Context`).
     pub event: LambdaEvent<E>,
-    /// The transaction (for [`PostgresStore`](crate::store::PostgresStore), a
-    /// `PgTransaction`).
+    /// The transaction (for `PostgresStore` (`postgres` feature), a `PgTransaction`).
     pub transaction: Tx,
 }
 

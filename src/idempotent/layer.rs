@@ -108,7 +108,7 @@ impl<St, K, C, M> IdempotencyLayer<St, K, C, M> {
     }
 
     /// Builds services whose handler writes in the store's own transaction: it receives the
-    /// event and the open transaction (for [`PostgresStore`](crate::store::PostgresStore), a
+    /// event and the open transaction (for `PostgresStore` (`postgres` feature), a
     /// `PgTransaction`), and its writes commit with the record's final state or not at all,
     /// so they are applied exactly once even if the process dies at any instant.
     /// [`Config::with_mode`] chooses lease (the lease is kept outside the transaction) or

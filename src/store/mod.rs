@@ -134,9 +134,10 @@ pub trait Store: Send + Sync + 'static {
 
     /// Reads the records of `keys` with strongly consistent reads, in as few calls as the
     /// store allows (DynamoDB: one `BatchGetItem` per 100 keys). Answers the records found, in
-    /// any order, each once (a key asked twice is read once); a key without a record is absent from the answer, and so may be a key the
-    /// store could not read in time (DynamoDB's unprocessed keys after its retries): a caller
-    /// treats an absent key as "ask again with a conditional write", never as "no record".
+    /// any order, each once (a key asked twice is read once); a key without a record is absent
+    /// from the answer, and so may be a key the store could not read in time (DynamoDB's
+    /// unprocessed keys after its retries): a caller treats an absent key as "ask again with a
+    /// conditional write", never as "no record".
     ///
     /// The default reads the keys one `get` each, all at once. A store that wraps another
     /// should forward this call too, or its batches are read key by key.

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::{Acquire, AcquireRequest, Commit, CompleteRequest, Store, StoreError};
 
-/// A store whose transactions a handler can write in ([`PostgresStore`](crate::store::PostgresStore)):
+/// A store whose transactions a handler can write in (`PostgresStore` (`postgres` feature)):
 /// the handler receives the open transaction, and its writes commit with the record's final
 /// state or not at all, so they happen once even if the process dies at any instant.
 ///
