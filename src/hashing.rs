@@ -53,8 +53,17 @@ pub(crate) fn legacy_canonical_json(value: &Value) -> Vec<u8> {
 
 /// Lower-case hex SHA-256 of `bytes`.
 pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
+    prefixed_sha256_hex(&[], bytes)
+}
+
+/// `prefix` (its parts in turn) followed by the lower-case hex SHA-256 of `bytes`, in one
+/// allocation of the exact size.
+pub(crate) fn prefixed_sha256_hex(prefix: &[&str], bytes: &[u8]) -> String {
     let digest = Sha256::digest(bytes);
-    let mut hex = String::with_capacity(64);
+    let mut hex = String::with_capacity(prefix.iter().map(|p| p.len()).sum::<usize>() + 64);
+    for part in prefix {
+        hex.push_str(part);
+    }
     for byte in digest.iter() {
         hex.push(char::from(HEX[usize::from(byte >> 4)]));
         hex.push(char::from(HEX[usize::from(byte & 0x0f)]));
@@ -108,5 +117,15 @@ mod tests {
             sha256_hex(b"abc"),
             "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
         );
+    }
+
+    #[test]
+    fn a_prefixed_digest_is_its_parts_then_the_digest() {
+        let digest = sha256_hex(b"abc");
+        assert_eq!(
+            prefixed_sha256_hex(&["fn", "#"], b"abc"),
+            format!("fn#{digest}")
+        );
+        assert_eq!(prefixed_sha256_hex(&[], b"abc"), digest);
     }
 }

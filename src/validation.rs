@@ -7,7 +7,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use crate::canonical::{canonical, select};
-use crate::hashing::{legacy_canonical_json, sha256_hex};
+use crate::hashing::{legacy_canonical_json, prefixed_sha256_hex, sha256_hex};
 use crate::input::Input;
 use crate::key::{json_text, KeyError};
 
@@ -121,7 +121,7 @@ impl PayloadValidation {
             }
         };
         Ok(Some(PayloadHash {
-            stored: format!("{PAYLOAD_HASH_PREFIX}{}", sha256_hex(&bytes)),
+            stored: prefixed_sha256_hex(&[PAYLOAD_HASH_PREFIX], &bytes),
             legacy_source: Some((self.clone(), Arc::from(body.as_ref()))),
         }))
     }

@@ -3,6 +3,7 @@
 //! with the same key in this process (single flight) may answer it; otherwise this call
 //! [claims](Claim) it and goes on to the store.
 
+use std::borrow::Cow;
 use std::time::SystemTime;
 
 use lambda_runtime::{Context, LambdaEvent};
@@ -27,17 +28,17 @@ use crate::validation::PayloadHash;
 /// The prefix used when neither the configuration nor the Lambda environment names one.
 pub const FALLBACK_KEY_PREFIX: &str = "lambda-idempotency";
 
-fn key_prefix(config: &Config, context: &Context) -> String {
+fn key_prefix<'a>(config: &'a Config, context: &'a Context) -> Cow<'a, str> {
     if let Some(prefix) = config.key_prefix() {
-        return prefix.to_string();
+        return Cow::Borrowed(prefix);
     }
     if !context.env_config.function_name.is_empty() {
-        return context.env_config.function_name.clone();
+        return Cow::Borrowed(&context.env_config.function_name);
     }
     std::env::var("AWS_LAMBDA_FUNCTION_NAME")
         .ok()
         .filter(|name| !name.is_empty())
-        .unwrap_or_else(|| FALLBACK_KEY_PREFIX.to_string())
+        .map_or(Cow::Borrowed(FALLBACK_KEY_PREFIX), Cow::Owned)
 }
 
 /// Whether a stored payload hash belongs to another payload than ours.

@@ -5,7 +5,7 @@ use std::fmt;
 
 use tower::BoxError;
 
-use crate::hashing::sha256_hex;
+use crate::hashing::prefixed_sha256_hex;
 
 mod extractors;
 
@@ -26,7 +26,7 @@ pub struct IdempotencyKey(String);
 impl IdempotencyKey {
     /// Derives the stored key from a prefix and raw key material.
     pub fn derive(prefix: &str, material: &[u8]) -> Self {
-        Self(format!("{prefix}#{}", sha256_hex(material)))
+        Self(prefixed_sha256_hex(&[prefix, "#"], material))
     }
 
     /// Wraps a key read back from a store.
