@@ -45,32 +45,19 @@ fn write_value(raw: &str, out: &mut String, depth: usize) -> Result<(), serde_js
             // Keys without escapes (the usual case) are borrowed from the text; a key with
             // an escape makes serde_json refuse the borrow, and the keys are decoded instead.
             match serde_json::from_str::<BTreeMap<&str, &RawValue>>(raw) {
-                Ok(members) => {
-                    out.push('{');
-                    for (i, (key, value)) in members.iter().enumerate() {
-                        if i > 0 {
-                            out.push(',');
-                        }
-                        // No escape in the text: none needed in the output either.
-                        out.push('"');
-                        out.push_str(key);
-                        out.push_str("\":");
-                        write_value(value.get(), out, depth + 1)?;
-                    }
-                    out.push('}');
-                }
+                // No escape in the text: none needed in the output either.
+                Ok(members) => write_members(&members, out, depth, |key, out| {
+                    out.push('"');
+                    out.push_str(key);
+                    out.push('"');
+                    Ok(())
+                })?,
                 Err(_) => {
                     let members: BTreeMap<String, &RawValue> = serde_json::from_str(raw)?;
-                    out.push('{');
-                    for (i, (key, value)) in members.iter().enumerate() {
-                        if i > 0 {
-                            out.push(',');
-                        }
+                    write_members(&members, out, depth, |key, out| {
                         out.push_str(&serde_json::to_string(key)?);
-                        out.push(':');
-                        write_value(value.get(), out, depth + 1)?;
-                    }
-                    out.push('}');
+                        Ok(())
+                    })?;
                 }
             }
         }
@@ -103,6 +90,26 @@ fn write_value(raw: &str, out: &mut String, depth: usize) -> Result<(), serde_js
             }
         }
     }
+    Ok(())
+}
+
+/// Writes an object's `members`, already in key order, each key as `write_key` writes it.
+fn write_members<K: AsRef<str>>(
+    members: &BTreeMap<K, &RawValue>,
+    out: &mut String,
+    depth: usize,
+    write_key: impl Fn(&str, &mut String) -> Result<(), serde_json::Error>,
+) -> Result<(), serde_json::Error> {
+    out.push('{');
+    for (i, (key, value)) in members.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        write_key(key.as_ref(), out)?;
+        out.push(':');
+        write_value(value.get(), out, depth + 1)?;
+    }
+    out.push('}');
     Ok(())
 }
 

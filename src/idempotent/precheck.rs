@@ -31,7 +31,6 @@ pub(crate) type Derived = (IdempotencyKey, Option<PayloadHash>);
 
 /// One protocol's lookup of the offered records: their keys, derived when the first record
 /// of the batch reaches the protocol, and what the store answered for them.
-#[derive(Default)]
 struct Lookup {
     /// The function name the keys were derived under (their prefix may come from it).
     function_name: String,
