@@ -39,6 +39,17 @@ fn batch(ids: &[&str], receive_count: u32, fifo: bool) -> SqsEvent {
     event
 }
 
+/// A handler that counts its runs in `runs` and answers 7.
+fn counting(
+    runs: &Arc<AtomicUsize>,
+) -> impl Fn(SqsMessage) -> std::future::Ready<Result<u32, std::io::Error>> + Clone + Send + Sync {
+    let runs = runs.clone();
+    move |_message| {
+        runs.fetch_add(1, Ordering::SeqCst);
+        std::future::ready(Ok(7))
+    }
+}
+
 struct Rig {
     store: FaultyStore<InMemoryStore>,
     clock: ManualClock,
@@ -59,14 +70,7 @@ impl Rig {
         let layer = IdempotencyLayer::new(self.store.clone())
             .with_clock(self.clock.clone())
             .with_config(Config::new().with_key_prefix("precheck"));
-        let runs = self.runs.clone();
-        let handler = layer.handler(move |_message: SqsMessage| {
-            let runs = runs.clone();
-            async move {
-                runs.fetch_add(1, Ordering::SeqCst);
-                Ok::<_, std::io::Error>(7)
-            }
-        });
+        let handler = layer.handler(counting(&self.runs));
         BatchProcessor::new(handler)
             .with_clock(self.clock.clone())
             .with_precheck(Precheck::Redelivered)
@@ -173,16 +177,7 @@ async fn a_protocol_freed_in_the_batch_never_answers_for_another_store() {
     let layer_b = IdempotencyLayer::new(store_b.clone())
         .with_clock(clock.clone())
         .with_config(config);
-    let f = {
-        let runs = runs.clone();
-        move |_m: SqsMessage| {
-            let runs = runs.clone();
-            async move {
-                runs.fetch_add(1, Ordering::SeqCst);
-                Ok::<_, std::io::Error>(7u32)
-            }
-        }
-    };
+    let f = counting(&runs);
     // Store A completes m1.
     let seeded = BatchProcessor::new(layer_a.handler(f.clone()))
         .with_clock(clock.clone())
@@ -281,16 +276,7 @@ async fn a_record_changed_on_its_way_derives_its_own_key() {
         .with_clock(clock.clone())
         .with_key(lambda_idempotency::key::BodyHash)
         .with_config(Config::new().with_key_prefix("changed"));
-    let f = {
-        let runs = runs.clone();
-        move |_m: SqsMessage| {
-            let runs = runs.clone();
-            async move {
-                runs.fetch_add(1, Ordering::SeqCst);
-                Ok::<_, std::io::Error>(7u32)
-            }
-        }
-    };
+    let f = counting(&runs);
     let mut first = batch(&["m-1"], 1, false);
     first.records[0].body = Some(r#"{"n":1}"#.into());
     let seeded = BatchProcessor::new(layer.handler(f.clone()))
@@ -340,16 +326,7 @@ async fn a_key_from_more_than_the_event_is_derived_in_its_own_record_call() {
             Ok::<_, KeyError>(format!("{tenant}#{}", m.body.clone().unwrap()))
         })
         .with_config(Config::new().with_key_prefix("ambient"));
-    let handler = {
-        let runs = runs.clone();
-        layer.handler(move |_m: SqsMessage| {
-            let runs = runs.clone();
-            async move {
-                runs.fetch_add(1, Ordering::SeqCst);
-                Ok::<_, std::io::Error>(7u32)
-            }
-        })
-    };
+    let handler = layer.handler(counting(&runs));
     let deliver = |event: SqsEvent| {
         let handler = handler.clone();
         let tenanted = tower::service_fn(move |event: lambda_runtime::LambdaEvent<SqsMessage>| {
