@@ -67,7 +67,7 @@ async fn main() {
             .iter()
             .filter(|s| runs_at(s, added_ms) && chosen(s.name))
         {
-            let n = batches_at(batches, scenario.batch_size, added_ms);
+            let n = batches_at(batches, scenario, added_ms);
             for mode in [IdempotencyMode::Optimistic, IdempotencyMode::Lease] {
                 for line in run_scenario(scenario, mode, n, python.as_deref(), target).await {
                     println!("{line}");

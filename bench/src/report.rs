@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 
 use serde_json::Value;
 
-use crate::scenario::{batches_at, REALISTIC_MS, ROUND_TRIP_PROBE_MS};
+use crate::scenario::{batches_at, REALISTIC_MS, ROUND_TRIP_PROBE_MS, SCENARIOS};
 
 fn machine() -> String {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
@@ -130,7 +130,13 @@ pub fn report(lines: &[Value], batches: usize, took: Took) -> String {
             .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
             .unwrap_or_default()
     );
-    let _ = writeln!(md, "- Batches per scenario: {batches} at 0 ms ({} with batches of 100), {} at {REALISTIC_MS} ms, {} at {ROUND_TRIP_PROBE_MS} ms; concurrency within a batch: 10 (toolkit and raw), Powertools sequential", batches_at(batches, 100, 0), batches_at(batches, 10, REALISTIC_MS), batches_at(batches, 10, ROUND_TRIP_PROBE_MS));
+    let of = |name: &str, added_ms: u64| {
+        SCENARIOS
+            .iter()
+            .find(|s| s.name == name)
+            .map_or(0, |s| batches_at(batches, s, added_ms))
+    };
+    let _ = writeln!(md, "- Batches per scenario: {batches} at 0 ms ({} with batches of 100; {} of redelivered duplicates, whose batches of a few milliseconds are the most sensitive to a pause of DynamoDB Local's JVM), {} at {REALISTIC_MS} ms, {} at {ROUND_TRIP_PROBE_MS} ms; concurrency within a batch: 10 (toolkit and raw), Powertools sequential", of("fresh-100", 0), of("duplicates-10", 0), of("fresh-10", REALISTIC_MS), of("fresh-10", ROUND_TRIP_PROBE_MS));
     let _ = writeln!(
         md,
         "- Command: `scripts/bench.sh` (settings: `BENCH_BATCHES`)"

@@ -65,15 +65,24 @@ pub const REALISTIC_MS: u64 = 8;
 /// batch time at 0 ms) / this delay.
 pub const ROUND_TRIP_PROBE_MS: u64 = 50;
 
-/// How many batches a scenario runs out of `batches`: a quarter for batches of 100, a half
-/// at the realistic delay and a quarter at the round-trip probe; never fewer than 5.
-pub fn batches_at(batches: usize, batch_size: usize, added_ms: u64) -> usize {
-    let divisor = match (batch_size >= 100, added_ms) {
-        (true, _) | (false, ROUND_TRIP_PROBE_MS) => 4,
-        (false, 0) => 1,
-        (false, _) => 2,
+/// How many times more batches the redelivered duplicates run at 0 ms: their batches are the
+/// shortest timed (one shared `BatchGetItem`, a few milliseconds), so one pause of DynamoDB
+/// Local's JVM weighs most on their throughput; more batches spread it.
+pub const SHORT_BATCHES_FACTOR: usize = 4;
+
+/// How many batches `scenario` runs out of `batches` at `added_ms`: a quarter for batches of
+/// 100, a half at the realistic delay and a quarter at the round-trip probe,
+/// [`SHORT_BATCHES_FACTOR`] times as many for redelivered duplicates at 0 ms; never fewer
+/// than 5.
+pub fn batches_at(batches: usize, scenario: &Scenario, added_ms: u64) -> usize {
+    let short = scenario.duplicates == scenario.batch_size && scenario.redelivered;
+    let n = match (scenario.batch_size >= 100, added_ms) {
+        (true, _) | (false, ROUND_TRIP_PROBE_MS) => batches / 4,
+        (false, 0) if short && !scenario.cache => batches * SHORT_BATCHES_FACTOR,
+        (false, 0) => batches,
+        (false, _) => batches / 2,
     };
-    (batches / divisor).max(5)
+    n.max(5)
 }
 
 /// Whether `scenario` runs at `added_ms`: every scenario without added latency; with it,
