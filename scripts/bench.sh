@@ -19,7 +19,9 @@ if [ -n "${BENCH_SMOKE:-}" ]; then
   # CI's smoke: the whole pipeline on a debug build with a few batches, without the Python
   # baseline and the cold start, written to a temporary file (its figures mean nothing).
   echo "== building (debug, smoke)" >&2
+  build_started=$SECONDS
   cargo build --quiet -p bench
+  export BENCH_BUILD_SECS=$((SECONDS - build_started))
   ddb_start
   out="$(mktemp -t bench-smoke.XXXXXX.md)"
   BENCH_BATCHES="${BENCH_BATCHES:-3}" BENCH_OUT="$out" target/debug/bench >/dev/null

@@ -65,15 +65,16 @@ pub const REALISTIC_MS: u64 = 8;
 /// batch time at 0 ms) / this delay.
 pub const ROUND_TRIP_PROBE_MS: u64 = 50;
 
-/// How many times more batches the redelivered duplicates run at 0 ms: their batches are the
-/// shortest timed (one shared `BatchGetItem`, a few milliseconds), so one pause of DynamoDB
-/// Local's JVM weighs most on their throughput; more batches spread it.
+/// How many times more batches duplicates-10 (redelivered duplicates, no cache) runs at 0 ms:
+/// its batches are the shortest timed against DynamoDB (one shared `BatchGetItem`, a few
+/// milliseconds), so one pause of DynamoDB Local's JVM weighs most on their throughput; more
+/// batches spread it.
 pub const SHORT_BATCHES_FACTOR: usize = 4;
 
 /// How many batches `scenario` runs out of `batches` at `added_ms`: a quarter for batches of
 /// 100, a half at the realistic delay and a quarter at the round-trip probe,
-/// [`SHORT_BATCHES_FACTOR`] times as many for redelivered duplicates at 0 ms; never fewer
-/// than 5.
+/// [`SHORT_BATCHES_FACTOR`] times as many for redelivered duplicates without a cache at 0 ms;
+/// never fewer than 5.
 pub fn batches_at(batches: usize, scenario: &Scenario, added_ms: u64) -> usize {
     let short = scenario.duplicates == scenario.batch_size && scenario.redelivered;
     let n = match (scenario.batch_size >= 100, added_ms) {
