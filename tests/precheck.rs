@@ -133,6 +133,23 @@ async fn a_fifo_batch_in_order_looks_its_records_up_once() {
     assert_eq!(rig.calls(), (1, 4), "one lookup; only m-4 acquired");
 }
 
+/// SQS may hand the same message twice in one batch: the first copy takes the key derived
+/// for the lookup, the second derives its own, and both replay from the one lookup.
+#[tokio::test]
+async fn a_message_repeated_in_a_redelivered_batch_replays_twice_from_one_lookup() {
+    let rig = Rig::new();
+    rig.deliver(batch(&["m-1"], 1, false)).await;
+    let again = rig.deliver(batch(&["m-1", "m-1"], 2, false)).await;
+    assert_eq!(outcomes(&again), [Outcome::Replayed; 2]);
+    assert!(reported(&again).is_empty());
+    assert_eq!(rig.runs.load(Ordering::SeqCst), 1, "m-1 ran once, at first");
+    assert_eq!(
+        rig.calls(),
+        (1, 1),
+        "one lookup; no acquire for either copy"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn first_deliveries_do_not_wait_for_the_lookup() {
     let rig = Rig::new();

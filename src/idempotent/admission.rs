@@ -11,7 +11,7 @@ use serde::de::DeserializeOwned;
 
 use super::in_flight::{self, FlightGuard, FlightResult, Join};
 use super::invoke::catch_panic;
-use super::precheck;
+use super::precheck::BatchLookup;
 use super::protocol::Protocol;
 use super::stored_result::{replay_failure, replay_with};
 use crate::clock::{Clock, Deadline};
@@ -209,7 +209,8 @@ where
     T: DeserializeOwned,
 {
     // A record the batch's pre-check offered had its key derived with the others already.
-    let derived = match precheck::derived(protocol, &event.context, &event.payload) {
+    let mut batch = BatchLookup::new(protocol, &event.context);
+    let derived = match batch.derived(&event.payload) {
         Some(derived) => Ok(derived),
         None => derive(
             &protocol.key,
@@ -252,9 +253,9 @@ where
         }));
     }
     // Records the source delivered before were looked up together when the batch began.
-    if let Some(stored) = precheck::found(protocol, &event.context, &key).await {
+    if let Some(stored) = batch.found(&key).await {
         let now = protocol.clock.now();
-        if let Some(answer) = answer_found(protocol, &key, validation.as_ref(), stored, now) {
+        if let Some(answer) = answer_found(protocol, &key, validation.as_ref(), &stored, now) {
             return Admission::Answered(answer);
         }
     }
@@ -294,10 +295,10 @@ fn answer_found<St, K, C, T: DeserializeOwned>(
     protocol: &Protocol<St, K, C>,
     key: &IdempotencyKey,
     validation: Option<&PayloadHash>,
-    stored: Record,
+    stored: &Record,
     now: SystemTime,
 ) -> Option<Result<Processed<T>, Error>> {
-    let answer = match decide(&stored, now, validation) {
+    let answer = match decide(stored, now, validation) {
         Decision::Retry => return None,
         Decision::Replay { data } => {
             let about = Replay {
@@ -313,7 +314,7 @@ fn answer_found<St, K, C, T: DeserializeOwned>(
             lease_ends_ms: stored.lease_expiration_ms,
         }),
     };
-    protocol.local.remember(stored);
+    protocol.local.remember_copy(stored);
     Some(answer)
 }
 

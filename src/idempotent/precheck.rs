@@ -8,7 +8,7 @@
 //! write, which stays the only judge of a record's lease: the pre-check can only save calls.
 
 use std::any::Any;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 
@@ -23,8 +23,11 @@ use crate::record::Record;
 use crate::store::Store;
 use crate::validation::PayloadHash;
 
-/// What the pre-check found, by key.
-type Found = HashMap<IdempotencyKey, Record>;
+/// What the pre-check found, sorted by key (one record per key).
+type Found = Vec<Arc<Record>>;
+
+/// A protocol's lookup of the current batch, and the batch's offered records.
+type Offer<I> = (Arc<Lookup>, Arc<Vec<I>>);
 
 /// A record's stored key and payload hash, as [`derive`] gives them.
 pub(crate) type Derived = (IdempotencyKey, Option<PayloadHash>);
@@ -34,12 +37,14 @@ pub(crate) type Derived = (IdempotencyKey, Option<PayloadHash>);
 struct Lookup {
     /// The function name the keys were derived under (their prefix may come from it).
     function_name: String,
-    /// Each offered record's key and payload hash, in the offered order (`None`: its key
-    /// could not be derived; the record then derives it again, and fails, on its own path).
-    derived: Vec<Option<Derived>>,
+    /// Each offered record's key and payload hash, in the offered order, until its record
+    /// takes it (`None`: its key could not be derived, or it was taken already; the record
+    /// then derives it on its own path).
+    derived: Mutex<Vec<Option<Derived>>>,
     /// The index in `derived` of the first offered record with each id.
     by_id: HashMap<String, usize>,
-    keys: HashSet<IdempotencyKey>,
+    /// The derived keys, sorted, each once.
+    keys: Vec<IdempotencyKey>,
     found: OnceCell<Found>,
 }
 
@@ -75,10 +80,7 @@ where
 /// This protocol's lookup of the current batch's offered records (of this protocol's record
 /// type), and the records: created by the first record of the batch to reach the protocol,
 /// which derives every offered record's key.
-fn lookup_of<St, K, C, I>(
-    protocol: &Protocol<St, K, C>,
-    context: &Context,
-) -> Option<(Arc<Lookup>, Arc<Vec<I>>)>
+fn lookup_of<St, K, C, I>(protocol: &Protocol<St, K, C>, context: &Context) -> Option<Offer<I>>
 where
     K: KeyExtractor<I>,
     I: Input + Send + Sync + 'static,
@@ -102,14 +104,16 @@ where
                         by_id.entry(id.to_string()).or_insert(index);
                     }
                 }
-                let keys = derived
+                let mut keys: Vec<IdempotencyKey> = derived
                     .iter()
                     .flatten()
                     .map(|(key, _)| key.clone())
                     .collect();
+                keys.sort_unstable();
+                keys.dedup();
                 Arc::new(Lookup {
                     function_name: context.env_config.function_name.clone(),
-                    derived,
+                    derived: Mutex::new(derived),
                     by_id,
                     keys,
                     found: OnceCell::new(),
@@ -121,71 +125,98 @@ where
         .flatten()
 }
 
-/// The key and payload hash the pre-check derived for `payload`, when the current batch
-/// offered this very record (the same event, field for field, under the same function
-/// name) and the protocol's key comes from the event alone
-/// ([`KeyExtractor::reads_event_only`]), so that it is not derived twice; `None` otherwise
-/// (the caller derives it).
-pub(crate) fn derived<St, K, C, I>(
-    protocol: &Protocol<St, K, C>,
-    context: &Context,
-    payload: &I,
-) -> Option<Derived>
+/// The current batch's pre-check as one record's admission sees it: the protocol's lookup
+/// is fetched (or created) the first time the record needs it, then kept for the rest of
+/// the record's admission.
+pub(crate) struct BatchLookup<'a, St, K, C, I> {
+    protocol: &'a Protocol<St, K, C>,
+    context: &'a Context,
+    /// `None` until first needed; then the lookup, if the batch offered records of this
+    /// type.
+    lookup: Option<Option<Offer<I>>>,
+}
+
+impl<'a, St, K, C, I> BatchLookup<'a, St, K, C, I>
 where
     K: KeyExtractor<I>,
     I: Input + Send + Sync + 'static,
 {
-    // A key that may depend on more than the event (a closure reading a task-local a layer
-    // set for this record) was derived for the lookup in another record's call: derive it
-    // again in this one.
-    if !protocol.key.reads_event_only() {
-        return None;
+    pub(crate) fn new(protocol: &'a Protocol<St, K, C>, context: &'a Context) -> Self {
+        Self {
+            protocol,
+            context,
+            lookup: None,
+        }
     }
-    let id = payload.id()?;
-    let (lookup, records) = lookup_of(protocol, context)?;
-    let index = *lookup.by_id.get(id)?;
-    let same = records[index].same_event(payload)
-        && lookup.function_name == context.env_config.function_name;
-    same.then(|| lookup.derived[index].clone()).flatten()
+
+    fn lookup(&mut self) -> Option<&Offer<I>> {
+        let (protocol, context) = (self.protocol, self.context);
+        self.lookup
+            .get_or_insert_with(|| lookup_of(protocol, context))
+            .as_ref()
+    }
+
+    /// The key and payload hash the pre-check derived for `payload`, when the current batch
+    /// offered this very record (the same event, field for field, under the same function
+    /// name) and the protocol's key comes from the event alone
+    /// ([`KeyExtractor::reads_event_only`]), so that it is not derived twice; `None`
+    /// otherwise (the caller derives it).
+    pub(crate) fn derived(&mut self, payload: &I) -> Option<Derived> {
+        // A key that may depend on more than the event (a closure reading a task-local a
+        // layer set for this record) was derived for the lookup in another record's call:
+        // derive it again in this one.
+        if !self.protocol.key.reads_event_only() {
+            return None;
+        }
+        let id = payload.id()?;
+        let context = self.context;
+        let (lookup, records) = self.lookup()?;
+        let index = *lookup.by_id.get(id)?;
+        if !records[index].same_event(payload)
+            || lookup.function_name != context.env_config.function_name
+        {
+            return None;
+        }
+        // The record takes what was derived for it; another record with the same id and
+        // event (a repeat within the batch) derives its own.
+        let mut derived = lookup.derived.lock().unwrap_or_else(|p| p.into_inner());
+        derived[index].take()
+    }
+
+    /// The record the pre-check found in the store for `key`, if the current batch offered a
+    /// record with this key (of this protocol's record type). The first offered record to
+    /// ask does the lookup for all of them, and the other offered records wait for it; a
+    /// record not offered (a first delivery) does not wait. A failed lookup finds nothing:
+    /// the records go on to their conditional writes.
+    pub(crate) async fn found(&mut self, key: &IdempotencyKey) -> Option<Arc<Record>>
+    where
+        St: Store,
+    {
+        let protocol = self.protocol;
+        let (lookup, _) = self.lookup()?;
+        lookup.keys.binary_search(key).ok()?;
+        let found = lookup
+            .found
+            .get_or_init(|| look_up(&protocol.store, &lookup.keys))
+            .await;
+        let at = found.binary_search_by(|record| record.key.cmp(key)).ok()?;
+        Some(Arc::clone(&found[at]))
+    }
 }
 
-/// The record the pre-check found in the store for `key`, if the current batch offered a
-/// record with this key (of this protocol's record type). The first offered record to ask
-/// does the lookup for all of them, and the other offered records wait for it; a record not
-/// offered (a first delivery) does not wait. A failed lookup finds nothing: the records go
-/// on to their conditional writes.
-pub(crate) async fn found<St, K, C, I>(
-    protocol: &Protocol<St, K, C>,
-    context: &Context,
-    key: &IdempotencyKey,
-) -> Option<Record>
-where
-    St: Store,
-    K: KeyExtractor<I>,
-    I: Input + Send + Sync + 'static,
-{
-    let (lookup, _) = lookup_of::<St, K, C, I>(protocol, context)?;
-    if !lookup.keys.contains(key) {
-        return None;
-    }
-    let found = lookup
-        .found
-        .get_or_init(|| look_up(&protocol.store, &lookup.keys))
-        .await;
-    found.get(key).cloned()
-}
-
-async fn look_up<St: Store>(store: &St, keys: &HashSet<IdempotencyKey>) -> Found {
-    let keys: Vec<IdempotencyKey> = keys.iter().cloned().collect();
-    match store.get_many(&keys).await {
+/// Reads `keys` (sorted, each once) from the store: what it holds of them, sorted by key.
+async fn look_up<St: Store>(store: &St, keys: &[IdempotencyKey]) -> Found {
+    match store.get_many(keys).await {
         Ok(records) => {
             tracing::debug!(keys = keys.len(), found = records.len(), "pre-check");
-            let wanted: HashSet<&IdempotencyKey> = keys.iter().collect();
-            records
+            let mut found: Found = records
                 .into_iter()
-                .filter(|record| wanted.contains(&record.key))
-                .map(|record| (record.key.clone(), record))
-                .collect()
+                .filter(|record| keys.binary_search(&record.key).is_ok())
+                .map(Arc::new)
+                .collect();
+            found.sort_by(|a, b| a.key.cmp(&b.key));
+            found.dedup_by(|a, b| a.key == b.key);
+            found
         }
         Err(err) => {
             tracing::warn!(
