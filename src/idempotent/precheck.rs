@@ -209,8 +209,11 @@ async fn look_up<St: Store>(store: &St, keys: &[IdempotencyKey]) -> Found {
     match store.get_many(keys).await {
         Ok(records) => {
             tracing::debug!(keys = keys.len(), found = records.len(), "pre-check");
+            // Reversed before the stable sort, so that of two answers for one key (a store
+            // that breaks `get_many`'s contract) the last one given is kept.
             let mut found: Found = records
                 .into_iter()
+                .rev()
                 .filter(|record| keys.binary_search(&record.key).is_ok())
                 .map(Arc::new)
                 .collect();
