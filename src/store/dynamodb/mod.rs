@@ -305,16 +305,20 @@ impl DynamoDbStore {
                 }
             }
         };
-        let status_text = text(&n.status).ok_or_else(|| malformed("no status".into()))?;
-        let status = Status::parse(&status_text)
+        let status_text = item
+            .get(&n.status)
+            .and_then(|v| v.as_s().ok())
+            .ok_or_else(|| malformed("no status".into()))?;
+        let status = Status::parse(status_text)
             .ok_or_else(|| malformed(format!("unknown status {status_text:?}")))?;
         let expiration_secs =
             number(&n.expiration)?.ok_or_else(|| malformed("no expiration".into()))?;
+        let lease_expiration_ms = number(&n.in_progress_expiration)?;
         Ok(Record {
-            key: IdempotencyKey::from_stored(key.clone()),
+            key: IdempotencyKey::from_stored(key),
             status,
             expiration_secs,
-            lease_expiration_ms: number(&n.in_progress_expiration)?,
+            lease_expiration_ms,
             owner: text(&n.owner).map(OwnerToken::new),
             data: text(&n.data),
             validation: text(&n.validation),
