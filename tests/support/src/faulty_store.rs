@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lambda_idempotency::key::IdempotencyKey;
-use lambda_idempotency::record::{OwnerToken, Record};
+use lambda_idempotency::record::{OwnerToken, Record, Status};
 use lambda_idempotency::store::{
     Acquire, AcquireRequest, CompleteRequest, ExtendRequest, Fenced, Store, StoreError,
 };
@@ -43,6 +43,12 @@ pub enum Inject {
     GetManyFails,
     /// The next `get_many` takes this long (tokio time), then answers.
     GetManySlow(Duration),
+    /// The next `get_many` answers each record twice, breaking its contract: first a copy
+    /// in progress under a lease that ends at `lease_ends_ms` (epoch ms), then the record.
+    GetManyLiveCopyFirst {
+        /// When the copy's lease ends.
+        lease_ends_ms: u64,
+    },
 }
 
 /// The calls the wrapper saw, by kind.
@@ -181,10 +187,27 @@ impl<S: Store> Store for FaultyStore<S> {
 
     async fn get_many(&self, keys: &[IdempotencyKey]) -> Result<Vec<Record>, StoreError> {
         self.calls.get_many.fetch_add(1, Ordering::SeqCst);
-        match self.take(|f| matches!(f, Inject::GetManyFails | Inject::GetManySlow(_))) {
+        let injected = self.take(|f| {
+            matches!(
+                f,
+                Inject::GetManyFails | Inject::GetManySlow(_) | Inject::GetManyLiveCopyFirst { .. }
+            )
+        });
+        match injected {
             Some(Inject::GetManySlow(delay)) => {
                 tokio::time::sleep(delay).await;
                 self.inner.get_many(keys).await
+            }
+            Some(Inject::GetManyLiveCopyFirst { lease_ends_ms }) => {
+                let mut answer = Vec::new();
+                for record in self.inner.get_many(keys).await? {
+                    let mut copy = record.clone();
+                    copy.status = Status::InProgress;
+                    copy.data = None;
+                    copy.lease_expiration_ms = Some(lease_ends_ms);
+                    answer.extend([copy, record]);
+                }
+                Ok(answer)
             }
             Some(_) => Err(down()),
             None => self.inner.get_many(keys).await,
