@@ -3,6 +3,7 @@
 mod batch_get;
 pub(super) mod commit;
 mod guarded;
+mod item;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -275,54 +276,6 @@ impl DynamoDbStore {
             .await
             .map_err(unavailable)?;
         output.item().map(|item| self.parse(item)).transpose()
-    }
-
-    pub(crate) fn parse(
-        &self,
-        item: &HashMap<String, AttributeValue>,
-    ) -> Result<Record, StoreError> {
-        let n = &self.names;
-        let key = item
-            .get(n.stored_key_attribute())
-            .and_then(|v| v.as_s().ok())
-            .cloned()
-            .unwrap_or_default();
-        let malformed = |reason: String| StoreError::Malformed {
-            key: key.clone(),
-            reason,
-        };
-        let text = |name: &str| item.get(name).and_then(|v| v.as_s().ok()).cloned();
-        let number = |name: &str| -> Result<Option<u64>, StoreError> {
-            match item.get(name) {
-                None => Ok(None),
-                Some(value) => {
-                    let raw = value
-                        .as_n()
-                        .map_err(|_| malformed(format!("{name} is not a number")))?;
-                    raw.parse::<u64>()
-                        .map(Some)
-                        .map_err(|_| malformed(format!("{name} is not an integer: {raw}")))
-                }
-            }
-        };
-        let status_text = item
-            .get(&n.status)
-            .and_then(|v| v.as_s().ok())
-            .ok_or_else(|| malformed("no status".into()))?;
-        let status = Status::parse(status_text)
-            .ok_or_else(|| malformed(format!("unknown status {status_text:?}")))?;
-        let expiration_secs =
-            number(&n.expiration)?.ok_or_else(|| malformed("no expiration".into()))?;
-        let lease_expiration_ms = number(&n.in_progress_expiration)?;
-        Ok(Record {
-            key: IdempotencyKey::from_stored(key),
-            status,
-            expiration_secs,
-            lease_expiration_ms,
-            owner: text(&n.owner).map(OwnerToken::new),
-            data: text(&n.data),
-            validation: text(&n.validation),
-        })
     }
 }
 

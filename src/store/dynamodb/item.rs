@@ -1,0 +1,143 @@
+//! A stored item read back as a [`Record`], or a typed error naming its key.
+
+use std::collections::HashMap;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+
+use super::DynamoDbStore;
+use crate::key::IdempotencyKey;
+use crate::record::{OwnerToken, Record, Status};
+use crate::store::StoreError;
+
+impl DynamoDbStore {
+    /// The record `item` holds (a `GetItem`, a `BatchGetItem` answer, the old item of a
+    /// refused write); [`StoreError::Malformed`] when it is not one this store wrote.
+    pub(crate) fn parse(
+        &self,
+        item: &HashMap<String, AttributeValue>,
+    ) -> Result<Record, StoreError> {
+        let n = &self.names;
+        let key = item
+            .get(n.stored_key_attribute())
+            .and_then(|v| v.as_s().ok())
+            .cloned()
+            .unwrap_or_default();
+        let malformed = |reason: String| StoreError::Malformed {
+            key: key.clone(),
+            reason,
+        };
+        let text = |name: &str| item.get(name).and_then(|v| v.as_s().ok()).cloned();
+        let number = |name: &str| -> Result<Option<u64>, StoreError> {
+            match item.get(name) {
+                None => Ok(None),
+                Some(value) => {
+                    let raw = value
+                        .as_n()
+                        .map_err(|_| malformed(format!("{name} is not a number")))?;
+                    raw.parse::<u64>()
+                        .map(Some)
+                        .map_err(|_| malformed(format!("{name} is not an integer: {raw}")))
+                }
+            }
+        };
+        let status_text = item
+            .get(&n.status)
+            .and_then(|v| v.as_s().ok())
+            .ok_or_else(|| malformed("no status".into()))?;
+        let status = Status::parse(status_text)
+            .ok_or_else(|| malformed(format!("unknown status {status_text:?}")))?;
+        let expiration_secs =
+            number(&n.expiration)?.ok_or_else(|| malformed("no expiration".into()))?;
+        let lease_expiration_ms = number(&n.in_progress_expiration)?;
+        Ok(Record {
+            key: IdempotencyKey::from_stored(key),
+            status,
+            expiration_secs,
+            lease_expiration_ms,
+            owner: text(&n.owner).map(OwnerToken::new),
+            data: text(&n.data),
+            validation: text(&n.validation),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use aws_sdk_dynamodb::config::{BehaviorVersion, Config, Region};
+    use aws_sdk_dynamodb::Client;
+
+    use super::*;
+
+    type Key = HashMap<String, AttributeValue>;
+
+    fn store() -> DynamoDbStore {
+        let config = Config::builder()
+            .behavior_version(BehaviorVersion::latest())
+            .region(Region::new("us-east-1"))
+            .retry_config(aws_sdk_dynamodb::config::retry::RetryConfig::disabled())
+            .build();
+        DynamoDbStore::new(Client::from_conf(config), "t")
+    }
+
+    fn item(pairs: &[(&str, AttributeValue)]) -> Key {
+        pairs
+            .iter()
+            .map(|(name, value)| (name.to_string(), value.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn an_item_read_back_is_the_record_it_stored_and_a_malformed_one_names_its_key() {
+        let s = |v: &str| AttributeValue::S(v.into());
+        let n = |v: &str| AttributeValue::N(v.into());
+        let store = store();
+        let record = store
+            .parse(&item(&[
+                ("id", s("fn#k")),
+                ("status", s("COMPLETED")),
+                ("expiration", n("100")),
+                ("in_progress_expiration", n("5000")),
+                ("lease_owner", s("o")),
+                ("data", s("7")),
+                ("validation", s("v2:h")),
+            ]))
+            .unwrap();
+        assert_eq!(record.key.as_str(), "fn#k");
+        assert_eq!(record.status, Status::Completed);
+        assert_eq!(record.expiration_secs, 100);
+        assert_eq!(record.lease_expiration_ms, Some(5000));
+        assert_eq!(record.owner.as_ref().map(|o| o.as_str()), Some("o"));
+        assert_eq!(record.data.as_deref(), Some("7"));
+        assert_eq!(record.validation.as_deref(), Some("v2:h"));
+        for (bad, reason) in [
+            (
+                item(&[("id", s("fn#k")), ("expiration", n("1"))]),
+                "no status",
+            ),
+            (
+                item(&[
+                    ("id", s("fn#k")),
+                    ("status", s("DONE")),
+                    ("expiration", n("1")),
+                ]),
+                "unknown status \"DONE\"",
+            ),
+            (
+                item(&[
+                    ("id", s("fn#k")),
+                    ("status", s("COMPLETED")),
+                    ("expiration", n("1")),
+                    ("in_progress_expiration", n("1.5")),
+                ]),
+                "in_progress_expiration is not an integer: 1.5",
+            ),
+        ] {
+            match store.parse(&bad) {
+                Err(StoreError::Malformed { key, reason: got }) => {
+                    assert_eq!((key.as_str(), got.as_str()), ("fn#k", reason));
+                }
+                other => panic!("{reason}: {other:?}"),
+            }
+        }
+    }
+}
