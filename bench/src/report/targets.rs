@@ -1,76 +1,21 @@
-//! BENCHMARKS.md, from the run's JSON lines.
+//! The report's ratios and targets, each met or missed, and why a missed one is missed.
 
 use std::fmt::Write as _;
 
 use serde_json::Value;
 
-use crate::scenario::{batches_at, REALISTIC_MS, ROUND_TRIP_PROBE_MS, SCENARIOS};
-
-fn machine() -> String {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|c| {
-            c.lines().find_map(|l| {
-                l.strip_prefix("model name")
-                    .map(|m| m.trim_start_matches([' ', '\t', ':']).to_string())
-            })
-        })
-        .unwrap_or_else(|| "unknown CPU".into());
-    let mem = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|m| {
-            m.lines().next().map(|l| {
-                l.split_whitespace()
-                    .nth(1)
-                    .unwrap_or("0")
-                    .parse::<u64>()
-                    .unwrap_or(0)
-                    / 1024
-                    / 1024
-            })
-        })
-        .unwrap_or(0);
-    let cores = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1);
-    format!("{cores} cores ({cpu}), {mem} GiB, Linux; DynamoDB Local 3.3.1 on 127.0.0.1 (Java 17); release build")
-}
-
-/// The line of `scenario` at `added_ms` for `implementation` (in `mode`, unless empty).
-fn find<'a>(
-    lines: &'a [Value],
-    scenario: &str,
-    added_ms: u64,
-    implementation: &str,
-    mode: &str,
-) -> Option<&'a Value> {
-    lines.iter().find(|l| {
-        l["scenario"] == scenario
-            && l["added_latency_ms"].as_u64() == Some(added_ms)
-            && l["implementation"] == implementation
-            && (mode.is_empty() || l["mode"] == mode)
-    })
-}
-
-fn num(line: Option<&Value>, key: &str) -> Option<f64> {
-    line.and_then(|l| l[key].as_f64())
-}
-
-fn verdict(met: bool) -> &'static str {
-    if met {
-        "met"
-    } else {
-        "missed"
-    }
-}
-
-const MODES: [&str; 2] = ["optimistic", "lease"];
-const IMPLEMENTATIONS: [&str; 3] = ["lambda-idempotency", "raw-dynamodb", "powertools-python"];
+use super::{find, num, verdict, MODES};
+use crate::scenario::{REALISTIC_MS, ROUND_TRIP_PROBE_MS};
 
 /// Round trips on the critical path of one batch: the batch time the larger delay added
 /// over the realistic one, per millisecond of difference (both runs go through the proxy,
 /// after DynamoDB Local has warmed up).
-fn round_trips(lines: &[Value], scenario: &str, implementation: &str, mode: &str) -> Option<f64> {
+pub(super) fn round_trips(
+    lines: &[Value],
+    scenario: &str,
+    implementation: &str,
+    mode: &str,
+) -> Option<f64> {
     let at = |ms| num(find(lines, scenario, ms, implementation, mode), "median_ms");
     Some(
         (at(ROUND_TRIP_PROBE_MS)? - at(REALISTIC_MS)?)
@@ -87,166 +32,6 @@ fn over_powertools(lines: &[Value], scenario: &str, added_ms: u64, mode: &str) -
         )
     };
     Some(rate("lambda-idempotency", mode)? / rate("powertools-python", "")?)
-}
-
-/// `secs` as minutes and seconds.
-fn minutes(secs: u64) -> String {
-    format!("{} min {} s", secs / 60, secs % 60)
-}
-
-/// How long a run took: the release build before it (measured by `scripts/bench.sh`, absent
-/// when the bench runs alone) and the measurements themselves.
-#[derive(Debug, Clone, Copy)]
-pub struct Took {
-    /// The build's seconds (`BENCH_BUILD_SECS`).
-    pub build_secs: Option<u64>,
-    /// The bench's own seconds, warm-up to report.
-    pub run_secs: u64,
-}
-
-/// The Markdown report of `lines`, a run of `batches` batches per scenario that took `took`.
-pub fn report(lines: &[Value], batches: usize, took: Took) -> String {
-    let mut md = String::new();
-    let _ = writeln!(md, "# Benchmarks\n");
-    let _ = writeln!(
-        md,
-        "Written by `scripts/bench.sh` (which runs the `bench` crate in release mode); every figure comes from one run, \
-         with the implementations alternating batch by batch on the same DynamoDB Local, so the ratios are what to read: \
-         absolute numbers depend on the machine and on DynamoDB Local. The batches of 10 run again behind a loopback proxy \
-         that delays every request by a fixed time, for every implementation alike: {REALISTIC_MS} ms, a realistic in-region \
-         figure (AWS documents DynamoDB as answering in single-digit milliseconds; 8 ms is the upper end, nearer a \
-         `TransactWriteItems` than a `GetItem`), and {ROUND_TRIP_PROBE_MS} ms, from which the round trips on a batch's critical \
-         path follow: (median at {ROUND_TRIP_PROBE_MS} ms - median at {REALISTIC_MS} ms) / ({ROUND_TRIP_PROBE_MS} - {REALISTIC_MS}) ms. \
-         DynamoDB Local is warmed up (JIT) with untimed batches before the first scenario.\n"
-    );
-    let _ = writeln!(md, "- Machine: {}", machine());
-    let _ = writeln!(
-        md,
-        "- Date: {}",
-        std::process::Command::new("date")
-            .arg("-u")
-            .arg("+%Y-%m-%d %H:%M UTC")
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-            .unwrap_or_default()
-    );
-    let of = |name: &str, added_ms: u64| {
-        SCENARIOS
-            .iter()
-            .find(|s| s.name == name)
-            .map_or(0, |s| batches_at(batches, s, added_ms))
-    };
-    let _ = writeln!(md, "- Batches per scenario (`BENCH_BATCHES={batches}`): {} at 0 ms ({} with batches of 100; {} of duplicates-10, redelivered duplicates without a cache, whose batches of a few milliseconds are the most sensitive to a pause of DynamoDB Local's JVM), {} at {REALISTIC_MS} ms, {} at {ROUND_TRIP_PROBE_MS} ms; concurrency within a batch: 10 (toolkit and raw), Powertools sequential", of("fresh-10", 0), of("fresh-100", 0), of("duplicates-10", 0), of("fresh-10", REALISTIC_MS), of("fresh-10", ROUND_TRIP_PROBE_MS));
-    let _ = writeln!(
-        md,
-        "- Command: `scripts/bench.sh` (settings: `BENCH_BATCHES`)"
-    );
-    let build = took.build_secs.map_or_else(
-        || {
-            "not measured (`BENCH_BUILD_SECS` unset: the bench ran without `scripts/bench.sh`)"
-                .to_string()
-        },
-        minutes,
-    );
-    let _ = writeln!(
-        md,
-        "- Duration: build {build}, measurements {}\n",
-        minutes(took.run_secs)
-    );
-    let _ = writeln!(md, "## Batches\n");
-    let _ = writeln!(md, "| scenario | added ms | implementation | mode | median ms | p99 ms | records/s | calls/record | WCU/record | refused-write WCU/record | RCU/record | client CPU µs/record |");
-    let _ = writeln!(
-        md,
-        "| --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
-    );
-    for l in lines
-        .iter()
-        .filter(|l| l["scenario"] != "cold-start" && l["scenario"] != "toolkit-alone")
-    {
-        let _ = writeln!(
-            md,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-            l["scenario"].as_str().unwrap(),
-            l["added_latency_ms"],
-            l["implementation"].as_str().unwrap(),
-            l["mode"].as_str().unwrap(),
-            l["median_ms"],
-            l["p99_ms"],
-            l["records_per_sec"],
-            l["calls_per_record"],
-            l["wcu_per_record"],
-            l["refused_wcu_per_record"],
-            l["rcu_per_record"],
-            l["client_cpu_us_per_record"]
-        );
-    }
-    let _ = writeln!(md, "\n## Round trips on the critical path per batch\n");
-    let _ = writeln!(md, "| scenario | implementation | mode | round trips |");
-    let _ = writeln!(md, "| --- | --- | --- | ---: |");
-    for scenario in ["fresh-10", "duplicates-10", "retries-10", "mixed-10"] {
-        for implementation in IMPLEMENTATIONS {
-            for mode in ["optimistic", "lease", "sequenced"] {
-                let mode = if implementation == "powertools-python" {
-                    "lease"
-                } else {
-                    mode
-                };
-                if let Some(trips) = round_trips(lines, scenario, implementation, mode) {
-                    let _ = writeln!(
-                        md,
-                        "| {scenario} | {implementation} | {mode} | {trips:.1} |"
-                    );
-                }
-                if implementation == "powertools-python" {
-                    break;
-                }
-            }
-        }
-    }
-    alone(&mut md, lines);
-    targets(&mut md, lines);
-    let _ = writeln!(md, "\n## Reading the figures\n");
-    let _ = writeln!(md, "- *raw-dynamodb* issues exactly the requests each mode must make (optimistic: one `TransactWriteItems` per fresh record; lease: a conditional `PutItem`, then the `TransactWriteItems`; a duplicate SQS marks as redelivered: its share of one strongly consistent `BatchGetItem`, the pre-check; an unmarked duplicate: the one refused request), with the same attributes, the same conditions (taking over expired records and elapsed leases; the owner fence), `ALL_OLD` on refusal and a `ClientRequestToken`, at the same concurrency, with no toolkit logic. The toolkit's overhead over it is key hashing, payload hashing, JSON, and decoding.");
-    let _ = writeln!(md, "- *powertools-python* is `BatchProcessor` with `idempotent_function` (`scripts/bench_powertools.py`), on the same DynamoDB Local and events. It cannot commit the ledger write with its record, so it makes three calls per fresh record (put, the ledger update, update) and its effect is not exactly-once. It processes a batch's records one after another, as its `BatchProcessor` does.");
-    let _ = writeln!(md, "- *duplicates-10*: every record completed before and redelivered by SQS (`ApproximateReceiveCount` 2), to a container that never saw it (no local cache). *retries-10*: the same duplicates unmarked (a producer's retries, each a new message), which the default pre-check does not look up. *mixed-10*: five redelivered duplicates and five first deliveries.");
-    let _ = writeln!(md, "- Calls are counted by an SDK interceptor (botocore event hooks on the Python side). WCU and RCU come from `ReturnConsumedCapacity=TOTAL` as DynamoDB Local reports them. A write refused by its condition reports no capacity, although DynamoDB charges it: the refused-write column counts it as DynamoDB would for items up to 1 KB (1 unit per refused item write, 2 per item of a refused transaction). An estimate, not a report.");
-    let _ = writeln!(md, "- Without the pre-check, in optimistic mode a duplicate is computed again and learns it is one from the refused commit; in lease mode the refused conditional put answers it. With the local cache on, a warm container answers duplicates without any call.");
-    let _ = writeln!(md, "- *sequenced* is the sequence-guarded (natural) mode: each order is the first event of its own entity (a ledger item keyed by its `eventId`), so a fresh order is one conditional `UpdateItem` on the entity and no idempotency record is written; a redelivered duplicate is one consistent `GetItem` of the entity; an unmarked one (retries-10) runs the handler and its write is refused. Its raw limit makes the same calls. Powertools has no such mode.");
-    let _ = writeln!(md, "- Client CPU is the CPU time the client process spent during its timed batches (`CLOCK_PROCESS_CPUTIME_ID` for the bench process, which runs the toolkit and the raw requests in turn; `time.process_time()` in the Python worker), per record. The raw requests' figure is the SDK's own cost (serialization, signing, HTTP, TLS-free loopback); the toolkit's adds key and payload hashing, JSON, and its decisions.");
-    let _ = writeln!(md, "- Cold start is the time from process start to the function's first request for an event on the Runtime API; peak memory is VmHWM after three batches of 10.");
-    let _ = writeln!(md, "\n## JSON lines\n\n```json");
-    for l in lines {
-        let _ = writeln!(md, "{l}");
-    }
-    let _ = writeln!(md, "```");
-    md
-}
-
-/// The toolkit's own work per record, without I/O.
-fn alone(md: &mut String, lines: &[Value]) {
-    let alone: Vec<&Value> = lines
-        .iter()
-        .filter(|l| l["scenario"] == "toolkit-alone")
-        .collect();
-    if alone.is_empty() {
-        return;
-    }
-    let _ = writeln!(
-        md,
-        "\n## The toolkit's own work per record (in-memory store, no I/O)\n"
-    );
-    let _ = writeln!(md, "The order-consumer's key and payload hash alone, and whole records through the batch processor on the embedded store (its own in-memory work included: for a fresh record, evaluating the ledger write's expressions), in this process, with no call to make: the part of the client CPU above that is the toolkit's rather than the SDK's.\n");
-    let _ = writeln!(md, "| work | mode | CPU µs/record |");
-    let _ = writeln!(md, "| --- | --- | ---: |");
-    for l in alone {
-        let _ = writeln!(
-            md,
-            "| {} | {} | {} |",
-            l["what"].as_str().unwrap_or(""),
-            l["mode"].as_str().unwrap_or(""),
-            l["cpu_us_per_record"]
-        );
-    }
 }
 
 /// The toolkit's own CPU per record for `what` in `mode`, from the in-memory measurement.
@@ -302,7 +87,7 @@ fn own_work(lines: &[Value], scenario: &str, mode: &str) -> String {
 }
 
 /// The targets, each met or missed with its figure, and why where missed.
-fn targets(md: &mut String, lines: &[Value]) {
+pub(super) fn targets(md: &mut String, lines: &[Value]) {
     let _ = writeln!(md, "\n## Ratios and targets\n");
     let _ = writeln!(md, "| target | figure | result |");
     let _ = writeln!(md, "| --- | --- | --- |");
