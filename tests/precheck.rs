@@ -169,6 +169,10 @@ async fn of_two_answers_for_one_key_the_last_is_kept() {
         2,
         "each ran once, at first"
     );
+    assert!(
+        rig.store.pending().is_empty(),
+        "the double answer was given"
+    );
 }
 
 #[tokio::test(start_paused = true)]

@@ -67,6 +67,7 @@ mod tests {
     use aws_sdk_dynamodb::Client;
 
     use super::*;
+    use crate::store::AttributeNames;
 
     type Key = HashMap<String, AttributeValue>;
 
@@ -76,7 +77,17 @@ mod tests {
             .region(Region::new("us-east-1"))
             .retry_config(aws_sdk_dynamodb::config::retry::RetryConfig::disabled())
             .build();
-        DynamoDbStore::new(Client::from_conf(config), "t")
+        // Every attribute under a name of its own, so a field read under its default name
+        // shows.
+        let names = AttributeNames::default()
+            .with_key("pk")
+            .with_status("st")
+            .with_expiration("ttl")
+            .with_in_progress_expiration("lease_ms")
+            .with_owner("holder")
+            .with_data("result")
+            .with_validation("hash");
+        DynamoDbStore::new(Client::from_conf(config), "t").with_attribute_names(names)
     }
 
     fn item(pairs: &[(&str, AttributeValue)]) -> Key {
@@ -93,13 +104,13 @@ mod tests {
         let store = store();
         let record = store
             .parse(&item(&[
-                ("id", s("fn#k")),
-                ("status", s("COMPLETED")),
-                ("expiration", n("100")),
-                ("in_progress_expiration", n("5000")),
-                ("lease_owner", s("o")),
-                ("data", s("7")),
-                ("validation", s("v2:h")),
+                ("pk", s("fn#k")),
+                ("st", s("COMPLETED")),
+                ("ttl", n("100")),
+                ("lease_ms", n("5000")),
+                ("holder", s("o")),
+                ("result", s("7")),
+                ("hash", s("v2:h")),
             ]))
             .unwrap();
         assert_eq!(record.key.as_str(), "fn#k");
@@ -110,26 +121,19 @@ mod tests {
         assert_eq!(record.data.as_deref(), Some("7"));
         assert_eq!(record.validation.as_deref(), Some("v2:h"));
         for (bad, reason) in [
+            (item(&[("pk", s("fn#k")), ("ttl", n("1"))]), "no status"),
             (
-                item(&[("id", s("fn#k")), ("expiration", n("1"))]),
-                "no status",
-            ),
-            (
-                item(&[
-                    ("id", s("fn#k")),
-                    ("status", s("DONE")),
-                    ("expiration", n("1")),
-                ]),
+                item(&[("pk", s("fn#k")), ("st", s("DONE")), ("ttl", n("1"))]),
                 "unknown status \"DONE\"",
             ),
             (
                 item(&[
-                    ("id", s("fn#k")),
-                    ("status", s("COMPLETED")),
-                    ("expiration", n("1")),
-                    ("in_progress_expiration", n("1.5")),
+                    ("pk", s("fn#k")),
+                    ("st", s("COMPLETED")),
+                    ("ttl", n("1")),
+                    ("lease_ms", n("1.5")),
                 ]),
-                "in_progress_expiration is not an integer: 1.5",
+                "lease_ms is not an integer: 1.5",
             ),
         ] {
             match store.parse(&bad) {
