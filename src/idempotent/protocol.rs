@@ -11,7 +11,7 @@ use super::in_flight::InFlight;
 use crate::clock::Deadline;
 use crate::config::Config;
 use crate::key::IdempotencyKey;
-use crate::record::{OwnerToken, Record, Status};
+use crate::record::{OwnerToken, Record};
 
 /// What this process knows without asking the store: completed records (the local cache)
 /// and the records running now (single flight). Shared by every service of one layer.
@@ -42,7 +42,7 @@ impl LocalAnswers {
     /// Caches a copy of a completed record (anything else is ignored), copied only when
     /// there is a cache to keep it.
     pub(crate) fn remember_copy(&self, record: &Record) {
-        if self.cache.is_some() && record.status == Status::Completed {
+        if self.cache.is_some() {
             self.remember(record.clone());
         }
     }
