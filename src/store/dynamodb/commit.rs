@@ -317,7 +317,24 @@ mod tests {
         other_writes.writes.clear();
         let mut other_expiry = base.clone();
         other_expiry.expiration_secs += 1;
-        for changed in [later, other_data, other_writes, other_expiry] {
+        let mut other_key = base.clone();
+        other_key.key = IdempotencyKey::from_stored("other");
+        let mut other_owner = base.clone();
+        other_owner.owner = OwnerToken::new("other");
+        let mut failed = base.clone();
+        failed.status = Status::Failed;
+        let mut validated = base.clone();
+        validated.validation = Some("v2:hash".into());
+        for changed in [
+            later,
+            other_data,
+            other_writes,
+            other_expiry,
+            other_key,
+            other_owner,
+            failed,
+            validated,
+        ] {
             assert_ne!(token(&base), token(&changed));
         }
         assert_ne!(token(&base), client_request_token("t", true, &base));
