@@ -245,7 +245,9 @@ impl<S, C, E: BatchEvent> BatchProcessor<S, C, E> {
                 // does not hold back the others); the reports keep the event's order.
                 let mut indexed = futures_util::stream::iter(records.into_iter().enumerate().map(
                     |(index, record)| {
-                        let report = self.process_record::<T>(record, context, deadline);
+                        // Boxed once: the record's future (a few kilobytes) is not copied
+                        // again as the stream hands it to its set of running futures.
+                        let report = Box::pin(self.process_record::<T>(record, context, deadline));
                         async move { (index, report.await) }
                     },
                 ))
