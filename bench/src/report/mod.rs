@@ -4,6 +4,7 @@ use std::fmt::Write as _;
 
 use serde_json::Value;
 
+mod misses;
 mod targets;
 
 use crate::scenario::{batches_at, REALISTIC_MS, ROUND_TRIP_PROBE_MS, SCENARIOS};

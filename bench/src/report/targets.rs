@@ -4,6 +4,7 @@ use std::fmt::Write as _;
 
 use serde_json::Value;
 
+use super::misses::{extra_steps, latency_miss, own_work};
 use super::{find, num, verdict, MODES};
 use crate::scenario::{REALISTIC_MS, ROUND_TRIP_PROBE_MS};
 
@@ -32,76 +33,6 @@ fn over_powertools(lines: &[Value], scenario: &str, added_ms: u64, mode: &str) -
         )
     };
     Some(rate("lambda-idempotency", mode)? / rate("powertools-python", "")?)
-}
-
-/// The toolkit's own CPU per record for `what` in `mode`, from the in-memory measurement.
-fn alone_us(lines: &[Value], what: &str, mode: &str) -> Option<f64> {
-    lines
-        .iter()
-        .find(|l| l["scenario"] == "toolkit-alone" && l["what"] == what && l["mode"] == mode)
-        .and_then(|l| l["cpu_us_per_record"].as_f64())
-}
-
-/// What the toolkit does in `scenario` that the raw requests do not, with its measured cost
-/// without I/O where the bench has one.
-fn own_work(lines: &[Value], scenario: &str, mode: &str) -> String {
-    let key = alone_us(lines, "key and payload hash", "-");
-    // Sequence-guarded mode reads and writes the entity itself, one call per record: only
-    // the common part applies.
-    if mode == "sequenced" {
-        return String::new();
-    }
-    if scenario.starts_with("duplicates") {
-        let measured = match (key, alone_us(lines, "redelivered duplicate, pre-checked and replayed", mode)) {
-            (Some(key), Some(duplicate)) => format!(
-                " Measured without I/O (the section above), the key and payload hash alone take {key} µs a record and a \
-                 whole pre-checked duplicate {duplicate} µs."
-            ),
-            _ => String::new(),
-        };
-        return format!(
-            " Here the calls are cheapest (one shared `BatchGetItem` for ten records), so that work is the larger share.{measured}"
-        );
-    }
-    let key_only = key.map_or_else(String::new, |key| {
-        format!(" Measured without I/O, the key and payload hash take {key} µs a record.")
-    });
-    if scenario.starts_with("retries") && mode == "lease" {
-        // An unmarked duplicate in lease mode is answered by its refused `PutItem`: no commit.
-        return format!(
-            " Each unmarked duplicate's refused `PutItem` comes back with the stored record, which the toolkit decodes \
-             and replays.{key_only}"
-        );
-    }
-    let measured = match (key, alone_us(lines, "fresh record, run and committed", mode)) {
-        (Some(key), Some(fresh)) => format!(
-            " Measured without I/O, the key and payload hash take {key} µs a record, and a whole fresh record on the \
-             in-memory store {fresh} µs (its own evaluation of the write included)."
-        ),
-        _ => key_only,
-    };
-    format!(
-        " Each commit also carries a client request token derived from the whole request (SHA-256, so that a resent \
-         commit is recognised), where the raw requests send a random one.{measured}"
-    )
-}
-
-/// What the toolkit does per record in `scenario` and `mode` that the raw requests do not.
-fn extra_steps(scenario: &str, mode: &str) -> &'static str {
-    if mode == "sequenced" {
-        return "reads each event's entity and sequence number, adds the guard to the handler's write, and maps a \
-                refused guard to replayed or out of order";
-    }
-    // Redelivered duplicates are found by the pre-check, and in lease mode a producer's
-    // retry is answered by its refused acquire: no result is serialized.
-    if scenario.starts_with("duplicates") || (scenario.starts_with("retries") && mode == "lease") {
-        return "derives each key (a JSON pointer into the body, then SHA-256), hashes the payload (canonical JSON, \
-                SHA-256), decodes the records it reads and the results it replays, and tracks each record's flight and \
-                deadline";
-    }
-    "derives each key (a JSON pointer into the body, then SHA-256), hashes the payload (canonical JSON, SHA-256), \
-     serializes the result, decodes the records it reads and the results it replays, and tracks each record's flight \
-     and deadline"
 }
 
 /// The targets, each met or missed with its figure, and why where missed.
@@ -282,120 +213,5 @@ pub(super) fn targets(md: &mut String, lines: &[Value]) {
                 "- {scenario} at {added_ms} ms, {mode}: {ratio:.1}x Powertools' throughput. {cause}"
             );
         }
-    }
-}
-
-/// Why the toolkit's batch took more than 10% longer than the raw requests': the client CPU
-/// it spends beyond them on the same cores as DynamoDB Local, and how far the batch's own
-/// length and the number of batches let DynamoDB Local's jitter weigh.
-fn latency_miss(lines: &[Value], ours_line: &Value) -> String {
-    let scenario = ours_line["scenario"].as_str().unwrap_or_default();
-    let mode = ours_line["mode"].as_str().unwrap_or_default();
-    let added_ms = ours_line["added_latency_ms"].as_u64().unwrap_or(0);
-    let ours = ours_line["median_ms"].as_f64().unwrap_or(f64::NAN);
-    let raw = num(
-        find(lines, scenario, added_ms, "raw-dynamodb", mode),
-        "median_ms",
-    )
-    .unwrap_or(f64::NAN);
-    let over = (ours / raw - 1.0) * 100.0;
-    let cores = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1);
-    let key = "client_cpu_us_per_record";
-    let extra_cpu = match (
-        ours_line[key].as_f64(),
-        num(find(lines, scenario, added_ms, "raw-dynamodb", mode), key),
-        ours_line["batch_size"].as_f64(),
-    ) {
-        (Some(o), Some(r), Some(size)) => format!(
-            " The toolkit spent {:.2} ms more client CPU a batch than the raw requests (the client CPU rows below), \
-             on the same {cores} cores as DynamoDB Local, which serves every call with its own CPU.",
-            (o - r) * size / 1000.0
-        ),
-        _ => String::new(),
-    };
-    let batches = ours_line["batches"].as_u64().unwrap_or(0);
-    let jitter = if raw < 10.0 {
-        format!(
-            " At a few milliseconds a batch, that and DynamoDB Local's jitter are of the same size ({batches} batches): \
-             compare several runs."
-        )
-    } else {
-        format!(" The median is of {batches} batches: compare several runs.")
-    };
-    let delayed = [REALISTIC_MS, ROUND_TRIP_PROBE_MS].map(|ms| {
-        let at = |implementation| num(find(lines, scenario, ms, implementation, mode), "median_ms");
-        match (at("lambda-idempotency"), at("raw-dynamodb")) {
-            (Some(o), Some(r)) => Some(format!("{:+.1}% at {ms} ms", (o / r - 1.0) * 100.0)),
-            _ => None,
-        }
-    });
-    let with_delay = match delayed {
-        [Some(realistic), Some(probe)] => {
-            format!(" With the network delay added, the same scenario is {realistic} and {probe}.")
-        }
-        [Some(one), None] | [None, Some(one)] => {
-            format!(" With the network delay added, the same scenario is {one}.")
-        }
-        [None, None] => " This scenario runs without the network delay only.".to_string(),
-    };
-    format!(
-        "{scenario} at {added_ms} ms, {mode}: {over:+.1}% over the raw limit, {:.2} ms a batch of {raw:.2} ms.\
-         {extra_cpu}{jitter}{with_delay}",
-        ours - raw
-    )
-}
-
-#[cfg(test)]
-mod tests {
-    use serde_json::json;
-
-    use super::*;
-
-    fn line(scenario: &str, ms: u64, implementation: &str, median: f64, cpu: f64) -> Value {
-        json!({
-            "scenario": scenario, "added_latency_ms": ms, "implementation": implementation,
-            "mode": "optimistic", "batches": 10, "batch_size": 100,
-            "median_ms": median, "client_cpu_us_per_record": cpu,
-        })
-    }
-
-    #[test]
-    fn a_long_batch_run_only_without_delay_is_explained_as_such() {
-        let lines = [
-            line("fresh-100", 0, "lambda-idempotency", 333.26, 550.05),
-            line("fresh-100", 0, "raw-dynamodb", 285.07, 450.19),
-        ];
-        let why = latency_miss(&lines, &lines[0]);
-        assert!(why.contains("48.19 ms a batch of 285.07 ms"), "{why}");
-        assert!(why.contains("9.99 ms more client CPU a batch"), "{why}");
-        assert!(why.contains("The median is of 10 batches"), "{why}");
-        assert!(why.contains("runs without the network delay only"), "{why}");
-        assert!(!why.contains("a few milliseconds"), "{why}");
-    }
-
-    #[test]
-    fn a_short_batch_is_compared_with_its_delayed_runs() {
-        let lines = [
-            line("duplicates-10", 0, "lambda-idempotency", 2.4, 60.0),
-            line("duplicates-10", 0, "raw-dynamodb", 2.0, 50.0),
-            line("duplicates-10", 8, "lambda-idempotency", 11.0, 60.0),
-            line("duplicates-10", 8, "raw-dynamodb", 10.0, 50.0),
-            line("duplicates-10", 50, "lambda-idempotency", 55.0, 60.0),
-            line("duplicates-10", 50, "raw-dynamodb", 50.0, 50.0),
-        ];
-        let why = latency_miss(&lines, &lines[0]);
-        assert!(why.contains("At a few milliseconds a batch"), "{why}");
-        assert!(why.contains("+10.0% at 8 ms and +10.0% at 50 ms"), "{why}");
-    }
-
-    #[test]
-    fn only_scenarios_that_run_the_handler_serialize_a_result() {
-        assert!(extra_steps("fresh-10", "optimistic").contains("serializes the result"));
-        assert!(extra_steps("retries-10", "optimistic").contains("serializes the result"));
-        assert!(!extra_steps("duplicates-10", "lease").contains("serializes"));
-        assert!(!extra_steps("retries-10", "lease").contains("serializes"));
-        assert!(!extra_steps("fresh-10", "sequenced").contains("payload"));
     }
 }
