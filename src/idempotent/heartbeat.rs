@@ -9,7 +9,7 @@ use crate::clock::{epoch_ms, later_ms, later_secs, Clock, Deadline};
 use crate::config::Config;
 use crate::error::Error;
 use crate::key::IdempotencyKey;
-use crate::record::OwnerToken;
+use crate::record::{OwnerToken, Status};
 use crate::store::{ExtendRequest, Fenced, Store};
 
 /// The end of the lease for an acquire or extension at `now`: the invocation deadline, or
@@ -46,7 +46,8 @@ impl<St: Store, C: Clock> Heartbeat<'_, St, C> {
     /// ends before an extension could confirm it (a hung store), the work is cancelled (its
     /// future dropped at its next await) and the record ends [`LeaseLost`](Error::LeaseLost):
     /// another invocation may hold the key now. Storing the result is fenced by the owner
-    /// token either way.
+    /// token either way. An extension refused because the work's own final write has
+    /// landed (its answer still on the way) is not a lost lease: the work finishes.
     pub(crate) async fn run<F, R>(&self, work: F) -> Result<R, Error>
     where
         F: Future<Output = Result<R, Error>>,
@@ -82,7 +83,14 @@ impl<St: Store, C: Clock> Heartbeat<'_, St, C> {
                         held_until_ms = lease_ms;
                         tracing::debug!(lease_expiration_ms = lease_ms, "lease extended");
                     }
-                    Ok(Fenced::LeaseLost) => return,
+                    Ok(Fenced::LeaseLost) => {
+                        if self.finished_by_us(every).await {
+                            // Our final write landed and its answer is on its way: the
+                            // work ends by itself.
+                            std::future::pending::<()>().await;
+                        }
+                        return;
+                    }
                     Err(err) => {
                         tracing::warn!(error = %err, "could not extend the lease");
                         if epoch_ms(self.clock.now()) > held_until_ms {
@@ -99,6 +107,17 @@ impl<St: Store, C: Clock> Heartbeat<'_, St, C> {
                 Err(Error::LeaseLost { key: self.key.clone() })
             }
         }
+    }
+
+    /// Whether the record, read within `budget`, holds this lease's final result (finished,
+    /// under our owner token). Unread in time or unreadable, it does not.
+    async fn finished_by_us(&self, budget: Duration) -> bool {
+        let read = tokio::select! {
+            read = self.store.get(self.key) => read,
+            () = self.clock.sleep(budget) => return false,
+        };
+        matches!(read, Ok(Some(record))
+            if record.status != Status::InProgress && record.owner.as_ref() == Some(self.owner))
     }
 }
 

@@ -2,19 +2,20 @@
 
 use lambda_idempotency_test_support as support;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use aws_lambda_events::sqs::SqsMessage;
 use lambda_idempotency::batch::BatchProcessor;
 use lambda_idempotency::clock::Clock;
+use lambda_idempotency::record::Status;
 use lambda_idempotency::store::InMemoryStore;
 use lambda_idempotency::{IdempotencyLayer, Outcome};
 use support::faulty_store::{FaultyStore, Inject};
 use support::{invocation, outcomes, reported};
 
-use crate::{batch, config, message, Rig, REMAINING};
+use crate::{batch, config, message, stored, Rig, REMAINING};
 
 #[tokio::test]
 async fn a_heartbeat_that_finds_the_lease_lost_cancels_the_handler() {
@@ -113,4 +114,44 @@ async fn a_heartbeat_that_cannot_confirm_the_lease_before_it_ends_cancels_the_ha
         started.elapsed()
     );
     assert_eq!(store.calls.complete.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn a_heartbeat_refused_because_our_result_is_stored_lets_the_record_finish() {
+    // The completion lands, its answer is slow, and meanwhile an extension is refused: the
+    // record is completed (by us), not taken over. Real time: the heartbeat fires while the
+    // answer is on its way.
+    let store = FaultyStore::new(InMemoryStore::new());
+    store.inject(Inject::CompleteAnswerSlow(Duration::from_millis(300)));
+    let runs = Arc::new(AtomicUsize::new(0));
+    let layer = IdempotencyLayer::new(store.clone())
+        .with_config(config().with_heartbeat(Duration::from_secs(3), Duration::from_millis(20)));
+    let counted = runs.clone();
+    let processor = BatchProcessor::new(layer.handler(move |_m: SqsMessage| {
+        counted.fetch_add(1, Ordering::SeqCst);
+        async { Ok::<_, std::io::Error>(String::from("done")) }
+    }));
+    let deliver = || {
+        processor.process(invocation(
+            batch([message("m-1", "{}")]),
+            std::time::SystemTime::now(),
+            REMAINING,
+        ))
+    };
+    let report = deliver().await;
+    assert!(
+        store.calls.extend.load(Ordering::SeqCst) >= 1,
+        "no extension was sent while the answer was slow"
+    );
+    assert_eq!(outcomes(&report), [Outcome::Executed]);
+    assert!(reported(&report).is_empty());
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    let record = stored(&store, "m-1").await.expect("stored");
+    assert_eq!(record.status, Status::Completed);
+    assert!(record.owner.is_some());
+    assert_eq!(store.calls.release.load(Ordering::SeqCst), 0);
+
+    let again = deliver().await;
+    assert_eq!(outcomes(&again), [Outcome::Replayed]);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
 }

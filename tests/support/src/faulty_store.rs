@@ -30,6 +30,8 @@ pub enum Inject {
     CompleteResent,
     /// The completion answers that the lease was lost (taken over meanwhile).
     CompleteLeaseLost,
+    /// The completion is applied, and its answer takes this long (tokio time) to come.
+    CompleteAnswerSlow(Duration),
     /// The completion is refused as invalid (DynamoDB's `ValidationException`): nothing is
     /// applied.
     CompleteInvalid,
@@ -138,6 +140,7 @@ impl<S: Store> Store for FaultyStore<S> {
                 Inject::CompleteFails
                     | Inject::CompleteResent
                     | Inject::CompleteLeaseLost
+                    | Inject::CompleteAnswerSlow(_)
                     | Inject::CompleteInvalid
                     | Inject::CompletePanics
             )
@@ -149,6 +152,11 @@ impl<S: Store> Store for FaultyStore<S> {
             }),
             Some(Inject::CompletePanics) => panic!("injected: the store panicked"),
             Some(Inject::CompleteLeaseLost) => Ok(Fenced::LeaseLost),
+            Some(Inject::CompleteAnswerSlow(by)) => {
+                let answer = self.inner.complete(request).await;
+                tokio::time::sleep(by).await;
+                answer
+            }
             Some(_) => {
                 self.inner.complete(request).await?;
                 self.inner.complete(request).await
