@@ -147,6 +147,43 @@ async fn concurrent_starts_all_create_the_table() {
     }
 }
 
+/// Two long table names that differ only past PostgreSQL's 63-byte identifier limit of
+/// their index names each get their cleanup index (before, both index names were cut to
+/// the same 63 bytes, and `IF NOT EXISTS` skipped the second table's).
+#[tokio::test]
+async fn long_table_names_each_get_their_cleanup_index() {
+    let Some(pool) = support::postgres::pool() else {
+        return;
+    };
+    let unique = OwnerToken::generate().as_str().replace('-', "_");
+    // 63 bytes each, the longest name PostgreSQL keeps whole; they differ in the last one.
+    let stem = format!("r{}", &unique[..24]);
+    let stem = format!("{stem}{}", "x".repeat(62 - stem.len()));
+    let tables = [format!("{stem}a"), format!("{stem}b")];
+    for table in &tables {
+        assert_eq!(table.len(), 63);
+        PostgresStore::new(pool.clone())
+            .with_table(table)
+            .create_table()
+            .await
+            .expect("created");
+    }
+    let client = pool.get().await.expect("a connection");
+    for table in &tables {
+        let indexes: Vec<String> = client
+            .query(
+                "SELECT indexdef FROM pg_indexes WHERE tablename = $1 AND indexdef LIKE '%(expiration)'",
+                &[table],
+            )
+            .await
+            .expect("pg_indexes")
+            .iter()
+            .map(|row| row.get(0))
+            .collect();
+        assert_eq!(indexes.len(), 1, "{table}: {indexes:?}");
+    }
+}
+
 /// A transaction whose `begin` is dropped after BEGIN reached the server (a cancelled
 /// invocation, a heartbeat that lost the lease) must not hand its connection back to the
 /// pool inside the open transaction: the next user of the pool would run its statements in

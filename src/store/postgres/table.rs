@@ -4,6 +4,9 @@
 /// The default table name.
 pub const DEFAULT_TABLE: &str = "idempotency_records";
 
+/// PostgreSQL's longest identifier; longer ones are cut.
+const MAX_IDENTIFIER_BYTES: usize = 63;
+
 /// The columns a record is read from, in this order.
 pub(super) const COLUMNS: &str =
     "status, expiration, in_progress_expiration, lease_owner, data, validation";
@@ -24,7 +27,7 @@ impl Table {
         let parts: Vec<&str> = name.split('.').collect();
         let valid = |part: &str| {
             !part.is_empty()
-                && part.len() <= 63
+                && part.len() <= MAX_IDENTIFIER_BYTES
                 && !part.starts_with(|c: char| c.is_ascii_digit())
                 && part.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
         };
@@ -46,10 +49,25 @@ impl Table {
     /// harmless).
     pub(super) fn schema_sql(&self) -> String {
         let t = &self.quoted;
-        let index = format!("\"{}_expiration\"", self.name.replace('.', "_"));
+        let index = format!("\"{}\"", self.index_name());
         format!(
             "CREATE TABLE IF NOT EXISTS {t} (\n    id text PRIMARY KEY,\n    status text NOT NULL,\n    expiration bigint NOT NULL,\n    in_progress_expiration bigint,\n    lease_owner text,\n    data text,\n    validation text\n);\nCREATE INDEX IF NOT EXISTS {index} ON {t} (expiration);\n"
         )
+    }
+
+    /// The cleanup index's name: `<name>_expiration` (a dot as `_`) when it fits PostgreSQL's
+    /// 63 bytes. A longer one would be cut to 63 bytes, into the table's own name or another
+    /// long table's index name, and `IF NOT EXISTS` would skip it: it is then cut shorter
+    /// and told apart by a hash of the whole name.
+    fn index_name(&self) -> String {
+        let plain = format!("{}_expiration", self.name.replace('.', "_"));
+        if plain.len() <= MAX_IDENTIFIER_BYTES {
+            return plain;
+        }
+        let digest = crate::hashing::sha256_hex(self.name.as_bytes());
+        // ASCII only (checked in `new`), so any byte is a character boundary.
+        let kept = MAX_IDENTIFIER_BYTES - "_12345678_expiration".len();
+        format!("{}_{}_expiration", &plain[..kept], &digest[..8])
     }
 
     /// Acquire: $1 id, $2 expiration, $3 lease end, $4 owner, $5 validation, $6 now (secs),
@@ -130,6 +148,22 @@ mod tests {
             .map(|line| format!("{line}\n"))
             .collect();
         assert_eq!(Table::new(DEFAULT_TABLE).unwrap().schema_sql(), shipped);
+    }
+
+    #[test]
+    fn index_names_fit_and_stay_apart() {
+        let named = |name: &str| Table::new(name).unwrap().index_name();
+        assert_eq!(named("records"), "records_expiration");
+        assert_eq!(named("app.records"), "app_records_expiration");
+        let stem = "r".repeat(62);
+        let (a, b) = (named(&format!("{stem}a")), named(&format!("{stem}b")));
+        assert_ne!(a, b);
+        for long in [&a, &b] {
+            assert_eq!(long.len(), MAX_IDENTIFIER_BYTES, "{long}");
+            assert!(long.ends_with("_expiration"), "{long}");
+        }
+        let longest = named(&format!("{stem}s.{stem}t"));
+        assert_eq!(longest.len(), MAX_IDENTIFIER_BYTES);
     }
 
     #[test]
