@@ -106,6 +106,12 @@ async fn foreign_rows_are_malformed_and_left_as_they_are() {
             matches!(answer, Err(StoreError::Malformed { .. })),
             "{name}: {answer:?}"
         );
+        // Read among others (one statement), it is named.
+        let among = [IdempotencyKey::derive("foreign", b"absent"), key.clone()];
+        match store.get_many(&among).await {
+            Err(StoreError::Malformed { key: named, .. }) => assert_eq!(named, key.as_str()),
+            other => panic!("{name}: {other:?}"),
+        }
         if name == "status" {
             let answer = store
                 .acquire(&acquire_at(&key, now, Duration::from_secs(60)))

@@ -232,6 +232,17 @@ async fn foreign_keys_are_malformed_and_left_as_they_are() {
     malformed(store.acquire(&acquire_at(&string, &owner, now)).await);
     malformed(store.get(&string).await);
     malformed(store.release(&string, &owner).await);
+    // Read among others (one pipeline), it is named.
+    let among = [no_status.clone(), string.clone()];
+    match store.get_many(&among).await {
+        Err(StoreError::Malformed { key, .. }) => assert_eq!(key, no_status.as_str()),
+        other => panic!("{other:?}"),
+    }
+    let among = [IdempotencyKey::derive("foreign", b"absent"), string.clone()];
+    match store.get_many(&among).await {
+        Err(StoreError::Malformed { key, .. }) => assert_eq!(key, string.as_str()),
+        other => panic!("{other:?}"),
+    }
 
     // Text that is not UTF-8.
     let bytes = IdempotencyKey::derive("foreign", b"bytes");

@@ -365,4 +365,25 @@ impl Store for PostgresStore {
             None => Ok(None),
         }
     }
+
+    /// One statement for all the keys (`WHERE id = ANY($1)`), on one connection.
+    async fn get_many(&self, keys: &[IdempotencyKey]) -> Result<Vec<Record>, StoreError> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<&str> = keys.iter().map(IdempotencyKey::as_str).collect();
+        let client = self.pool.get().await.map_err(pool_error)?;
+        let statement = client
+            .prepare_cached(&self.table.get_many_sql())
+            .await
+            .map_err(sql_error)?;
+        let rows = client.query(&statement, &[&ids]).await.map_err(sql_error)?;
+        let mut found = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let id: String = row.try_get(0).map_err(sql_error)?;
+            let key = IdempotencyKey::from_stored(id);
+            found.extend(parse(&key, row, 1)?);
+        }
+        Ok(found)
+    }
 }

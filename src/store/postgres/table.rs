@@ -124,6 +124,14 @@ impl Table {
         format!("SELECT {COLUMNS} FROM {} WHERE id = $1", self.quoted)
     }
 
+    /// Get many: $1 the ids (`text[]`). Answers the id, then the record's columns.
+    pub(super) fn get_many_sql(&self) -> String {
+        format!(
+            "SELECT id, {COLUMNS} FROM {} WHERE id = ANY($1)",
+            self.quoted
+        )
+    }
+
     /// Cleanup: $1 expired before (epoch seconds), $2 at most this many rows. The outer
     /// condition is checked again on a row a takeover changed meanwhile, so a record taken
     /// over after it expired is never deleted.

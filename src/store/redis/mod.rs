@@ -276,6 +276,32 @@ where
         }
         parse(key, &fields).map(Some)
     }
+
+    /// One pipeline of `HGETALL`s, each key once: one round trip.
+    async fn get_many(&self, keys: &[IdempotencyKey]) -> Result<Vec<Record>, StoreError> {
+        let unique: std::collections::BTreeSet<&IdempotencyKey> = keys.iter().collect();
+        let Some(first) = unique.first().copied() else {
+            return Ok(Vec::new());
+        };
+        let mut pipeline = ::redis::pipe();
+        for key in &unique {
+            pipeline.cmd("HGETALL").arg(self.redis_key(key));
+        }
+        // Each command answers on its own, so a key holding another type is named.
+        let answers: Vec<::redis::RedisResult<Vec<Vec<u8>>>> = pipeline
+            .ignore_errors()
+            .query_async(&mut self.connection.clone())
+            .await
+            .map_err(|err| store_error(first, err))?;
+        let mut found = Vec::with_capacity(answers.len());
+        for (key, answer) in unique.into_iter().zip(answers) {
+            let fields = answer.map_err(|err| store_error(key, err))?;
+            if !fields.is_empty() {
+                found.push(parse(key, &fields)?);
+            }
+        }
+        Ok(found)
+    }
 }
 
 #[cfg(test)]
