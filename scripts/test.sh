@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The project's test command (README Quickstart, and CI through .ci/run):
 # installs what is missing (DynamoDB Local, the Python-packaged tools), lints template.yaml,
-# starts DynamoDB Local, Redis and PostgreSQL (Debian's packages, installed if missing) and
+# starts DynamoDB Local, Redis (one server and a cluster of three) and PostgreSQL (Debian's
+# packages, installed if missing) and
 # moto's SQS server (PyPI), then runs
 # the format check, clippy, the docs build and every test of
 # the workspace (the library, the examples, the CLI, bench, tests/support), the DynamoDB
@@ -19,7 +20,7 @@ source scripts/postgres.sh
 source scripts/sqs-local.sh
 # shellcheck source=scripts/tools.sh
 source scripts/tools.sh
-trap 'status=$?; ddb_stop; redis_stop; postgres_stop; sqs_stop; exit $status' EXIT
+trap 'status=$?; ddb_stop; redis_stop; redis_cluster_stop; postgres_stop; sqs_stop; exit $status' EXIT
 # No incremental compilation caches: this script builds every crate once, and the caches
 # only cost disk.
 export CARGO_INCREMENTAL=0
@@ -40,6 +41,7 @@ rm -f "$short_window"
 
 ddb_start
 redis_start
+redis_cluster_start
 postgres_start
 sqs_start
 # Tests that need DynamoDB Local, Redis or PostgreSQL fail, rather than skip, when it is

@@ -277,7 +277,8 @@ where
         parse(key, &fields).map(Some)
     }
 
-    /// One pipeline of `HGETALL`s, each key once: one round trip.
+    /// One pipeline of `HGETALL`s, each key once: one round trip (on a Redis Cluster, one
+    /// read per key, all at once).
     async fn get_many(&self, keys: &[IdempotencyKey]) -> Result<Vec<Record>, StoreError> {
         let unique: std::collections::BTreeSet<&IdempotencyKey> = keys.iter().collect();
         let Some(first) = unique.first().copied() else {
@@ -288,11 +289,21 @@ where
             pipeline.cmd("HGETALL").arg(self.redis_key(key));
         }
         // Each command answers on its own, so a key holding another type is named.
-        let answers: Vec<::redis::RedisResult<Vec<Vec<u8>>>> = pipeline
+        let answers: Vec<::redis::RedisResult<Vec<Vec<u8>>>> = match pipeline
             .ignore_errors()
             .query_async(&mut self.connection.clone())
             .await
-            .map_err(|err| store_error(first, err))?;
+        {
+            Ok(answers) => answers,
+            // A Redis Cluster connection sends a pipeline to one slot only, and every key is
+            // its own hash tag: read key by key, each routed to its node.
+            Err(err) if err.code() == Some("CROSSSLOT") => {
+                let read = unique.into_iter().map(|key| self.get(key));
+                let found = futures_util::future::try_join_all(read).await?;
+                return Ok(found.into_iter().flatten().collect());
+            }
+            Err(err) => return Err(store_error(first, err)),
+        };
         let mut found = Vec::with_capacity(answers.len());
         for (key, answer) in unique.into_iter().zip(answers) {
             let fields = answer.map_err(|err| store_error(key, err))?;

@@ -35,3 +35,32 @@ pub async fn fresh_store() -> Option<RedisStore> {
     );
     Some(RedisStore::new(connection).with_namespace(namespace))
 }
+
+/// A store on the test Redis Cluster (`LAMBDA_IDEMPOTENCY_REDIS_CLUSTER_URLS`, three
+/// primaries that `scripts/test.sh` starts) under a fresh namespace, or `None` as
+/// [`fresh_store`]. Its keys spread over the cluster's slots and nodes.
+pub async fn fresh_cluster_store() -> Option<RedisStore<redis::cluster_async::ClusterConnection>> {
+    let urls = match std::env::var("LAMBDA_IDEMPOTENCY_REDIS_CLUSTER_URLS") {
+        Ok(urls) if !urls.is_empty() => urls,
+        _ if required() => panic!(
+            "LAMBDA_IDEMPOTENCY_REDIS_CLUSTER_URLS is not set but Redis is required: run scripts/test.sh"
+        ),
+        _ => {
+            eprintln!(
+                "SKIPPED: LAMBDA_IDEMPOTENCY_REDIS_CLUSTER_URLS is not set (scripts/test.sh starts a Redis Cluster)"
+            );
+            return None;
+        }
+    };
+    let client = redis::cluster::ClusterClient::new(urls.split(',').collect::<Vec<_>>())
+        .unwrap_or_else(|e| panic!("{urls}: {e}"));
+    let connection = client
+        .get_async_connection()
+        .await
+        .unwrap_or_else(|e| panic!("the Redis Cluster at {urls} is unreachable: {e}"));
+    let namespace = format!(
+        "test-{}:",
+        lambda_idempotency::record::OwnerToken::generate()
+    );
+    Some(RedisStore::new(connection).with_namespace(namespace))
+}
