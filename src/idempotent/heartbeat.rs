@@ -2,6 +2,7 @@
 //! extends it while the handler runs, and its release.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::retry::with_retries;
@@ -37,6 +38,9 @@ pub(crate) struct Heartbeat<'a, St, C> {
     pub(crate) deadline: Deadline,
     /// When the lease taken by the acquire ends, in epoch milliseconds.
     pub(crate) held_until_ms: u64,
+    /// Set by the work as it sends its final write: only then can a refused extension mean
+    /// that the write landed.
+    pub(crate) final_write_sent: AtomicBool,
 }
 
 impl<St: Store, C: Clock> Heartbeat<'_, St, C> {
@@ -46,8 +50,10 @@ impl<St: Store, C: Clock> Heartbeat<'_, St, C> {
     /// ends before an extension could confirm it (a hung store), the work is cancelled (its
     /// future dropped at its next await) and the record ends [`LeaseLost`](Error::LeaseLost):
     /// another invocation may hold the key now. Storing the result is fenced by the owner
-    /// token either way. An extension refused because the work's own final write has
-    /// landed (its answer still on the way) is not a lost lease: the work finishes.
+    /// token either way. An extension refused after the work sent its final write
+    /// ([`final_write_sending`](Self::final_write_sending)) is checked against the record:
+    /// when that write has landed (its answer still on the way), the work may finish and
+    /// give its own answer, until the lease it held would have ended.
     pub(crate) async fn run<F, R>(&self, work: F) -> Result<R, Error>
     where
         F: Future<Output = Result<R, Error>>,
@@ -84,10 +90,13 @@ impl<St: Store, C: Clock> Heartbeat<'_, St, C> {
                         tracing::debug!(lease_expiration_ms = lease_ms, "lease extended");
                     }
                     Ok(Fenced::LeaseLost) => {
-                        if self.finished_by_us(every).await {
+                        if self.final_write_sent.load(Ordering::Acquire)
+                            && self.finished_by_us(every).await
+                        {
                             // Our final write landed and its answer is on its way: the
-                            // work ends by itself.
-                            std::future::pending::<()>().await;
+                            // work ends by itself, within the lease it held.
+                            let lapses = UNIX_EPOCH + Duration::from_millis(held_until_ms);
+                            self.clock.sleep_until(lapses).await;
                         }
                         return;
                     }
@@ -109,7 +118,12 @@ impl<St: Store, C: Clock> Heartbeat<'_, St, C> {
         }
     }
 
-    /// Whether the record, read within `budget`, holds this lease's final result (finished,
+    /// Called by the work just before it sends its final write.
+    pub(crate) fn final_write_sending(&self) {
+        self.final_write_sent.store(true, Ordering::Release);
+    }
+
+    /// Whether the record, read within `budget`, holds this lease's final result (completed
     /// under our owner token). Unread in time or unreadable, it does not.
     async fn finished_by_us(&self, budget: Duration) -> bool {
         let read = tokio::select! {
@@ -117,7 +131,7 @@ impl<St: Store, C: Clock> Heartbeat<'_, St, C> {
             () = self.clock.sleep(budget) => return false,
         };
         matches!(read, Ok(Some(record))
-            if record.status != Status::InProgress && record.owner.as_ref() == Some(self.owner))
+            if record.status == Status::Completed && record.owner.as_ref() == Some(self.owner))
     }
 }
 

@@ -160,6 +160,7 @@ where
             now,
         };
         let json = stored_result::to_json(&value);
+        heartbeat.final_write_sending();
         let finished = complete_in(store, &transaction, &template, json).await;
         Ok(Ok((value, template.expiration_secs, finished)))
     };

@@ -194,6 +194,7 @@ where
         let (value, writes) = M::into_parts(response);
         let now = clock.now();
         let expiration_secs = later_secs(now, config.expires_after);
+        heartbeat.final_write_sending();
         let finished = store_fitting(stored_result::to_json(&value), |data| {
             let request = CommitRequest {
                 key: key.clone(),

@@ -2,6 +2,7 @@
 //! clock, configuration), and the answers this process keeps between records
 //! ([`LocalAnswers`]).
 
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
@@ -88,6 +89,7 @@ impl<St, K, C> Protocol<St, K, C> {
             owner,
             deadline,
             held_until_ms,
+            final_write_sent: AtomicBool::new(false),
         }
     }
 }

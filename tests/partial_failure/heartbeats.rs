@@ -49,6 +49,9 @@ async fn a_heartbeat_that_finds_the_lease_lost_cancels_the_handler() {
         "the handler ran on without its lease"
     );
     assert_eq!(rig.store.calls.complete.load(Ordering::SeqCst), 0);
+    // Cancelled at once: the record is not read back while the handler still runs (only a
+    // refusal after the final write was sent can mean that write landed).
+    assert_eq!(rig.store.calls.get.load(Ordering::SeqCst), 0);
 }
 
 #[tokio::test]
@@ -151,6 +154,43 @@ async fn a_heartbeat_refused_because_our_result_is_stored_lets_the_record_finish
     assert!(record.owner.is_some());
     assert_eq!(store.calls.release.load(Ordering::SeqCst), 0);
 
+    let again = deliver().await;
+    assert_eq!(outcomes(&again), [Outcome::Replayed]);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_stored_result_whose_answer_never_comes_is_lease_lost_when_the_lease_ends() {
+    // As above, but the answer takes longer than the lease: the heartbeat waits for it only
+    // until the lease it held would have ended (not until the invocation's deadline).
+    let store = FaultyStore::new(InMemoryStore::new());
+    store.inject(Inject::CompleteAnswerSlow(Duration::from_secs(10)));
+    let runs = Arc::new(AtomicUsize::new(0));
+    let layer = IdempotencyLayer::new(store.clone()).with_config(
+        config().with_heartbeat(Duration::from_millis(400), Duration::from_millis(50)),
+    );
+    let counted = runs.clone();
+    let processor = BatchProcessor::new(layer.handler(move |_m: SqsMessage| {
+        counted.fetch_add(1, Ordering::SeqCst);
+        async { Ok::<_, std::io::Error>(String::from("done")) }
+    }));
+    let deliver = || {
+        processor.process(invocation(
+            batch([message("m-1", "{}")]),
+            std::time::SystemTime::now(),
+            REMAINING,
+        ))
+    };
+    let started = Instant::now();
+    let report = deliver().await;
+    let took = started.elapsed();
+    assert_eq!(outcomes(&report), [Outcome::LeaseLost]);
+    assert_eq!(reported(&report), ["m-1"]);
+    assert!(took < Duration::from_secs(3), "took {took:?}");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    // The result was stored all the same: the redelivery replays it.
+    let record = stored(&store, "m-1").await.expect("stored");
+    assert_eq!(record.status, Status::Completed);
     let again = deliver().await;
     assert_eq!(outcomes(&again), [Outcome::Replayed]);
     assert_eq!(runs.load(Ordering::SeqCst), 1);

@@ -66,6 +66,8 @@ pub struct Calls {
     pub release: AtomicUsize,
     /// `get_many` calls.
     pub get_many: AtomicUsize,
+    /// `get` calls.
+    pub get: AtomicUsize,
 }
 
 /// `inner` with faults injected.
@@ -190,6 +192,7 @@ impl<S: Store> Store for FaultyStore<S> {
     }
 
     async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
+        self.calls.get.fetch_add(1, Ordering::SeqCst);
         self.inner.get(key).await
     }
 
