@@ -55,17 +55,19 @@ impl Table {
         )
     }
 
-    /// The cleanup index's name: `<name>_expiration` (a dot as `_`) when it fits PostgreSQL's
-    /// 63 bytes. A longer one would be cut to 63 bytes, into the table's own name or another
-    /// long table's index name, and `IF NOT EXISTS` would skip it: it is then cut shorter
-    /// and told apart by a hash of the whole name.
+    /// The cleanup index's name: `<name>_expiration` (a dot as `_`), cut to PostgreSQL's 63
+    /// bytes as PostgreSQL itself cuts it (so an index created before keeps its name). Only
+    /// when the cut name would be the table's own (a 63-byte table name, whose index
+    /// `IF NOT EXISTS` would skip) is it cut shorter and told apart by a hash of the name.
     fn index_name(&self) -> String {
         let plain = format!("{}_expiration", self.name.replace('.', "_"));
-        if plain.len() <= MAX_IDENTIFIER_BYTES {
-            return plain;
+        // ASCII only (checked in `new`), so any byte is a character boundary.
+        let cut = &plain[..plain.len().min(MAX_IDENTIFIER_BYTES)];
+        let table = self.name.rsplit('.').next().unwrap_or(&self.name);
+        if cut != table {
+            return cut.to_string();
         }
         let digest = crate::hashing::sha256_hex(self.name.as_bytes());
-        // ASCII only (checked in `new`), so any byte is a character boundary.
         let kept = MAX_IDENTIFIER_BYTES - "_12345678_expiration".len();
         format!("{}_{}_expiration", &plain[..kept], &digest[..8])
     }
@@ -163,6 +165,10 @@ mod tests {
         let named = |name: &str| Table::new(name).unwrap().index_name();
         assert_eq!(named("records"), "records_expiration");
         assert_eq!(named("app.records"), "app_records_expiration");
+        // Past 63 bytes, cut as PostgreSQL cuts it: an existing index keeps its name.
+        let long = "r".repeat(55);
+        assert_eq!(named(&long), format!("{long}_expirat"));
+        // A 63-byte name would be cut to the table's own: hashed instead, apart.
         let stem = "r".repeat(62);
         let (a, b) = (named(&format!("{stem}a")), named(&format!("{stem}b")));
         assert_ne!(a, b);
@@ -170,8 +176,10 @@ mod tests {
             assert_eq!(long.len(), MAX_IDENTIFIER_BYTES, "{long}");
             assert!(long.ends_with("_expiration"), "{long}");
         }
-        let longest = named(&format!("{stem}s.{stem}t"));
-        assert_eq!(longest.len(), MAX_IDENTIFIER_BYTES);
+        assert_eq!(
+            named(&format!("{stem}s.{stem}t")).len(),
+            MAX_IDENTIFIER_BYTES
+        );
     }
 
     #[test]
