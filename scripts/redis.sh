@@ -66,8 +66,9 @@ def free(port):
     finally:
         s.close()
 chosen = []
+# Client ports below 30000, so their cluster bus ports (+10000) never meet another node's.
 while len(chosen) < 3:
-    port = random.randint(20000, 40000)
+    port = random.randint(20000, 29999)
     if port not in chosen and free(port) and free(port + 10000):
         chosen.append(port)
 print(" ".join(map(str, chosen)))
@@ -92,7 +93,9 @@ PY
     done
   done
   redis-cli --cluster create "${nodes[@]}" --cluster-replicas 0 --cluster-yes >"$REDIS_CLUSTER_DIR/create.log" 2>&1 || {
-    echo "redis-cli --cluster create failed:" >&2; cat "$REDIS_CLUSTER_DIR/create.log" >&2; return 1
+    echo "redis-cli --cluster create failed:" >&2; cat "$REDIS_CLUSTER_DIR/create.log" >&2
+    for port in $ports; do echo "== node $port:" >&2; cat "$REDIS_CLUSTER_DIR/$port/redis.log" >&2; done
+    return 1
   }
   local first="${ports%% *}"
   for i in $(seq 1 100); do
