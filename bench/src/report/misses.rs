@@ -17,69 +17,103 @@ fn alone_us(lines: &[Value], what: &str, mode: &str) -> Option<f64> {
         .and_then(|l| l["cpu_us_per_record"].as_f64())
 }
 
+/// What the toolkit does for a scenario's records in a mode beyond the raw requests: decided
+/// once here, for both sentences that name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Work {
+    /// Sequence-guarded mode: reads and writes the entity itself, one call per record.
+    Sequenced,
+    /// Redelivered duplicates, answered at admission from the pre-check (before the single
+    /// flight): no result serialized.
+    PreChecked,
+    /// Unmarked duplicates in lease mode, answered by their refused `PutItem`: no commit.
+    RefusedAcquire,
+    /// Fresh records: nothing read or replayed.
+    Fresh,
+    /// Anything else: fresh records and duplicates alike.
+    Mixed,
+}
+
+impl Work {
+    fn of(scenario: &str, mode: &str) -> Self {
+        if mode == "sequenced" {
+            Work::Sequenced
+        } else if scenario.starts_with("duplicates") {
+            Work::PreChecked
+        } else if scenario.starts_with("retries") && mode == "lease" {
+            Work::RefusedAcquire
+        } else if scenario.starts_with("fresh") {
+            Work::Fresh
+        } else {
+            Work::Mixed
+        }
+    }
+}
+
 /// What the toolkit does in `scenario` that the raw requests do not, with its measured cost
 /// without I/O where the bench has one.
 pub(super) fn own_work(lines: &[Value], scenario: &str, mode: &str) -> String {
     let key = alone_us(lines, "key and payload hash", "-");
-    // Sequence-guarded mode reads and writes the entity itself, one call per record: only
-    // the common part applies.
-    if mode == "sequenced" {
-        return String::new();
-    }
-    if scenario.starts_with("duplicates") {
-        let measured = match (key, alone_us(lines, "redelivered duplicate, pre-checked and replayed", mode)) {
-            (Some(key), Some(duplicate)) => format!(
-                " Measured without I/O (the section above), the key and payload hash alone take {key} µs a record and a \
-                 whole pre-checked duplicate {duplicate} µs."
-            ),
-            _ => String::new(),
-        };
-        return format!(
-            " Here the calls are cheapest (one shared `BatchGetItem` for ten records), so that work is the larger share.{measured}"
-        );
-    }
-    let key_only = key.map_or_else(String::new, |key| {
-        format!(" Measured without I/O, the key and payload hash take {key} µs a record.")
-    });
-    if scenario.starts_with("retries") && mode == "lease" {
-        // An unmarked duplicate in lease mode is answered by its refused `PutItem`: no commit.
-        return format!(
-            " Each unmarked duplicate's refused `PutItem` comes back with the stored record, which the toolkit decodes \
-             and replays.{key_only}"
-        );
-    }
-    let measured = match (key, alone_us(lines, "fresh record, run and committed", mode)) {
-        (Some(key), Some(fresh)) => format!(
-            " Measured without I/O, the key and payload hash take {key} µs a record, and a whole fresh record on the \
-             in-memory store {fresh} µs (its own evaluation of the write included)."
-        ),
-        _ => key_only,
+    let key_only = || {
+        key.map_or_else(String::new, |key| {
+            format!(" Measured without I/O, the key and payload hash take {key} µs a record.")
+        })
     };
-    format!(
-        " Each commit also carries a client request token derived from the whole request (SHA-256, so that a resent \
-         commit is recognised), where the raw requests send a random one.{measured}"
-    )
+    match Work::of(scenario, mode) {
+        // Only the common part applies.
+        Work::Sequenced => String::new(),
+        Work::PreChecked => {
+            let measured = match (key, alone_us(lines, "redelivered duplicate, pre-checked and replayed", mode)) {
+                (Some(key), Some(duplicate)) => format!(
+                    " Measured without I/O (the section above), the key and payload hash alone take {key} µs a record and a \
+                     whole pre-checked duplicate {duplicate} µs."
+                ),
+                _ => String::new(),
+            };
+            format!(
+                " Here the calls are cheapest (one shared `BatchGetItem` for ten records), so that work is the larger share.{measured}"
+            )
+        }
+        Work::RefusedAcquire => format!(
+            " Each unmarked duplicate's refused `PutItem` comes back with the stored record, which the toolkit decodes \
+             and replays.{}",
+            key_only()
+        ),
+        Work::Fresh | Work::Mixed => {
+            let measured = match (key, alone_us(lines, "fresh record, run and committed", mode)) {
+                (Some(key), Some(fresh)) => format!(
+                    " Measured without I/O, the key and payload hash take {key} µs a record, and a whole fresh record on the \
+                     in-memory store {fresh} µs (its own evaluation of the write included)."
+                ),
+                _ => key_only(),
+            };
+            format!(
+                " Each commit also carries a client request token derived from the whole request (SHA-256, so that a resent \
+                 commit is recognised), where the raw requests send a random one.{measured}"
+            )
+        }
+    }
 }
 
 /// What the toolkit does per record in `scenario` and `mode` that the raw requests do not.
 pub(super) fn extra_steps(scenario: &str, mode: &str) -> String {
-    if mode == "sequenced" {
-        return "reads each event's entity and sequence number, adds the guard to the handler's write, and maps a \
-                refused guard to replayed or out of order"
-            .into();
-    }
-    // Redelivered duplicates are answered at admission from the pre-check (before the
-    // single flight), and a lease-mode retry by its refused acquire: no result is serialized.
-    // Fresh records read and replay nothing.
-    let rest = if scenario.starts_with("duplicates") {
-        "decodes the records it reads and the results it replays, and tracks each record's deadline"
-    } else if scenario.starts_with("retries") && mode == "lease" {
-        "decodes the records it reads and the results it replays, and tracks each record's flight and deadline"
-    } else if scenario.starts_with("fresh") {
-        "serializes the result, and tracks each record's flight and deadline"
-    } else {
-        "serializes the result, decodes the records it reads and the results it replays, and tracks each record's \
-         flight and deadline"
+    let rest = match Work::of(scenario, mode) {
+        Work::Sequenced => {
+            return "reads each event's entity and sequence number, adds the guard to the handler's write, and maps a \
+                    refused guard to replayed or out of order"
+                .into();
+        }
+        Work::PreChecked => {
+            "decodes the records it reads and the results it replays, and tracks each record's deadline"
+        }
+        Work::RefusedAcquire => {
+            "decodes the records it reads and the results it replays, and tracks each record's flight and deadline"
+        }
+        Work::Fresh => "serializes the result, and tracks each record's flight and deadline",
+        Work::Mixed => {
+            "serializes the result, decodes the records it reads and the results it replays, and tracks each record's \
+             flight and deadline"
+        }
     };
     format!(
         "derives each key (a JSON pointer into the body, then SHA-256), hashes the payload (canonical JSON, \
