@@ -13,7 +13,6 @@
 //! no leading or trailing zeros in the digits (`1`, `1.0` and `10e-1` are all `1e0`; zero
 //! is `0`).
 
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
@@ -22,7 +21,7 @@ use serde_json::value::RawValue;
 /// The deepest nesting accepted, as serde_json's own parser (`RawValue` skips nested values
 /// without that limit, so it is enforced here: a deeper body is an error, never a stack
 /// overflow).
-const MAX_DEPTH: usize = 128;
+pub(crate) const MAX_DEPTH: usize = 128;
 
 /// The canonical form of the JSON text `raw` (one JSON value).
 pub(crate) fn canonical(raw: &str) -> Result<String, serde_json::Error> {
@@ -31,7 +30,7 @@ pub(crate) fn canonical(raw: &str) -> Result<String, serde_json::Error> {
     Ok(out)
 }
 
-fn too_deep() -> serde_json::Error {
+pub(crate) fn too_deep() -> serde_json::Error {
     serde::de::Error::custom(format_args!("JSON nested deeper than {MAX_DEPTH} levels"))
 }
 
@@ -206,66 +205,6 @@ fn shifted(negative: bool, magnitude: &str, shift: i128) -> String {
     }
 }
 
-/// The raw text of the value that the JSON pointer (RFC 6901) selects in the JSON text
-/// `document`, or `None` when it selects nothing.
-pub(crate) fn select<'a>(
-    document: &'a str,
-    pointer: &str,
-) -> Result<Option<&'a str>, serde_json::Error> {
-    let container = matches!(document.trim_start().as_bytes().first(), Some(b'{' | b'['));
-    let mut current: &'a str = match pointer.strip_prefix('/') {
-        // The first step parses the whole document as its object or array, which checks it:
-        // no separate pass.
-        Some(_) if container => document,
-        _ => serde_json::from_str::<&'a RawValue>(document)?.get(),
-    };
-    if pointer.is_empty() {
-        return Ok(Some(current));
-    }
-    let Some(tokens) = pointer.strip_prefix('/') else {
-        return Ok(None);
-    };
-    for (depth, token) in tokens.split('/').enumerate() {
-        if depth > MAX_DEPTH {
-            return Err(too_deep());
-        }
-        let token: Cow<'_, str> = if token.contains('~') {
-            Cow::Owned(token.replace("~1", "/").replace("~0", "~"))
-        } else {
-            Cow::Borrowed(token)
-        };
-        let next: Option<&'a RawValue> = match current.trim_start().as_bytes().first() {
-            Some(b'{') => {
-                // Keys borrowed from the text when none has an escape (the last of
-                // duplicate keys wins either way).
-                match serde_json::from_str::<BTreeMap<&str, &'a RawValue>>(current) {
-                    Ok(members) => members.get(token.as_ref()).copied(),
-                    Err(_) => {
-                        let members: BTreeMap<String, &'a RawValue> =
-                            serde_json::from_str(current)?;
-                        members.get(token.as_ref()).copied()
-                    }
-                }
-            }
-            Some(b'[') => {
-                let items: Vec<&'a RawValue> = serde_json::from_str(current)?;
-                let canonical_index = token == "0" || !token.starts_with('0');
-                token
-                    .parse::<usize>()
-                    .ok()
-                    .filter(|_| canonical_index && token.bytes().all(|b| b.is_ascii_digit()))
-                    .and_then(|i| items.get(i).copied())
-            }
-            _ => None,
-        };
-        match next {
-            Some(value) => current = value.get(),
-            None => return Ok(None),
-        }
-    }
-    Ok(Some(current))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -351,29 +290,6 @@ mod tests {
         assert_eq!(c(r#"{"a":1,"\u0061":2}"#), r#"{"a":2e0}"#);
         assert_eq!(c(r#""tab\there""#), "\"tab\\there\"");
         assert_eq!(c(r#""\/""#), r#""/""#);
-        assert_eq!(select(r#"{"a~b":1,"c/d":2}"#, "/a~0b").unwrap(), Some("1"));
-        assert_eq!(select(r#"{"a~b":1,"c/d":2}"#, "/c~1d").unwrap(), Some("2"));
-        assert_eq!(select(r#"{"\u0061":1}"#, "/a").unwrap(), Some("1"));
-    }
-
-    #[test]
-    fn a_pointer_into_an_invalid_document_is_an_error() {
-        for bad in [
-            r#"{"a":1} x"#,
-            r#"{"a":1,}"#,
-            r#"{"a":[1,}"#,
-            "[1] 2",
-            "[1,",
-            "tru",
-        ] {
-            assert!(select(bad, "/a").is_err(), "{bad:?}");
-            assert!(select(bad, "/0").is_err(), "{bad:?}");
-        }
-        assert_eq!(
-            select(r#" {"a" : [1, {"b": "x"}]} "#, "/a/1/b").unwrap(),
-            Some(r#""x""#)
-        );
-        assert_eq!(select(" 7 ", "").unwrap(), Some("7"));
     }
 
     #[test]
@@ -393,22 +309,5 @@ mod tests {
             .spawn(move || canonical(&deep(50_000)).is_err())
             .unwrap();
         assert!(handle.join().unwrap());
-        let doc = format!("{{\"id\":{}}}", deep(50_000));
-        assert_eq!(select(&doc, "/id").unwrap().map(str::len), Some(100_000));
-    }
-
-    #[test]
-    fn pointers_follow_rfc_6901() {
-        let doc = r#"{"a":{"b/c":[10,{"~d":"x"}]},"":1,"n":null}"#;
-        assert_eq!(select(doc, "").unwrap(), Some(doc));
-        assert_eq!(select(doc, "/a/b~1c/0").unwrap(), Some("10"));
-        assert_eq!(select(doc, "/a/b~1c/1/~0d").unwrap(), Some(r#""x""#));
-        assert_eq!(select(doc, "/").unwrap(), Some("1"));
-        assert_eq!(select(doc, "/n").unwrap(), Some("null"));
-        assert_eq!(select(doc, "/a/b~1c/01").unwrap(), None);
-        assert_eq!(select(doc, "/a/b~1c/2").unwrap(), None);
-        assert_eq!(select(doc, "/missing/x").unwrap(), None);
-        assert_eq!(select(doc, "a").unwrap(), None);
-        assert!(select("{", "/a").is_err());
     }
 }

@@ -146,6 +146,7 @@ pub mod validation;
 
 mod canonical;
 mod hashing;
+mod pointer;
 
 pub use config::{Config, IdempotencyMode, MissingKey};
 pub use error::{BoxError, Error, Permanent};

@@ -41,8 +41,9 @@ struct Lookup {
     /// takes it (`None`: its key could not be derived, or it was taken already; the record
     /// then derives it on its own path).
     derived: Mutex<Vec<Option<Derived>>>,
-    /// The index in `derived` of the first offered record with each id.
-    by_id: HashMap<String, usize>,
+    /// The indexes in `derived` of the offered records with an id, sorted by id, the first
+    /// record of each id only.
+    by_id: Vec<usize>,
     /// The derived keys, sorted, each once.
     keys: Vec<IdempotencyKey>,
     found: OnceCell<Found>,
@@ -98,12 +99,13 @@ where
                     .iter()
                     .map(|r| derive(&protocol.key, &protocol.config, r, context).ok())
                     .collect();
-                let mut by_id = HashMap::with_capacity(records.len());
-                for (index, record) in records.iter().enumerate() {
-                    if let Some(id) = record.id() {
-                        by_id.entry(id.to_string()).or_insert(index);
-                    }
-                }
+                // Borrowed from the records (no copy of each id): stable-sorted, so the first
+                // record of an id leads its run and is the one kept.
+                let mut by_id: Vec<usize> = (0..records.len())
+                    .filter(|&i| records[i].id().is_some())
+                    .collect();
+                by_id.sort_by(|&a, &b| records[a].id().cmp(&records[b].id()));
+                by_id.dedup_by(|later, first| records[*later].id() == records[*first].id());
                 let mut keys: Vec<IdempotencyKey> = derived
                     .iter()
                     .flatten()
@@ -171,7 +173,11 @@ where
         let id = payload.id()?;
         let context = self.context;
         let (lookup, records) = self.lookup()?;
-        let index = *lookup.by_id.get(id)?;
+        let at = lookup
+            .by_id
+            .binary_search_by(|&i| records[i].id().unwrap_or_default().cmp(id))
+            .ok()?;
+        let index = lookup.by_id[at];
         if !records[index].same_event(payload)
             || lookup.function_name != context.env_config.function_name
         {

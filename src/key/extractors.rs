@@ -1,8 +1,9 @@
 //! The built-in key extractors, for any [`Input`].
 
-use crate::canonical::{canonical, select};
+use crate::canonical::canonical;
 use crate::input::{AttributeValue, Input};
 use crate::key::{non_empty, KeyError, KeyExtractor};
+use crate::pointer::select;
 
 /// Keys on the event's own id ([`Input::id`]; SQS: the `messageId`), the default. Catches
 /// redeliveries by the source, not producer retries.
