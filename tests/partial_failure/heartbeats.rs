@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use aws_lambda_events::sqs::SqsMessage;
-use lambda_idempotency::batch::BatchProcessor;
+use lambda_idempotency::batch::{BatchProcessor, BatchReport};
 use lambda_idempotency::clock::Clock;
 use lambda_idempotency::record::Status;
 use lambda_idempotency::store::InMemoryStore;
@@ -119,6 +119,29 @@ async fn a_heartbeat_that_cannot_confirm_the_lease_before_it_ends_cancels_the_ha
     assert_eq!(store.calls.complete.load(Ordering::SeqCst), 0);
 }
 
+/// Delivers `m-1` once, in real time, to a handler over `store` with a heartbeat of `lease`
+/// every `every`, that counts its runs in `runs` and returns "done".
+async fn deliver_with_heartbeat(
+    store: &FaultyStore<InMemoryStore>,
+    (lease, every): (Duration, Duration),
+    runs: &Arc<AtomicUsize>,
+) -> BatchReport<String> {
+    let layer =
+        IdempotencyLayer::new(store.clone()).with_config(config().with_heartbeat(lease, every));
+    let counted = runs.clone();
+    let processor = BatchProcessor::new(layer.handler(move |_m: SqsMessage| {
+        counted.fetch_add(1, Ordering::SeqCst);
+        async { Ok::<_, std::io::Error>(String::from("done")) }
+    }));
+    processor
+        .process(invocation(
+            batch([message("m-1", "{}")]),
+            std::time::SystemTime::now(),
+            REMAINING,
+        ))
+        .await
+}
+
 #[tokio::test]
 async fn a_heartbeat_refused_because_our_result_is_stored_lets_the_record_finish() {
     // The completion lands, its answer is slow, and meanwhile an extension is refused: the
@@ -127,21 +150,8 @@ async fn a_heartbeat_refused_because_our_result_is_stored_lets_the_record_finish
     let store = FaultyStore::new(InMemoryStore::new());
     store.inject(Inject::CompleteAnswerSlow(Duration::from_millis(300)));
     let runs = Arc::new(AtomicUsize::new(0));
-    let layer = IdempotencyLayer::new(store.clone())
-        .with_config(config().with_heartbeat(Duration::from_secs(3), Duration::from_millis(20)));
-    let counted = runs.clone();
-    let processor = BatchProcessor::new(layer.handler(move |_m: SqsMessage| {
-        counted.fetch_add(1, Ordering::SeqCst);
-        async { Ok::<_, std::io::Error>(String::from("done")) }
-    }));
-    let deliver = || {
-        processor.process(invocation(
-            batch([message("m-1", "{}")]),
-            std::time::SystemTime::now(),
-            REMAINING,
-        ))
-    };
-    let report = deliver().await;
+    let heartbeat = (Duration::from_secs(3), Duration::from_millis(20));
+    let report = deliver_with_heartbeat(&store, heartbeat, &runs).await;
     assert!(
         store.calls.extend.load(Ordering::SeqCst) >= 1,
         "no extension was sent while the answer was slow"
@@ -154,7 +164,7 @@ async fn a_heartbeat_refused_because_our_result_is_stored_lets_the_record_finish
     assert!(record.owner.is_some());
     assert_eq!(store.calls.release.load(Ordering::SeqCst), 0);
 
-    let again = deliver().await;
+    let again = deliver_with_heartbeat(&store, heartbeat, &runs).await;
     assert_eq!(outcomes(&again), [Outcome::Replayed]);
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
@@ -166,23 +176,9 @@ async fn a_stored_result_whose_answer_never_comes_is_lease_lost_when_the_lease_e
     let store = FaultyStore::new(InMemoryStore::new());
     store.inject(Inject::CompleteAnswerSlow(Duration::from_secs(10)));
     let runs = Arc::new(AtomicUsize::new(0));
-    let layer = IdempotencyLayer::new(store.clone()).with_config(
-        config().with_heartbeat(Duration::from_millis(400), Duration::from_millis(50)),
-    );
-    let counted = runs.clone();
-    let processor = BatchProcessor::new(layer.handler(move |_m: SqsMessage| {
-        counted.fetch_add(1, Ordering::SeqCst);
-        async { Ok::<_, std::io::Error>(String::from("done")) }
-    }));
-    let deliver = || {
-        processor.process(invocation(
-            batch([message("m-1", "{}")]),
-            std::time::SystemTime::now(),
-            REMAINING,
-        ))
-    };
+    let heartbeat = (Duration::from_millis(400), Duration::from_millis(50));
     let started = Instant::now();
-    let report = deliver().await;
+    let report = deliver_with_heartbeat(&store, heartbeat, &runs).await;
     let took = started.elapsed();
     assert_eq!(outcomes(&report), [Outcome::LeaseLost]);
     assert_eq!(reported(&report), ["m-1"]);
@@ -191,7 +187,7 @@ async fn a_stored_result_whose_answer_never_comes_is_lease_lost_when_the_lease_e
     // The result was stored all the same: the redelivery replays it.
     let record = stored(&store, "m-1").await.expect("stored");
     assert_eq!(record.status, Status::Completed);
-    let again = deliver().await;
+    let again = deliver_with_heartbeat(&store, heartbeat, &runs).await;
     assert_eq!(outcomes(&again), [Outcome::Replayed]);
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }

@@ -8,22 +8,26 @@ fn required() -> bool {
         || std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false")
 }
 
+/// The value of `variable`, or `None` (test skipped) when it is unset and Redis is not
+/// required. Panics when it is required and unset.
+fn configured(variable: &str, server: &str) -> Option<String> {
+    match std::env::var(variable) {
+        Ok(value) if !value.is_empty() => Some(value),
+        _ if required() => {
+            panic!("{variable} is not set but Redis is required: run scripts/test.sh")
+        }
+        _ => {
+            eprintln!("SKIPPED: {variable} is not set (scripts/test.sh starts {server})");
+            None
+        }
+    }
+}
+
 /// A store on the test Redis under a fresh namespace, or `None` (test skipped) when no server
 /// is configured and Redis is not required. Panics when the server is required and missing
 /// or unreachable.
 pub async fn fresh_store() -> Option<RedisStore> {
-    let url = match std::env::var("LAMBDA_IDEMPOTENCY_REDIS_URL") {
-        Ok(url) if !url.is_empty() => url,
-        _ if required() => panic!(
-            "LAMBDA_IDEMPOTENCY_REDIS_URL is not set but Redis is required: run scripts/test.sh"
-        ),
-        _ => {
-            eprintln!(
-                "SKIPPED: LAMBDA_IDEMPOTENCY_REDIS_URL is not set (scripts/test.sh starts Redis)"
-            );
-            return None;
-        }
-    };
+    let url = configured("LAMBDA_IDEMPOTENCY_REDIS_URL", "Redis")?;
     let client = redis::Client::open(url.as_str()).unwrap_or_else(|e| panic!("{url}: {e}"));
     let connection = client
         .get_connection_manager()
@@ -40,18 +44,7 @@ pub async fn fresh_store() -> Option<RedisStore> {
 /// primaries that `scripts/test.sh` starts) under a fresh namespace, or `None` as
 /// [`fresh_store`]. Its keys spread over the cluster's slots and nodes.
 pub async fn fresh_cluster_store() -> Option<RedisStore<redis::cluster_async::ClusterConnection>> {
-    let urls = match std::env::var("LAMBDA_IDEMPOTENCY_REDIS_CLUSTER_URLS") {
-        Ok(urls) if !urls.is_empty() => urls,
-        _ if required() => panic!(
-            "LAMBDA_IDEMPOTENCY_REDIS_CLUSTER_URLS is not set but Redis is required: run scripts/test.sh"
-        ),
-        _ => {
-            eprintln!(
-                "SKIPPED: LAMBDA_IDEMPOTENCY_REDIS_CLUSTER_URLS is not set (scripts/test.sh starts a Redis Cluster)"
-            );
-            return None;
-        }
-    };
+    let urls = configured("LAMBDA_IDEMPOTENCY_REDIS_CLUSTER_URLS", "a Redis Cluster")?;
     let client = redis::cluster::ClusterClient::new(urls.split(',').collect::<Vec<_>>())
         .unwrap_or_else(|e| panic!("{urls}: {e}"));
     let connection = client
