@@ -3,6 +3,7 @@
 //! per record however the deliveries go.
 
 mod failures;
+mod heartbeat;
 mod races;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
