@@ -145,12 +145,18 @@ pub trait Store: Send + Sync + 'static {
         &self,
         keys: &[IdempotencyKey],
     ) -> impl Future<Output = Result<Vec<Record>, StoreError>> + Send {
-        async move {
-            let unique: std::collections::BTreeSet<&IdempotencyKey> = keys.iter().collect();
-            let found = futures_util::future::try_join_all(unique.into_iter().map(|k| self.get(k)));
-            Ok(found.await?.into_iter().flatten().collect())
-        }
+        get_each(self, keys.iter().collect())
     }
+}
+
+/// The records of `keys` (each once), one [`Store::get`] each, all at once: `get_many`'s
+/// default, and a store's own when it cannot read them together.
+pub(crate) async fn get_each<S: Store + ?Sized>(
+    store: &S,
+    keys: std::collections::BTreeSet<&IdempotencyKey>,
+) -> Result<Vec<Record>, StoreError> {
+    let found = futures_util::future::try_join_all(keys.into_iter().map(|k| store.get(k)));
+    Ok(found.await?.into_iter().flatten().collect())
 }
 
 impl<S: Store> Store for Arc<S> {

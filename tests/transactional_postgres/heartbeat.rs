@@ -1,18 +1,13 @@
 //! The heartbeat against a real COMMIT: its extension waits on the record's row, which the
 //! transaction's completion holds until the COMMIT has landed.
 
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
 use std::time::Duration;
 
-use aws_lambda_events::sqs::SqsMessage;
-use lambda_idempotency::batch::BatchProcessor;
 use lambda_idempotency::record::Status;
-use lambda_idempotency::store::postgres::PgTransaction;
-use lambda_idempotency::{IdempotencyLayer, IdempotencyMode, Outcome};
+use lambda_idempotency::{IdempotencyMode, Outcome};
 use lambda_idempotency_test_support::outcomes;
 
-use crate::{config, credit, deliver_first, ids, Order, Rig};
+use crate::{config, deliver_first, ids, Rig};
 
 /// The ledger's writes make the COMMIT take `seconds` (a deferred constraint trigger that
 /// sleeps), while the transaction holds the record's row.
@@ -41,22 +36,10 @@ async fn a_heartbeat_waiting_on_the_row_through_the_commit_lets_the_record_finis
     };
     slow_commits(&rig, 0.6).await;
     let process = || {
-        let (runs, ledger) = (Arc::clone(&rig.runs), rig.ledger.clone());
-        let handler = IdempotencyLayer::new(rig.store.clone())
-            .with_config(
-                config(IdempotencyMode::Lease)
-                    .with_heartbeat(Duration::from_secs(3), Duration::from_millis(50)),
-            )
-            .in_transaction()
-            .handler(move |message: SqsMessage, transaction: PgTransaction| {
-                runs.fetch_add(1, Ordering::SeqCst);
-                let ledger = ledger.clone();
-                async move {
-                    let order: Order = serde_json::from_str(message.body.as_deref().unwrap_or(""))?;
-                    credit(&transaction, &ledger, &order).await
-                }
-            });
-        BatchProcessor::new(handler)
+        rig.crediting(
+            config(IdempotencyMode::Lease)
+                .with_heartbeat(Duration::from_secs(3), Duration::from_millis(50)),
+        )
     };
     let report = process().process(deliver_first()).await;
     assert_eq!(outcomes(&report), [Outcome::Executed]);

@@ -93,6 +93,33 @@ pub(crate) enum FirstRun {
 }
 
 impl Rig {
+    /// A fresh process (layer and batch processor) with `config` whose handler counts its
+    /// runs and credits the order.
+    pub(crate) fn crediting(
+        &self,
+        config: Config,
+    ) -> BatchProcessor<
+        impl tower::Service<
+                lambda_runtime::LambdaEvent<SqsMessage>,
+                Response = lambda_idempotency::Processed<i64>,
+                Error = lambda_idempotency::Error,
+            > + Clone,
+    > {
+        let (runs, ledger) = (Arc::clone(&self.runs), self.ledger.clone());
+        let handler = IdempotencyLayer::new(self.store.clone())
+            .with_config(config)
+            .in_transaction()
+            .handler(move |message: SqsMessage, transaction: PgTransaction| {
+                runs.fetch_add(1, Ordering::SeqCst);
+                let ledger = ledger.clone();
+                async move {
+                    let order: Order = serde_json::from_str(message.body.as_deref().unwrap_or(""))?;
+                    credit(&transaction, &ledger, &order).await
+                }
+            });
+        BatchProcessor::new(handler)
+    }
+
     /// A fresh process (layer and batch processor) in `mode` whose handler credits the order,
     /// doing `first` on its first run. `ready` is notified when a handler has credited.
     pub(crate) fn process(
@@ -208,21 +235,7 @@ async fn batch_twice(mode: IdempotencyMode) {
     let Some(rig) = Rig::new().await else {
         return;
     };
-    let process = || {
-        let (runs, ledger) = (Arc::clone(&rig.runs), rig.ledger.clone());
-        let handler = IdempotencyLayer::new(rig.store.clone())
-            .with_config(config(mode))
-            .in_transaction()
-            .handler(move |message: SqsMessage, transaction: PgTransaction| {
-                runs.fetch_add(1, Ordering::SeqCst);
-                let ledger = ledger.clone();
-                async move {
-                    let order: Order = serde_json::from_str(message.body.as_deref().unwrap_or(""))?;
-                    credit(&transaction, &ledger, &order).await
-                }
-            });
-        BatchProcessor::new(handler)
-    };
+    let process = || rig.crediting(config(mode));
     let first = process().process(deliver("batch.json")).await;
     assert_eq!(outcomes(&first), [Outcome::Executed; 3]);
     assert!(first.response.batch_item_failures.is_empty());

@@ -39,8 +39,8 @@ use ::redis::Script;
 
 use super::item_size::{check_item_size, completed_size_bytes, record_size_bytes};
 use super::{
-    Acquire, AcquireRequest, AttributeNames, CompleteRequest, ExtendRequest, Fenced, Store,
-    StoreError,
+    get_each, Acquire, AcquireRequest, AttributeNames, CompleteRequest, ExtendRequest, Fenced,
+    Store, StoreError,
 };
 use crate::clock::{epoch_ms, epoch_secs};
 use crate::key::IdempotencyKey;
@@ -297,11 +297,7 @@ where
             Ok(answers) => answers,
             // A Redis Cluster connection sends a pipeline to one slot only, and every key is
             // its own hash tag: read key by key, each routed to its node.
-            Err(err) if err.code() == Some("CROSSSLOT") => {
-                let read = unique.into_iter().map(|key| self.get(key));
-                let found = futures_util::future::try_join_all(read).await?;
-                return Ok(found.into_iter().flatten().collect());
-            }
+            Err(err) if err.code() == Some("CROSSSLOT") => return get_each(self, unique).await,
             Err(err) => return Err(store_error(first, err)),
         };
         let mut found = Vec::with_capacity(answers.len());

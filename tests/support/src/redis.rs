@@ -33,11 +33,7 @@ pub async fn fresh_store() -> Option<RedisStore> {
         .get_connection_manager()
         .await
         .unwrap_or_else(|e| panic!("Redis at {url} is unreachable: {e}"));
-    let namespace = format!(
-        "test-{}:",
-        lambda_idempotency::record::OwnerToken::generate()
-    );
-    Some(RedisStore::new(connection).with_namespace(namespace))
+    Some(fresh_namespace(connection))
 }
 
 /// A store on the test Redis Cluster (`LAMBDA_IDEMPOTENCY_REDIS_CLUSTER_URLS`, three
@@ -51,9 +47,14 @@ pub async fn fresh_cluster_store() -> Option<RedisStore<redis::cluster_async::Cl
         .get_async_connection()
         .await
         .unwrap_or_else(|e| panic!("the Redis Cluster at {urls} is unreachable: {e}"));
+    Some(fresh_namespace(connection))
+}
+
+/// A store on `connection` under a namespace of its own, so tests never share a key.
+fn fresh_namespace<C>(connection: C) -> RedisStore<C> {
     let namespace = format!(
         "test-{}:",
         lambda_idempotency::record::OwnerToken::generate()
     );
-    Some(RedisStore::new(connection).with_namespace(namespace))
+    RedisStore::new(connection).with_namespace(namespace)
 }
