@@ -56,24 +56,6 @@ pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
     prefixed_sha256_hex(&[], bytes)
 }
 
-/// Lower-case hex SHA-256 of the text `args` formats, fed to the digest as it is written
-/// (the text itself is never built).
-#[cfg(feature = "dynamodb")]
-pub(crate) fn sha256_hex_of(args: std::fmt::Arguments<'_>) -> String {
-    struct Hashing(Sha256);
-    impl std::fmt::Write for Hashing {
-        fn write_str(&mut self, s: &str) -> std::fmt::Result {
-            self.0.update(s.as_bytes());
-            Ok(())
-        }
-    }
-    let mut hashing = Hashing(Sha256::new());
-    // Writing to the digest cannot fail; a `Display` or `Debug` that fails panics, as in
-    // `format!`.
-    std::fmt::Write::write_fmt(&mut hashing, args).expect("formatting into a digest");
-    to_hex(&[], &hashing.0.finalize())
-}
-
 /// `prefix` (its parts in turn) followed by the lower-case hex SHA-256 of `bytes`, in one
 /// allocation of the exact size.
 pub(crate) fn prefixed_sha256_hex(prefix: &[&str], bytes: &[u8]) -> String {
@@ -81,8 +63,9 @@ pub(crate) fn prefixed_sha256_hex(prefix: &[&str], bytes: &[u8]) -> String {
 }
 
 /// `prefix` (its parts in turn) followed by `digest` in lower-case hex.
-fn to_hex(prefix: &[&str], digest: &[u8]) -> String {
-    let mut hex = String::with_capacity(prefix.iter().map(|p| p.len()).sum::<usize>() + 64);
+pub(crate) fn to_hex(prefix: &[&str], digest: &[u8]) -> String {
+    let mut hex =
+        String::with_capacity(prefix.iter().map(|p| p.len()).sum::<usize>() + 2 * digest.len());
     for part in prefix {
         hex.push_str(part);
     }
@@ -149,15 +132,5 @@ mod tests {
             format!("fn#{digest}")
         );
         assert_eq!(prefixed_sha256_hex(&[], b"abc"), digest);
-    }
-
-    #[cfg(feature = "dynamodb")]
-    #[test]
-    fn a_formatted_digest_is_the_digest_of_the_text() {
-        let text = format!("a{}c\n{:?}", "b", Some("é"));
-        assert_eq!(
-            sha256_hex_of(format_args!("a{}c\n{:?}", "b", Some("é"))),
-            sha256_hex(text.as_bytes())
-        );
     }
 }

@@ -11,11 +11,11 @@ use aws_sdk_dynamodb::types::{
     TransactWriteItem, Update,
 };
 
+use super::request_token::client_request_token;
 use super::{
     num, s, takeover_values, unavailable, DynamoDbStore, FINAL_STATE_UPDATE, OWNER_CONDITION,
     TAKEOVER_CONDITION,
 };
-use crate::hashing::sha256_hex_of;
 use crate::store::item_size::check_commit_size;
 use crate::store::{
     Attr, Commit, CommitRequest, Item, StoreError, TransactionalStore, Write, WriteKind,
@@ -103,27 +103,6 @@ fn sdk_write(index: usize, write: &Write) -> Result<TransactWriteItem, StoreErro
             )
             .build(),
     })
-}
-
-/// The same request always gets the same token, so a commit sent again after a lost
-/// response is recognised by DynamoDB (for 10 minutes) instead of applied twice. The table,
-/// the mode and every field of the request go into the token: DynamoDB answers
-/// `IdempotentParameterMismatch` to a token reused with other parameters, so a request that
-/// changes (a new `now`, a compressed result) gets a new token.
-pub(crate) fn client_request_token(table: &str, fresh: bool, request: &CommitRequest) -> String {
-    let mut digest = sha256_hex_of(format_args!(
-        "{table}\n{fresh}\n{}\n{}\n{}\n{}\n{}\n{:?}\n{:?}\n{:?}",
-        request.key,
-        request.owner,
-        request.status.as_str(),
-        crate::clock::epoch_ms(request.now),
-        request.expiration_secs,
-        request.validation,
-        request.data,
-        request.writes,
-    ));
-    digest.truncate(32);
-    digest
 }
 
 impl DynamoDbStore {
@@ -275,78 +254,5 @@ impl TransactionalStore for DynamoDbStore {
         request: &CommitRequest,
     ) -> impl Future<Output = Result<Commit, StoreError>> + Send {
         Box::pin(self.commit_fresh_inner(request))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::key::IdempotencyKey;
-    use crate::record::{OwnerToken, Status};
-    use std::time::{Duration, SystemTime};
-
-    fn request(now: SystemTime) -> CommitRequest {
-        CommitRequest {
-            key: IdempotencyKey::derive("t", b"k"),
-            owner: OwnerToken::new("owner"),
-            now,
-            status: Status::Completed,
-            data: "1".into(),
-            expiration_secs: 100,
-            validation: None,
-            writes: vec![Write::delete(
-                "ledger",
-                [("id", crate::store::Attr::s("x"))],
-            )],
-        }
-    }
-
-    fn token(request: &CommitRequest) -> String {
-        client_request_token("t", false, request)
-    }
-
-    #[test]
-    fn a_request_token_is_fixed_for_one_request_and_changes_with_any_parameter() {
-        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(50);
-        let base = request(now);
-        assert_eq!(token(&base), token(&base.clone()));
-        let later = request(now + Duration::from_millis(1));
-        let mut other_data = base.clone();
-        other_data.data = "2".into();
-        let mut other_writes = base.clone();
-        other_writes.writes.clear();
-        let mut other_expiry = base.clone();
-        other_expiry.expiration_secs += 1;
-        let mut other_key = base.clone();
-        other_key.key = IdempotencyKey::from_stored("other");
-        let mut other_owner = base.clone();
-        other_owner.owner = OwnerToken::new("other");
-        let mut failed = base.clone();
-        failed.status = Status::Failed;
-        let mut validated = base.clone();
-        validated.validation = Some("v2:hash".into());
-        for changed in [
-            later,
-            other_data,
-            other_writes,
-            other_expiry,
-            other_key,
-            other_owner,
-            failed,
-            validated,
-        ] {
-            assert_ne!(token(&base), token(&changed));
-        }
-        assert_ne!(token(&base), client_request_token("t", true, &base));
-        assert_ne!(token(&base), client_request_token("u", false, &base));
-        assert_eq!(token(&base).len(), 32);
-    }
-
-    #[test]
-    fn a_request_token_is_the_digest_of_its_fields_in_a_fixed_format() {
-        // Pinned: how the material reaches the digest (formatted into it as it is written)
-        // must not change the token a request gets.
-        let base = request(SystemTime::UNIX_EPOCH + Duration::from_secs(50));
-        assert_eq!(token(&base), "12cca863a70bfdfaddc0e9ad0bf23c38");
     }
 }

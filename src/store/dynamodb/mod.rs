@@ -4,6 +4,7 @@ mod batch_get;
 pub(super) mod commit;
 mod guarded;
 mod item;
+mod request_token;
 
 use std::collections::HashMap;
 use std::future::Future;
