@@ -1,6 +1,7 @@
-//! [`GuardedWrite`] on [`InMemoryStore`]: one write applied alone, with DynamoDB's
-//! semantics (an invalid write fails before its condition counts; a refused condition
-//! answers the item as it was).
+//! [`GuardedWrite`] on [`InMemoryStore`]: one write applied alone, with the semantics of
+//! DynamoDB's single conditional write (a malformed write fails before its condition
+//! counts; then the condition is checked, before the write is computed; a refused
+//! condition answers the item as it was).
 
 use std::future::Future;
 
@@ -17,14 +18,9 @@ impl InMemoryStore {
                 reason: "a guarded write is a put or an update".into(),
             });
         }
-        let writes = std::slice::from_ref(write);
         let mut contents = self.lock();
-        let staged = contents.tables.stage(writes).map_err(refused)?;
-        match contents.tables.check_conditions(writes, &staged) {
-            Ok(()) => {
-                contents.tables.store(staged);
-                Ok(Guarded::Applied)
-            }
+        match contents.tables.apply_single(write) {
+            Ok(()) => Ok(Guarded::Applied),
             Err(TransactionRefusal::ConditionFailed { .. }) => {
                 // The write's item holds its key (a put's whole item, an update's key).
                 let old = contents.tables.item(&write.table, &write.item).cloned();

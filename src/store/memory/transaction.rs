@@ -130,18 +130,52 @@ impl Tables {
         staged: &Staged,
     ) -> Result<(), TransactionRefusal> {
         for (index, (write, staged)) in writes.iter().zip(&staged.0).enumerate() {
-            let item = self
-                .tables
-                .get(&write.table)
-                .and_then(|t| t.items.get(&staged.key));
-            if let Some(condition) = &write.condition_expression {
-                let holds = condition_holds(condition, item, &write.names, &write.values)
-                    .map_err(|e| invalid(index, format!("Invalid ConditionExpression: {e}")))?;
-                if !holds {
-                    return Err(TransactionRefusal::ConditionFailed { write_index: index });
-                }
+            self.check_condition(index, write, &staged.key)?;
+        }
+        Ok(())
+    }
+
+    fn check_condition(
+        &self,
+        index: usize,
+        write: &Write,
+        key: &ItemKey,
+    ) -> Result<(), TransactionRefusal> {
+        let item = self.tables.get(&write.table).and_then(|t| t.items.get(key));
+        if let Some(condition) = &write.condition_expression {
+            let holds = condition_holds(condition, item, &write.names, &write.values)
+                .map_err(|e| invalid(index, format!("Invalid ConditionExpression: {e}")))?;
+            if !holds {
+                return Err(TransactionRefusal::ConditionFailed { write_index: index });
             }
         }
+        Ok(())
+    }
+
+    /// One write alone, as DynamoDB runs a single conditional `PutItem` or `UpdateItem`: a
+    /// malformed write is refused first (as [`Tables::validate`] says), then its condition
+    /// is checked against the current item, and only then is the write computed
+    /// ([`stage`](Tables::stage)) and stored. So a write whose condition fails is refused
+    /// even when it could not have applied to the item as it is (an update's arithmetic on
+    /// a missing attribute, an item it would grow past 400 KB), where a transaction fails as
+    /// invalid; a put's item or an update's values over 400 KB are malformed.
+    pub(crate) fn apply_single(&mut self, write: &Write) -> Result<(), TransactionRefusal> {
+        let writes = std::slice::from_ref(write);
+        let keys = self.keys(writes)?;
+        // What the request carries alone (a put's item, an update's values) past the item
+        // limit is refused before the condition, as DynamoDB does; an item that would only
+        // grow past it is judged after.
+        let carried = match write.kind {
+            WriteKind::Put => &write.item,
+            _ => &write.values,
+        };
+        if item_size_bytes(carried) > MAX_ITEM_BYTES {
+            let reason = "Item size has exceeded the maximum allowed size";
+            return Err(invalid(0, reason.to_owned()));
+        }
+        self.check_condition(0, write, &keys[0])?;
+        let staged = self.stage(writes)?;
+        self.store(staged);
         Ok(())
     }
 
