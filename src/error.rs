@@ -72,6 +72,9 @@ pub enum Error {
     DeadlineReached,
     /// The handler failed with an error it marked [`Permanent`]: the failure is stored and
     /// the message acknowledged; duplicates get the stored error until the record expires.
+    /// A sequence-guarded handler stores nothing: under
+    /// [`SequenceRule::Newer`](crate::idempotent::SequenceRule::Newer) its event is skipped
+    /// (this error, acknowledged); in turn its handler's error is reported as it is.
     #[error("the record failed permanently: {message}")]
     Permanent {
         /// The error message (stored in the record).

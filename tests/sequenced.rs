@@ -81,6 +81,22 @@ impl Rig {
                             .value(":s", Attr::n(n)),
                     ),
                     "put" => completion.with_write(Write::put("orders", state("order-1"))),
+                    // DynamoDB takes a placeholder right after the keyword.
+                    "nospace" => completion.with_write(
+                        Write::update("orders", [("id", Attr::s("order-1"))], "SET#s = :s")
+                            .name("#s", "state")
+                            .value(":s", Attr::n(n)),
+                    ),
+                    // Arithmetic on the current state: it cannot apply once the state is gone.
+                    "increment" => completion.with_write(
+                        Write::update("orders", [("id", Attr::s("order-1"))], "SET #s = #s + :s")
+                            .name("#s", "state")
+                            .value(":s", Attr::n(n)),
+                    ),
+                    "remove" => completion.with_write(
+                        Write::update("orders", [("id", Attr::s("order-1"))], "REMOVE #s")
+                            .name("#s", "state"),
+                    ),
                     "closed" => completion.with_write(
                         Write::update("orders", [("id", Attr::s("order-1"))], "SET #s = :s")
                             .name("#s", "state")
@@ -179,13 +195,79 @@ async fn writes_the_guard_cannot_own_are_rejected_and_write_nothing() {
     assert_eq!(outcomes(&report), [Outcome::Rejected]);
 }
 
+/// Under the newer rule an event may be skipped, so a permanent failure is acknowledged (and
+/// a later event applies over the gap).
 #[tokio::test]
-async fn a_permanent_failure_is_acknowledged_and_writes_nothing() {
+async fn a_permanent_failure_under_the_newer_rule_is_acknowledged_and_writes_nothing() {
     let rig = Rig::new();
-    let report = rig.deliver(false, events(&[(1, "permanent")])).await;
-    assert_eq!(outcomes(&report), [Outcome::FailedPermanently]);
+    let report = rig
+        .deliver(true, events(&[(1, "permanent"), (2, "update")]))
+        .await;
+    assert_eq!(
+        outcomes(&report),
+        [Outcome::FailedPermanently, Outcome::Executed]
+    );
     assert!(reported(&report).is_empty());
+    assert_eq!(rig.version(), Some(Attr::n(2)));
+}
+
+/// In turn, the entity cannot move past an event that never applied: acknowledging its
+/// permanent failure would drop the event and leave every later event of the entity out of
+/// order for good. It is reported instead (its retries end in the dead-letter queue), and
+/// nothing is written. (Found in review; acknowledged on the code before the fix.)
+#[tokio::test]
+async fn a_permanent_failure_in_turn_is_reported_and_writes_nothing() {
+    let rig = Rig::new();
+    let report = rig
+        .deliver(false, events(&[(1, "permanent"), (2, "update")]))
+        .await;
+    assert_eq!(
+        outcomes(&report),
+        [Outcome::Failed, Outcome::OutOfOrder],
+        "the failure is kept in the queue; the next event waits for it"
+    );
+    assert_eq!(reported(&report), ["m-1-permanent", "m-2-update"]);
     assert_eq!(rig.entity(), None);
+    assert_eq!(
+        rig.runs.load(Ordering::SeqCst),
+        2,
+        "event 2 ran and the guard refused its write"
+    );
+}
+
+/// `SET#s = :s` is an update DynamoDB takes; the guard joins its `SET` clause instead of
+/// adding a second one, which DynamoDB and the embedded store refuse. (Found in review;
+/// rejected on the code before the fix.)
+#[tokio::test]
+async fn a_set_keyword_followed_by_a_placeholder_is_joined_by_the_guard() {
+    let rig = Rig::new();
+    let report = rig.deliver(false, events(&[(1, "nospace")])).await;
+    assert_eq!(outcomes(&report), [Outcome::Executed]);
+    assert_eq!(rig.version(), Some(Attr::n(1)));
+    assert_eq!(rig.entity().unwrap()["state"], Attr::n(1));
+}
+
+/// A late duplicate whose update could no longer apply to the entity as it is now (its
+/// arithmetic reads an attribute a later event removed) is refused by the guard, as on
+/// DynamoDB, where a single write's condition is checked before its update is evaluated:
+/// replayed and acknowledged, not rejected. (Found in review; rejected on the embedded
+/// store before the fix.)
+#[tokio::test]
+async fn a_late_duplicate_whose_update_no_longer_fits_the_entity_is_replayed() {
+    let rig = Rig::new();
+    let first = rig
+        .deliver(
+            false,
+            events(&[(1, "update"), (2, "increment"), (3, "remove")]),
+        )
+        .await;
+    assert_eq!(outcomes(&first), [Outcome::Executed; 3]);
+    assert_eq!(rig.version(), Some(Attr::n(3)));
+    let duplicate = rig.deliver(false, events(&[(2, "increment")])).await;
+    assert_eq!(outcomes(&duplicate), [Outcome::Replayed]);
+    assert!(reported(&duplicate).is_empty());
+    assert_eq!(rig.version(), Some(Attr::n(3)), "nothing written");
+    assert_eq!(rig.entity().unwrap().get("state"), None);
 }
 
 /// An event numbered 0 under the in-turn rule is invalid ("sequence numbers start at 1"):

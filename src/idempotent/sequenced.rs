@@ -229,17 +229,20 @@ impl<P> Sequence<P> {
     }
 }
 
-/// `expression` that also sets the sequence: into its `SET` clause (a keyword on its own,
-/// in any case), or as a new one.
+/// `expression` that also sets the sequence: into its `SET` clause (the keyword in any
+/// case, at the start or after whitespace, and followed by whitespace or by a `#name`
+/// placeholder, as DynamoDB reads it), or as a new one.
 fn with_sequence_set(expression: &str) -> String {
     let set = format!("{SEQ_NAME} = {SEQ_VALUE}");
     let bytes = expression.as_bytes();
-    // Bytes only: "set" and the whitespace around it are ASCII, so the match starts and
-    // ends on character boundaries whatever else the expression holds.
+    // Bytes only: "set", "#" and the whitespace around them are ASCII, so the match starts
+    // and ends on character boundaries whatever else the expression holds.
     let at = (0..bytes.len().saturating_sub(2)).find(|&i| {
         bytes[i..i + 3].eq_ignore_ascii_case(b"set")
             && (i == 0 || bytes[i - 1].is_ascii_whitespace())
-            && bytes.get(i + 3).is_some_and(u8::is_ascii_whitespace)
+            && bytes
+                .get(i + 3)
+                .is_some_and(|&b| b.is_ascii_whitespace() || b == b'#')
     });
     match at {
         Some(i) => format!("{} {set},{}", &expression[..i + 3], &expression[i + 3..]),
@@ -289,11 +292,25 @@ where
     }
     let completion = match call_handler(inner, event, &protocol.clock).await {
         Ok(completion) => completion,
-        Err(err) if is_permanent(&err) => {
+        // Nothing is stored in this mode, so a permanent failure cannot be remembered. Under
+        // the newer rule the event may be skipped: acknowledged. In turn, the entity cannot
+        // move past an event that never applied, so acknowledging it would drop the event
+        // and leave every later event of the entity out of order for good: reported, as any
+        // failure (its retries end in the queue's dead-letter queue).
+        Err(err) if is_permanent(&err) && guard.rule == SequenceRule::Newer => {
             return Err(Error::Permanent {
                 message: "the handler failed permanently".into(),
                 replayed: false,
             })
+        }
+        Err(err) if is_permanent(&err) => {
+            tracing::warn!(
+                entity = %entity(&position),
+                sequence = position.sequence,
+                "a permanent failure in turn is reported, not acknowledged: the entity's \
+                 later events wait for this one"
+            );
+            return Err(err);
         }
         Err(err) => return Err(err),
     };
@@ -356,6 +373,15 @@ mod tests {
             format!("add settings :x set {set}, #b = :a")
         );
         assert_eq!(with_sequence_set(""), format!("SET {set}"));
+        // DynamoDB takes a placeholder right after the keyword.
+        assert_eq!(
+            with_sequence_set("SET#b = :a"),
+            format!("SET {set},#b = :a")
+        );
+        assert_eq!(
+            with_sequence_set("ADD #set :a"),
+            format!("ADD #set :a SET {set}")
+        );
         assert_eq!(
             with_sequence_set("ADD #é :a"),
             format!("ADD #é :a SET {set}")
