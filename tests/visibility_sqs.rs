@@ -254,3 +254,52 @@ async fn a_hung_change_is_abandoned_before_the_deadline() {
     assert_eq!(answered.batch_item_failures.len(), 1);
     held.abort();
 }
+
+/// Each change has a time limit of its own: an SQS endpoint that accepts and never answers
+/// holds the response a few seconds, not until the deadline (a 15-minute function would
+/// hold its acknowledged messages, its concurrency and its bill that long). (Found in
+/// review: the response waited until 100 ms before the deadline before the fix.)
+#[tokio::test]
+async fn a_hung_change_is_given_up_after_its_time_limit() {
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let endpoint = format!("http://{}", silent.local_addr().unwrap());
+    let held = tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((socket, _)) = silent.accept().await {
+            open.push(socket);
+        }
+    });
+    let config = aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .region(aws_config::Region::new("us-east-1"))
+        .credentials_provider(aws_sdk_sqs::config::Credentials::new(
+            "local", "local", None, None, "tests",
+        ))
+        .endpoint_url(&endpoint)
+        .load()
+        .await;
+    let client = aws_sdk_sqs::Client::new(&config);
+    let mut message = SqsMessage::default();
+    message.message_id = Some("m-1".into());
+    message.receipt_handle = Some("handle".into());
+    message.body = Some(r#"{"id":"fail"}"#.into());
+    message.event_source_arn = Some("arn:aws:sqs:us-east-1:123456789012:orders".into());
+    let mut event = SqsEvent::default();
+    event.records.push(message);
+    let layer = IdempotencyLayer::new(InMemoryStore::new()).with_key(JsonPointer::new("/id"));
+    let processor = BatchProcessor::new(layer.handler(|_m: SqsMessage| async move {
+        Err::<u8, _>(std::io::Error::other("downstream is down"))
+    }));
+    let started = std::time::Instant::now();
+    let answered = VisibilityLayer::new(client)
+        .layer(processor)
+        .oneshot(invocation(event, Duration::from_secs(20)))
+        .await
+        .unwrap();
+    let elapsed = started.elapsed();
+    held.abort();
+    assert_eq!(answered.batch_item_failures.len(), 1);
+    assert!(
+        elapsed < Duration::from_secs(5),
+        "the response took {elapsed:?} for a batch processed in milliseconds"
+    );
+}

@@ -8,4 +8,4 @@ mod message;
 mod visibility;
 
 #[cfg(feature = "sqs-visibility")]
-pub use visibility::{queue_url, Backoff, Visibility, VisibilityLayer, MAX_VISIBILITY};
+pub use visibility::{queue_url, Backoff, Visibility, VisibilityLayer, CALL_LIMIT, MAX_VISIBILITY};

@@ -25,16 +25,24 @@ use crate::processed::Processed;
 /// are abandoned then, so the response is sent in time.
 const SEND_MARGIN: Duration = Duration::from_millis(100);
 
-/// SQS's longest visibility timeout: 12 hours.
-pub const MAX_VISIBILITY: Duration = Duration::from_secs(12 * 3600);
+/// The time SQS is given to answer one `ChangeMessageVisibilityBatch` call: a call still out
+/// then is given up, and its messages come back after the queue's own timeout.
+pub const CALL_LIMIT: Duration = Duration::from_secs(2);
+
+/// The longest visibility timeout this layer asks for: SQS's 12 hours less 25 minutes. SQS
+/// counts its 12 hours from the receive and refuses a change past what is left of them; a
+/// change comes at most 20 minutes after the receive (a 5-minute batching window, then a
+/// 15-minute function), and 5 more are kept to spare.
+pub const MAX_VISIBILITY: Duration = Duration::from_secs(12 * 3600 - 25 * 60);
 
 /// The backoff of reported messages that are not `locked`: `base × 2^(receives − 1)`, at
-/// most `max`, then a random share between half and all of it (jitter), in whole seconds.
+/// most `max`, then a random share between half and all of it (jitter), in whole seconds
+/// (half rounded up).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Backoff {
     /// The first retry's delay.
     pub base: Duration,
-    /// The longest delay (at most [`MAX_VISIBILITY`]).
+    /// The longest delay (the delay is never more than [`MAX_VISIBILITY`] either).
     pub max: Duration,
 }
 
@@ -89,7 +97,10 @@ impl<C> VisibilityLayer<C> {
         self
     }
 
-    /// Reads time (for the remaining leases) from `clock`.
+    /// Reads time from `clock`, and sleeps through it: the remaining leases, the time limit
+    /// of each change ([`CALL_LIMIT`]) and the cut-off before the invocation deadline. A
+    /// [`ManualClock`](crate::clock::ManualClock) that is never moved therefore never cuts a
+    /// change off.
     pub fn with_clock<C2: Clock>(self, clock: C2) -> VisibilityLayer<C2> {
         VisibilityLayer {
             client: self.client,
@@ -136,13 +147,27 @@ pub(crate) fn visibility_of(
         }),
     ) = (outcome, report_error)
     {
-        let remaining_ms = end.saturating_sub(epoch_ms(now));
-        return Duration::from_millis(remaining_ms)
-            .saturating_add(Duration::from_secs(1))
-            .min(MAX_VISIBILITY);
+        // Whole seconds, rounded up: the message never comes back before the lease ends.
+        let remaining_secs = end.saturating_sub(epoch_ms(now)).div_ceil(1000);
+        return Duration::from_secs(remaining_secs.saturating_add(1)).min(MAX_VISIBILITY);
     }
-    let ceiling = backoff.ceiling(receives).as_millis() as u64;
-    Duration::from_millis(fastrand::u64(ceiling / 2..=ceiling.max(1)))
+    // Whole seconds (at least one), so that what SQS is sent is what was drawn.
+    let ceiling = backoff.ceiling(receives);
+    let ceiling_secs = (ceiling.as_secs() + u64::from(ceiling.subsec_nanos() > 0)).max(1);
+    Duration::from_secs(fastrand::u64(ceiling_secs.div_ceil(2)..=ceiling_secs))
+}
+
+/// The receive count SQS gave `record` (`ApproximateReceiveCount`): a count too large for a
+/// `u32` is the largest, and a missing or malformed one counts as a first receive.
+fn receives(record: &SqsMessage) -> u32 {
+    let Some(count) = record.attributes.get("ApproximateReceiveCount") else {
+        return 1;
+    };
+    match count.parse::<u32>() {
+        Ok(n) => n,
+        Err(_) if !count.is_empty() && count.bytes().all(|b| b.is_ascii_digit()) => u32::MAX,
+        Err(_) => 1,
+    }
 }
 
 /// The queue URL of an SQS queue ARN (`arn:aws:sqs:region:account:name`).
@@ -186,24 +211,15 @@ impl<C: Clock> VisibilityLayer<C> {
             ) else {
                 continue;
             };
-            let receives = record
-                .attributes
-                .get("ApproximateReceiveCount")
-                .and_then(|c| c.parse().ok())
-                .unwrap_or(1);
             let visibility = visibility_of(
                 result.error.as_ref(),
                 result.outcome,
-                receives,
+                receives(record),
                 &self.backoff,
                 now,
             );
-            let secs = i32::try_from(
-                visibility
-                    .as_secs()
-                    .max(u64::from(visibility.subsec_millis() > 0)),
-            )
-            .unwrap_or(i32::MAX);
+            // Whole seconds already, at most MAX_VISIBILITY: the conversion cannot fail.
+            let secs = i32::try_from(visibility.as_secs()).unwrap_or(i32::MAX);
             let entry = ChangeMessageVisibilityBatchRequestEntry::builder()
                 .id(format!(
                     "m{}",
@@ -221,17 +237,27 @@ impl<C: Clock> VisibilityLayer<C> {
         by_queue
     }
 
-    /// Sends the changes, 10 per call.
+    /// Sends the changes, 10 per call, each given up after [`CALL_LIMIT`].
     async fn send(&self, by_queue: Vec<(String, Vec<ChangeMessageVisibilityBatchRequestEntry>)>) {
         for (url, entries) in by_queue {
             for chunk in entries.chunks(10) {
-                let sent = self
+                let call = self
                     .client
                     .change_message_visibility_batch()
                     .queue_url(&url)
                     .set_entries(Some(chunk.to_vec()))
-                    .send()
-                    .await;
+                    .send();
+                let limit = self.clock.now() + CALL_LIMIT;
+                let sent = tokio::select! {
+                    sent = call => sent,
+                    () = self.clock.sleep_until(limit) => {
+                        tracing::warn!(
+                            entries = chunk.len(),
+                            "a visibility change got no answer in time; those messages come back after the queue's timeout"
+                        );
+                        continue;
+                    }
+                };
                 match sent {
                     Ok(out) if out.failed().is_empty() => {}
                     Ok(out) => tracing::warn!(
@@ -342,5 +368,91 @@ mod tests {
                 "{v:?}"
             );
         }
+    }
+
+    fn layer() -> VisibilityLayer {
+        let conf = aws_sdk_sqs::Config::builder()
+            .behavior_version(aws_sdk_sqs::config::BehaviorVersion::latest())
+            .region(aws_sdk_sqs::config::Region::new("us-east-1"))
+            .build();
+        VisibilityLayer::new(aws_sdk_sqs::Client::from_conf(conf))
+    }
+
+    /// One message received `receives` times, and a report of it failing.
+    fn failed(receives: &str) -> (SqsMessage, BatchReport<(), SqsBatchResponse>) {
+        let mut m = SqsMessage::default();
+        m.message_id = Some("a".into());
+        m.receipt_handle = Some("h".into());
+        m.event_source_arn = Some("arn:aws:sqs:us-east-1:123456789012:q".into());
+        m.attributes
+            .insert("ApproximateReceiveCount".into(), receives.into());
+        let report = BatchReport {
+            records: vec![crate::batch::RecordReport {
+                item_identifier: Some("a".into()),
+                outcome: Outcome::Failed,
+                replayed: false,
+                value: None,
+                error: None,
+            }],
+            response: SqsBatchResponse::default(),
+            unreportable: 0,
+        };
+        (m, report)
+    }
+
+    fn timeouts_sent(receives: &str, times: usize) -> std::collections::BTreeSet<i32> {
+        let layer = layer();
+        let (m, report) = failed(receives);
+        (0..times)
+            .map(|_| {
+                let plan = layer.plan(std::slice::from_ref(&m), &report);
+                plan[0].1[0].visibility_timeout().unwrap()
+            })
+            .collect()
+    }
+
+    /// The jitter stays between half and all of the backoff once in whole seconds: half of
+    /// the first 5 s is 2.5 s, so 3 to 5 s. (Found in review: 2 s was sent a fifth of the
+    /// time, and 5 s almost never, before the fix.)
+    #[test]
+    fn the_jittered_backoff_in_whole_seconds_is_between_half_and_all() {
+        let seen = timeouts_sent("1", 2000);
+        assert_eq!(seen, [3, 4, 5].into(), "{seen:?}");
+    }
+
+    /// A receive count too large for a `u32` backs off the longest, not the shortest.
+    /// (Found in review: read as 1 before the fix.)
+    #[test]
+    fn a_huge_receive_count_backs_off_the_longest() {
+        for count in ["4294967296", "99999999999999999999999"] {
+            let seen = timeouts_sent(count, 50);
+            assert!(
+                seen.iter().all(|&s| (450..=900).contains(&s)),
+                "{count}: {seen:?}"
+            );
+        }
+        // One that is no number at all counts as a first receive.
+        assert!(timeouts_sent("many", 50)
+            .iter()
+            .all(|&s| (3..=5).contains(&s)));
+    }
+
+    /// SQS counts its 12 hours of invisibility from the receive and refuses a change past
+    /// what is left, so no change asks for all 12 hours. (Found in review: the cap was the
+    /// whole 12 hours, counted from the change.)
+    #[test]
+    fn no_change_asks_for_more_than_is_left_of_the_twelve_hours() {
+        let b = Backoff {
+            base: Duration::from_secs(12 * 3600),
+            max: Duration::MAX,
+        };
+        assert!(b.ceiling(1) <= Duration::from_secs(12 * 3600 - 20 * 60));
+        let now = SystemTime::UNIX_EPOCH;
+        let locked = Error::InProgress {
+            key: IdempotencyKey::from_stored("k"),
+            lease_ends_ms: Some(u64::MAX),
+        };
+        let v = visibility_of(Some(&locked), Outcome::Locked, 1, &b, now);
+        assert!(v <= Duration::from_secs(12 * 3600 - 20 * 60), "{v:?}");
     }
 }
