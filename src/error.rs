@@ -38,7 +38,7 @@ pub enum Error {
         key: IdempotencyKey,
     },
     /// The store failed.
-    #[error("the idempotency store failed")]
+    #[error("the store failed")]
     Store(#[from] StoreError),
     /// The handler returned an error.
     #[error("the record handler failed")]
