@@ -473,6 +473,39 @@ async fn a_single_guarded_write_is_judged_as_dynamodb_judges_it() {
             "Refused(item)",
         ),
         (
+            "a value past 400 KB used only by a true condition",
+            update("SET #n = :s")
+                .value(":s", Attr::s("y"))
+                .value(":big", Attr::s("x".repeat(410 * 1024)))
+                .condition("#n <> :big"),
+            "Applied",
+        ),
+        (
+            "a value past 400 KB used only by a false condition",
+            update("SET #n = :s")
+                .value(":s", Attr::s("y"))
+                .value(":big", Attr::s("x".repeat(410 * 1024)))
+                .condition("#n = :big"),
+            "Refused(item)",
+        ),
+        (
+            "a value that fills 400 KB with its attribute's name, a long placeholder",
+            update("SET #n = :a_long_placeholder_name")
+                .value(
+                    ":a_long_placeholder_name",
+                    Attr::s("x".repeat(400 * 1024 - 4)),
+                )
+                .condition(never),
+            "Refused(item)",
+        ),
+        (
+            "a value one byte past 400 KB with its attribute's name",
+            update("SET #n = :v")
+                .value(":v", Attr::s("x".repeat(400 * 1024 - 3)))
+                .condition(never),
+            "Err(true)",
+        ),
+        (
             "a value past 400 KB, false condition",
             update("SET #n = :v")
                 .value(":v", Attr::s("x".repeat(410 * 1024)))

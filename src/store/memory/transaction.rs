@@ -158,18 +158,27 @@ impl Tables {
     /// ([`stage`](Tables::stage)) and stored. So a write whose condition fails is refused
     /// even when it could not have applied to the item as it is (an update's arithmetic on
     /// a missing attribute, an item it would grow past 400 KB), where a transaction fails as
-    /// invalid; a put's item or an update's values over 400 KB are malformed.
+    /// invalid; a put's item, or what an update sets, over 400 KB alone is malformed.
     pub(crate) fn apply_single(&mut self, write: &Write) -> Result<(), TransactionRefusal> {
         let writes = std::slice::from_ref(write);
         let keys = self.keys(writes)?;
-        // What the request carries alone (a put's item, an update's values) past the item
-        // limit is refused before the condition, as DynamoDB does; an item that would only
-        // grow past it is judged after.
+        // What the write carries alone past the item limit is refused before the condition,
+        // as DynamoDB does: a put's item, or what an update sets on an empty item (its
+        // attributes' names and the values it assigns, not the key, nor values only its
+        // condition reads). An item that would only grow past the limit is judged after.
         let carried = match write.kind {
-            WriteKind::Put => &write.item,
-            _ => &write.values,
+            WriteKind::Put => item_size_bytes(&write.item),
+            _ => {
+                let mut alone = Item::new();
+                let expression = write.update_expression.as_deref().unwrap_or_default();
+                // An update that needs the item's own attributes is judged after.
+                match apply_update(expression, &mut alone, &write.names, &write.values) {
+                    Ok(()) => item_size_bytes(&alone),
+                    Err(_) => 0,
+                }
+            }
         };
-        if item_size_bytes(carried) > MAX_ITEM_BYTES {
+        if carried > MAX_ITEM_BYTES {
             let reason = "Item size has exceeded the maximum allowed size";
             return Err(invalid(0, reason.to_owned()));
         }
