@@ -209,7 +209,8 @@ impl From<Error> for lambda_runtime::Diagnostic {
 /// its error type is `Permanent`). The failure is then stored in the record, the message is
 /// acknowledged instead of retried, and duplicates get the stored error until the record
 /// expires ([`Outcome::FailedPermanently`]). Other errors are retryable: the lease is
-/// released and the record reported for retry.
+/// released and the record reported for retry. Sequence-guarded handlers store nothing: see
+/// [`Error::Permanent`].
 #[derive(Debug, thiserror::Error)]
 #[error(transparent)]
 pub struct Permanent(BoxError);

@@ -93,6 +93,17 @@ impl Rig {
                             .name("#s", "state")
                             .value(":s", Attr::n(n)),
                     ),
+                    // DynamoDB takes `SET` right after a list index.
+                    "bracket" => completion.with_write(
+                        Write::update(
+                            "orders",
+                            [("id", Attr::s("order-1"))],
+                            "REMOVE #l[0]SET #s = :s",
+                        )
+                        .name("#l", "lines")
+                        .name("#s", "state")
+                        .value(":s", Attr::n(n)),
+                    ),
                     "remove" => completion.with_write(
                         Write::update("orders", [("id", Attr::s("order-1"))], "REMOVE #s")
                             .name("#s", "state"),
@@ -295,4 +306,43 @@ async fn an_event_numbered_zero_is_rejected_even_when_redelivered() {
         [Outcome::Rejected],
         "redelivered: still rejected, never acknowledged"
     );
+}
+
+/// A late duplicate of an event that applied, whose handler now fails with `Permanent` (a
+/// handler that checks the entity: "already done"), is replayed in turn, not reported: the
+/// entity is read and found past it. Every stream record and every unmarked SQS duplicate
+/// comes this way. (Found in review; reported `failed` on the code before the fix.)
+#[tokio::test]
+async fn a_late_duplicate_failing_permanently_in_turn_is_replayed() {
+    let rig = Rig::new();
+    let first = rig
+        .deliver(false, events(&[(1, "update"), (2, "update")]))
+        .await;
+    assert_eq!(outcomes(&first), [Outcome::Executed; 2]);
+    let late = rig.deliver(false, events(&[(1, "permanent")])).await;
+    assert_eq!(outcomes(&late), [Outcome::Replayed]);
+    assert!(reported(&late).is_empty());
+    assert_eq!(rig.version(), Some(Attr::n(2)), "nothing written");
+}
+
+/// `REMOVE #l[0]SET #s = :s` is an update DynamoDB takes (`SET` right after `]`): the guard
+/// joins that clause. (Found in review; rejected on the code before the fix.)
+#[tokio::test]
+async fn a_set_keyword_right_after_a_list_index_is_joined_by_the_guard() {
+    let rig = Rig::new();
+    let lines = Write::put(
+        "orders",
+        [
+            ("id", Attr::s("order-1")),
+            ("lines", Attr::L(vec![Attr::n(7)])),
+        ],
+    );
+    assert_eq!(
+        rig.store.write_guarded(&lines).await.unwrap(),
+        Guarded::Applied
+    );
+    let report = rig.deliver(false, events(&[(1, "bracket")])).await;
+    assert_eq!(outcomes(&report), [Outcome::Executed]);
+    assert_eq!(rig.version(), Some(Attr::n(1)));
+    assert_eq!(rig.entity().unwrap()["lines"], Attr::L(vec![]));
 }

@@ -230,16 +230,17 @@ impl<P> Sequence<P> {
 }
 
 /// `expression` that also sets the sequence: into its `SET` clause (the keyword in any
-/// case, at the start or after whitespace, and followed by whitespace or by a `#name`
-/// placeholder, as DynamoDB reads it), or as a new one.
+/// case, at the start or after whitespace, a list index's `]` or a function's `)`, and
+/// followed by whitespace or by a `#name` placeholder, as DynamoDB reads it), or as a new
+/// one.
 fn with_sequence_set(expression: &str) -> String {
     let set = format!("{SEQ_NAME} = {SEQ_VALUE}");
     let bytes = expression.as_bytes();
-    // Bytes only: "set", "#" and the whitespace around them are ASCII, so the match starts
+    // Bytes only: "set" and the bytes around it that count are ASCII, so the match starts
     // and ends on character boundaries whatever else the expression holds.
     let at = (0..bytes.len().saturating_sub(2)).find(|&i| {
         bytes[i..i + 3].eq_ignore_ascii_case(b"set")
-            && (i == 0 || bytes[i - 1].is_ascii_whitespace())
+            && (i == 0 || matches!(bytes[i - 1], b']' | b')') || bytes[i - 1].is_ascii_whitespace())
             && bytes
                 .get(i + 3)
                 .is_some_and(|&b| b.is_ascii_whitespace() || b == b'#')
@@ -296,7 +297,8 @@ where
         // the newer rule the event may be skipped: acknowledged. In turn, the entity cannot
         // move past an event that never applied, so acknowledging it would drop the event
         // and leave every later event of the entity out of order for good: reported, as any
-        // failure (its retries end in the queue's dead-letter queue).
+        // failure (its retries end in the queue's dead-letter queue), unless the entity is
+        // already past it.
         Err(err) if is_permanent(&err) && guard.rule == SequenceRule::Newer => {
             return Err(Error::Permanent {
                 message: "the handler failed permanently".into(),
@@ -304,6 +306,18 @@ where
             })
         }
         Err(err) if is_permanent(&err) => {
+            // A late duplicate's handler may refuse what it did before ("already done"):
+            // answered by the entity, read once, when it is at or past the event.
+            let read = protocol
+                .store
+                .read_item(&position.table, &position.key)
+                .await;
+            if let Ok(Some(item)) = read {
+                let stored = stored_sequence(&item, &guard.attribute, &position)?;
+                if already_applied(stored, position.sequence) {
+                    return Ok(Processed::ReplayedWithoutResult);
+                }
+            }
             tracing::warn!(
                 entity = %entity(&position),
                 sequence = position.sequence,
