@@ -8,4 +8,6 @@ mod message;
 mod visibility;
 
 #[cfg(feature = "sqs-visibility")]
-pub use visibility::{queue_url, Backoff, Visibility, VisibilityLayer, CALL_LIMIT, MAX_VISIBILITY};
+pub use visibility::{
+    queue_url, Backoff, Visibility, VisibilityLayer, CHANGES_LIMIT, MAX_VISIBILITY,
+};

@@ -25,9 +25,10 @@ use crate::processed::Processed;
 /// are abandoned then, so the response is sent in time.
 const SEND_MARGIN: Duration = Duration::from_millis(100);
 
-/// The time SQS is given to answer one `ChangeMessageVisibilityBatch` call: a call still out
-/// then is given up, and its messages come back after the queue's own timeout.
-pub const CALL_LIMIT: Duration = Duration::from_secs(2);
+/// The time all of a batch's changes are given together (and never past the invocation
+/// deadline): changes still out then are given up, and their messages come back after the
+/// queue's own timeout.
+pub const CHANGES_LIMIT: Duration = Duration::from_secs(5);
 
 /// The longest visibility timeout this layer asks for: SQS's 12 hours less 25 minutes. SQS
 /// counts its 12 hours from the receive and refuses a change past what is left of them; a
@@ -98,7 +99,7 @@ impl<C> VisibilityLayer<C> {
     }
 
     /// Reads time from `clock`, and sleeps through it: the remaining leases, the time limit
-    /// of each change ([`CALL_LIMIT`]) and the cut-off before the invocation deadline. A
+    /// of the changes ([`CHANGES_LIMIT`]) and the cut-off before the invocation deadline. A
     /// [`ManualClock`](crate::clock::ManualClock) that is never moved therefore never cuts a
     /// change off.
     pub fn with_clock<C2: Clock>(self, clock: C2) -> VisibilityLayer<C2> {
@@ -151,9 +152,9 @@ pub(crate) fn visibility_of(
         let remaining_secs = end.saturating_sub(epoch_ms(now)).div_ceil(1000);
         return Duration::from_secs(remaining_secs.saturating_add(1)).min(MAX_VISIBILITY);
     }
-    // Whole seconds (at least one), so that what SQS is sent is what was drawn.
+    // Whole seconds, so that what SQS is sent is what was drawn.
     let ceiling = backoff.ceiling(receives);
-    let ceiling_secs = (ceiling.as_secs() + u64::from(ceiling.subsec_nanos() > 0)).max(1);
+    let ceiling_secs = ceiling.as_secs() + u64::from(ceiling.subsec_nanos() > 0);
     Duration::from_secs(fastrand::u64(ceiling_secs.div_ceil(2)..=ceiling_secs))
 }
 
@@ -237,29 +238,17 @@ impl<C: Clock> VisibilityLayer<C> {
         by_queue
     }
 
-    /// Sends the changes, 10 per call, each given up after [`CALL_LIMIT`].
+    /// Sends the changes, 10 per call.
     async fn send(&self, by_queue: Vec<(String, Vec<ChangeMessageVisibilityBatchRequestEntry>)>) {
         for (url, entries) in by_queue {
             for chunk in entries.chunks(10) {
-                let call = self
+                let sent = self
                     .client
                     .change_message_visibility_batch()
                     .queue_url(&url)
                     .set_entries(Some(chunk.to_vec()))
-                    .send();
-                // A clock at the end of time (a test's) gives up at once rather than panic.
-                let now = self.clock.now();
-                let limit = now.checked_add(CALL_LIMIT).unwrap_or(now);
-                let sent = tokio::select! {
-                    sent = call => sent,
-                    () = self.clock.sleep_until(limit) => {
-                        tracing::warn!(
-                            entries = chunk.len(),
-                            "a visibility change got no answer in time; those messages come back after the queue's timeout"
-                        );
-                        continue;
-                    }
-                };
+                    .send()
+                    .await;
                 match sent {
                     Ok(out) if out.failed().is_empty() => {}
                     Ok(out) => tracing::warn!(
@@ -304,11 +293,17 @@ where
             let report = processor.process(event).await;
             let changes = shaping.plan(&records, &report);
             // The response must reach Lambda before the deadline (a late one retries the
-            // whole batch): the changes get what is left, and are abandoned after it.
+            // whole batch), and soon: the changes get CHANGES_LIMIT at most, and are
+            // abandoned after it. (A clock at the end of time, a test's, gives up at once.)
+            let now = shaping.clock.now();
+            let limit = now
+                .checked_add(CHANGES_LIMIT)
+                .unwrap_or(now)
+                .min(deadline.before(SEND_MARGIN));
             tokio::select! {
                 () = shaping.send(changes) => {}
-                () = shaping.clock.sleep_until(deadline.before(SEND_MARGIN)) => {
-                    tracing::warn!("visibility changes cut off at the deadline; those messages come back after the queue's timeout");
+                () = shaping.clock.sleep_until(limit) => {
+                    tracing::warn!("visibility changes cut off (their time limit, or the deadline); those messages come back after the queue's timeout");
                 }
             }
             report.into_response()
@@ -437,6 +432,18 @@ mod tests {
         assert!(timeouts_sent("many", 50)
             .iter()
             .all(|&s| (3..=5).contains(&s)));
+    }
+
+    /// A backoff of zero makes a reported message visible again at once, as configured.
+    /// (Found in review: sent as 1 s before the fix.)
+    #[test]
+    fn a_zero_backoff_is_zero() {
+        let zero = Backoff {
+            base: Duration::ZERO,
+            max: Duration::ZERO,
+        };
+        let v = visibility_of(None, Outcome::Failed, 3, &zero, SystemTime::UNIX_EPOCH);
+        assert_eq!(v, Duration::ZERO);
     }
 
     /// SQS counts its 12 hours of invisibility from the receive and refuses a change past
