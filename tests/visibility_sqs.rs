@@ -202,11 +202,9 @@ async fn a_change_that_fails_leaves_the_response_as_it_is() {
     assert_eq!(response.batch_item_failures[0].item_identifier, "m-1");
 }
 
-/// An SQS endpoint that never answers must not hold the response past the deadline (a late
-/// response retries the whole batch): the changes are abandoned just before it. No server
-/// needed: a loopback listener that accepts and stays silent.
-#[tokio::test]
-async fn a_hung_change_is_abandoned_before_the_deadline() {
+/// An SQS client of a loopback endpoint that accepts connections and never answers, and
+/// the task holding them (abort it when done). No server needed.
+async fn silent_sqs() -> (aws_sdk_sqs::Client, tokio::task::JoinHandle<()>) {
     let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let endpoint = format!("http://{}", silent.local_addr().unwrap());
     let held = tokio::spawn(async move {
@@ -224,6 +222,15 @@ async fn a_hung_change_is_abandoned_before_the_deadline() {
         .load()
         .await;
     let client = aws_sdk_sqs::Client::new(&config);
+    (client, held)
+}
+
+/// An SQS endpoint that never answers must not hold the response past the deadline (a late
+/// response retries the whole batch): the changes are abandoned just before it. No server
+/// needed: a loopback listener that accepts and stays silent.
+#[tokio::test]
+async fn a_hung_change_is_abandoned_before_the_deadline() {
+    let (client, held) = silent_sqs().await;
     let mut message = SqsMessage::default();
     message.message_id = Some("m-1".into());
     message.receipt_handle = Some("handle".into());
@@ -262,23 +269,7 @@ async fn a_hung_change_is_abandoned_before_the_deadline() {
 /// the response came 100 ms before the 30 s deadline before the fix.)
 #[tokio::test]
 async fn many_hung_changes_are_given_up_together() {
-    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let endpoint = format!("http://{}", silent.local_addr().unwrap());
-    let held = tokio::spawn(async move {
-        let mut open = Vec::new();
-        while let Ok((socket, _)) = silent.accept().await {
-            open.push(socket);
-        }
-    });
-    let config = aws_config::defaults(aws_config::BehaviorVersion::latest())
-        .region(aws_config::Region::new("us-east-1"))
-        .credentials_provider(aws_sdk_sqs::config::Credentials::new(
-            "local", "local", None, None, "tests",
-        ))
-        .endpoint_url(&endpoint)
-        .load()
-        .await;
-    let client = aws_sdk_sqs::Client::new(&config);
+    let (client, held) = silent_sqs().await;
     let mut event = SqsEvent::default();
     for i in 0..100 {
         let mut message = SqsMessage::default();
