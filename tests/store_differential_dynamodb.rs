@@ -506,6 +506,22 @@ async fn a_single_guarded_write_is_judged_as_dynamodb_judges_it() {
             "Err(true)",
         ),
         (
+            "a value past 400 KB beside arithmetic on a missing attribute, false condition",
+            update("SET #b = #b + :one, #c = :v")
+                .name("#c", "other")
+                .value(":one", Attr::n(1))
+                .value(":v", Attr::s("x".repeat(410 * 1024)))
+                .condition(never),
+            "Err(true)",
+        ),
+        (
+            "a value past 400 KB under a missing map, false condition",
+            update("SET #b.x = :v")
+                .value(":v", Attr::s("x".repeat(410 * 1024)))
+                .condition(never),
+            "Err(true)",
+        ),
+        (
             "a value past 400 KB, false condition",
             update("SET #n = :v")
                 .value(":v", Attr::s("x".repeat(410 * 1024)))

@@ -8,7 +8,7 @@ use std::fmt;
 
 use super::document::{canonical, check_value};
 use super::evaluate::{apply_update, condition_holds};
-use super::expression::{check_placeholders, parse_condition, parse_update};
+use super::expression::{check_placeholders, parse_condition, parse_update, placeholders_used};
 use super::tables::{ItemKey, Tables, INVALID};
 use crate::store::item_size::{item_size_bytes, MAX_ITEM_BYTES, MAX_NESTING};
 use crate::store::{Item, Write, WriteKind};
@@ -171,10 +171,21 @@ impl Tables {
             _ => {
                 let mut alone = Item::new();
                 let expression = write.update_expression.as_deref().unwrap_or_default();
-                // An update that needs the item's own attributes is judged after.
                 match apply_update(expression, &mut alone, &write.names, &write.values) {
                     Ok(()) => item_size_bytes(&alone),
-                    Err(_) => 0,
+                    // An update that needs the item's own attributes: what it carries, the
+                    // values and attribute names its expression uses (approximately).
+                    Err(_) => {
+                        let used = placeholders_used(&[expression]).unwrap_or_default();
+                        let values: Item = used
+                            .values
+                            .iter()
+                            .filter_map(|p| write.values.get_key_value(p))
+                            .map(|(p, v)| (p.clone(), v.clone()))
+                            .collect();
+                        let names = used.names.iter().filter_map(|n| write.names.get(n));
+                        item_size_bytes(&values) + names.map(String::len).sum::<usize>()
+                    }
                 }
             }
         };
