@@ -74,7 +74,8 @@ pub enum Error {
     /// the message acknowledged; duplicates get the stored error until the record expires.
     /// A sequence-guarded handler stores nothing: under
     /// [`SequenceRule::Newer`](crate::idempotent::SequenceRule::Newer) its event is skipped
-    /// (this error, acknowledged); in turn its handler's error is reported as it is.
+    /// (this error, acknowledged); in turn the entity is read once, and the event is replayed
+    /// when the entity is at or past it, else its handler's error is reported as it is.
     #[error("the record failed permanently: {message}")]
     Permanent {
         /// The error message (stored in the record).

@@ -346,3 +346,22 @@ async fn a_set_keyword_right_after_a_list_index_is_joined_by_the_guard() {
     assert_eq!(rig.version(), Some(Attr::n(1)));
     assert_eq!(rig.entity().unwrap()["lines"], Attr::L(vec![]));
 }
+
+/// A permanent failure in turn on an entity whose sequence attribute is not a number keeps
+/// the handler's error (`failed`), as without the read. (Found in review: the read's
+/// malformed-entity error replaced it, `store_unavailable`, before the fix.)
+#[tokio::test]
+async fn a_permanent_failure_on_a_malformed_entity_keeps_the_handlers_error() {
+    let rig = Rig::new();
+    let malformed = Write::put(
+        "orders",
+        [("id", Attr::s("order-1")), ("version", Attr::s("three"))],
+    );
+    assert_eq!(
+        rig.store.write_guarded(&malformed).await.unwrap(),
+        Guarded::Applied
+    );
+    let report = rig.deliver(false, events(&[(1, "permanent")])).await;
+    assert_eq!(outcomes(&report), [Outcome::Failed]);
+    assert_eq!(reported(&report), ["m-1-permanent"]);
+}

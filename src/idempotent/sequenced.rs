@@ -312,11 +312,14 @@ where
                 .store
                 .read_item(&position.table, &position.key)
                 .await;
-            if let Ok(Some(item)) = read {
-                let stored = stored_sequence(&item, &guard.attribute, &position)?;
-                if already_applied(stored, position.sequence) {
-                    return Ok(Processed::ReplayedWithoutResult);
-                }
+            // An entity that cannot be read, or whose sequence is malformed, answers nothing:
+            // the handler's error stands.
+            let stored = match read {
+                Ok(Some(item)) => stored_sequence(&item, &guard.attribute, &position).ok(),
+                _ => None,
+            };
+            if stored.is_some_and(|stored| already_applied(stored, position.sequence)) {
+                return Ok(Processed::ReplayedWithoutResult);
             }
             tracing::warn!(
                 entity = %entity(&position),
