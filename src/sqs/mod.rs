@@ -9,5 +9,6 @@ mod visibility;
 
 #[cfg(feature = "sqs-visibility")]
 pub use visibility::{
-    queue_url, Backoff, Visibility, VisibilityLayer, CHANGES_LIMIT, MAX_VISIBILITY,
+    queue_url, Backoff, Visibility, VisibilityLayer, CHANGES_LIMIT, CONCURRENT_CALLS,
+    MAX_VISIBILITY,
 };

@@ -12,6 +12,7 @@ use std::time::{Duration, SystemTime};
 
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use aws_sdk_sqs::types::ChangeMessageVisibilityBatchRequestEntry;
+use futures_util::StreamExt;
 use lambda_runtime::LambdaEvent;
 use tower::{Layer, Service};
 
@@ -29,6 +30,9 @@ const SEND_MARGIN: Duration = Duration::from_millis(100);
 /// deadline): changes still out then are given up, and their messages come back after the
 /// queue's own timeout.
 pub const CHANGES_LIMIT: Duration = Duration::from_secs(5);
+
+/// How many `ChangeMessageVisibilityBatch` calls (of 10 messages each) are out at once.
+pub const CONCURRENT_CALLS: usize = 10;
 
 /// The longest visibility timeout this layer asks for: SQS's 12 hours less 25 minutes. SQS
 /// counts its 12 hours from the receive and refuses a change past what is left of them; a
@@ -238,15 +242,22 @@ impl<C: Clock> VisibilityLayer<C> {
         by_queue
     }
 
-    /// Sends the changes, 10 per call.
+    /// Sends the changes, 10 per call, [`CONCURRENT_CALLS`] calls at a time.
     async fn send(&self, by_queue: Vec<(String, Vec<ChangeMessageVisibilityBatchRequestEntry>)>) {
+        // Owned calls: a stream of borrowing closures makes the future not `Send`.
+        let mut calls = Vec::new();
         for (url, entries) in by_queue {
             for chunk in entries.chunks(10) {
+                calls.push((url.clone(), chunk.to_vec()));
+            }
+        }
+        futures_util::stream::iter(calls)
+            .for_each_concurrent(CONCURRENT_CALLS, |(url, chunk)| async move {
                 let sent = self
                     .client
                     .change_message_visibility_batch()
-                    .queue_url(&url)
-                    .set_entries(Some(chunk.to_vec()))
+                    .queue_url(url)
+                    .set_entries(Some(chunk))
                     .send()
                     .await;
                 match sent {
@@ -260,8 +271,8 @@ impl<C: Clock> VisibilityLayer<C> {
                         "visibility change failed; the messages come back after the queue's timeout"
                     ),
                 }
-            }
-        }
+            })
+            .await;
     }
 }
 
