@@ -444,6 +444,7 @@ async fn a_single_guarded_write_is_judged_as_dynamodb_judges_it() {
             ("account", Attr::s("acct-1")),
             ("note", Attr::s("x")),
             ("big", Attr::s("y".repeat(250 * 1024))),
+            ("count", Attr::n(5)),
         ],
     )];
     let cases: Vec<(&str, Write, &str)> = vec![
@@ -512,6 +513,31 @@ async fn a_single_guarded_write_is_judged_as_dynamodb_judges_it() {
                 .value(":one", Attr::n(1))
                 .value(":v", Attr::s("x".repeat(410 * 1024)))
                 .condition(never),
+            "Err(true)",
+        ),
+        (
+            "a DELETE's set past 400 KB beside arithmetic the item allows, true condition",
+            Write::update(&table, acct("acct-1"), "SET #k = #k + :one DELETE #t :v")
+                .name("#k", "count")
+                .name("#t", "tags")
+                .value(":one", Attr::n(1))
+                .value(":v", Attr::Ss(vec!["x".repeat(420 * 1024)]))
+                .condition("attribute_exists(account)"),
+            "Applied",
+        ),
+        (
+            "one 250 KB value set twice beside arithmetic, false condition",
+            Write::update(
+                &table,
+                acct("acct-1"),
+                "SET #k = #k + :one, #c = :v, #d = :v",
+            )
+            .name("#k", "count")
+            .name("#c", "c1")
+            .name("#d", "d1")
+            .value(":one", Attr::n(1))
+            .value(":v", Attr::s("x".repeat(250 * 1024)))
+            .condition(never),
             "Err(true)",
         ),
         (

@@ -106,7 +106,8 @@ pub(crate) fn item_size_bytes(item: &Item) -> usize {
     item.iter().map(|(k, v)| k.len() + attr_size_bytes(v)).sum()
 }
 
-fn attr_size_bytes(value: &Attr) -> usize {
+/// The size of one attribute value, as [`item_size_bytes`] counts it.
+pub(crate) fn attr_size_bytes(value: &Attr) -> usize {
     match value {
         Attr::S(s) | Attr::N(s) => s.len(),
         Attr::B(b) => b.len(),

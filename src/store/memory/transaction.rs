@@ -6,11 +6,12 @@
 use std::collections::BTreeSet;
 use std::fmt;
 
+use super::ast::{Path, SetValue, UpdateExpression};
 use super::document::{canonical, check_value};
 use super::evaluate::{apply_update, condition_holds};
-use super::expression::{check_placeholders, parse_condition, parse_update, placeholders_used};
+use super::expression::{check_placeholders, parse_condition, parse_update};
 use super::tables::{ItemKey, Tables, INVALID};
-use crate::store::item_size::{item_size_bytes, MAX_ITEM_BYTES, MAX_NESTING};
+use crate::store::item_size::{attr_size_bytes, item_size_bytes, MAX_ITEM_BYTES, MAX_NESTING};
 use crate::store::{Item, Write, WriteKind};
 
 /// Why a transaction was refused; nothing was changed.
@@ -173,19 +174,10 @@ impl Tables {
                 let expression = write.update_expression.as_deref().unwrap_or_default();
                 match apply_update(expression, &mut alone, &write.names, &write.values) {
                     Ok(()) => item_size_bytes(&alone),
-                    // An update that needs the item's own attributes: what it carries, the
-                    // values and attribute names its expression uses (approximately).
-                    Err(_) => {
-                        let used = placeholders_used(&[expression]).unwrap_or_default();
-                        let values: Item = used
-                            .values
-                            .iter()
-                            .filter_map(|p| write.values.get_key_value(p))
-                            .map(|(p, v)| (p.clone(), v.clone()))
-                            .collect();
-                        let names = used.names.iter().filter_map(|n| write.names.get(n));
-                        item_size_bytes(&values) + names.map(String::len).sum::<usize>()
-                    }
+                    // An update that needs the item's own attributes: what its SET and ADD
+                    // actions carry (their attributes' names and every value they name).
+                    Err(_) => parse_update(expression, &write.names, &write.values)
+                        .map_or(0, |update| carried_bytes(&update)),
                 }
             }
         };
@@ -307,6 +299,28 @@ fn canonical_item(item: &Item) -> Item {
     item.iter()
         .map(|(name, value)| (name.clone(), canonical(value.clone())))
         .collect()
+}
+
+/// What an update's SET and ADD actions carry, as DynamoDB counts it before the condition:
+/// each target attribute's name and each value an action names, every time it names it
+/// (REMOVE and DELETE write nothing new).
+fn carried_bytes(update: &UpdateExpression) -> usize {
+    fn name(path: &Path) -> usize {
+        path.attribute().map_or(0, str::len)
+    }
+    fn values(value: &SetValue) -> usize {
+        match value {
+            SetValue::Path(_) => 0,
+            SetValue::Value(v) => attr_size_bytes(v),
+            SetValue::IfNotExists(_, default) => values(default),
+            SetValue::ListAppend(a, b) | SetValue::Plus(a, b) | SetValue::Minus(a, b) => {
+                values(a) + values(b)
+            }
+        }
+    }
+    let set = update.set.iter().map(|(p, v)| name(p) + values(v));
+    let add = update.add.iter().map(|(p, v)| name(p) + attr_size_bytes(v));
+    set.chain(add).sum()
 }
 
 #[cfg(test)]
