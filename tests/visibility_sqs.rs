@@ -222,34 +222,52 @@ async fn silent_sqs() -> (aws_sdk_sqs::Client, tokio::task::JoinHandle<()>) {
     (client, held)
 }
 
+/// `n` messages of the `orders` queue, each with a receipt handle.
+fn failing_messages(n: usize) -> SqsEvent {
+    let mut event = SqsEvent::default();
+    for i in 0..n {
+        let mut message = SqsMessage::default();
+        message.message_id = Some(format!("m-{i}"));
+        message.receipt_handle = Some(format!("handle-{i}"));
+        message.body = Some(format!(r#"{{"id":"fail-{i}"}}"#));
+        message.event_source_arn = Some("arn:aws:sqs:us-east-1:123456789012:orders".into());
+        event.records.push(message);
+    }
+    event
+}
+
+/// `event` processed by a handler that always fails (every message reported), with the
+/// retry shaping of `client`, `remaining` before the invocation deadline.
+async fn process_failing(
+    client: aws_sdk_sqs::Client,
+    event: SqsEvent,
+    remaining: Duration,
+) -> aws_lambda_events::sqs::SqsBatchResponse {
+    let layer = IdempotencyLayer::new(InMemoryStore::new()).with_key(JsonPointer::new("/id"));
+    let processor = BatchProcessor::new(layer.handler(|_m: SqsMessage| async move {
+        Err::<u8, _>(std::io::Error::other("downstream is down"))
+    }))
+    .with_deadline_margin(Duration::from_millis(100));
+    VisibilityLayer::new(client)
+        .layer(processor)
+        .oneshot(invocation(event, remaining))
+        .await
+        .unwrap()
+}
+
 /// An SQS endpoint that never answers must not hold the response past the deadline (a late
 /// response retries the whole batch): the changes are abandoned just before it. No server
 /// needed: a loopback listener that accepts and stays silent.
 #[tokio::test]
 async fn a_hung_change_is_abandoned_before_the_deadline() {
     let (client, held) = silent_sqs().await;
-    let mut message = SqsMessage::default();
-    message.message_id = Some("m-1".into());
-    message.receipt_handle = Some("handle".into());
-    message.body = Some(r#"{"id":"fail"}"#.into());
-    message.event_source_arn = Some("arn:aws:sqs:us-east-1:123456789012:orders".into());
-    let mut event = SqsEvent::default();
-    event.records.push(message);
-    let layer = IdempotencyLayer::new(InMemoryStore::new()).with_key(JsonPointer::new("/id"));
-    let processor = BatchProcessor::new(layer.handler(|_m: SqsMessage| async move {
-        Err::<u8, _>(std::io::Error::other("downstream is down"))
-    }))
-    .with_deadline_margin(Duration::from_millis(100));
     let started = std::time::Instant::now();
     let answered = tokio::time::timeout(
         Duration::from_secs(10),
-        VisibilityLayer::new(client)
-            .layer(processor)
-            .oneshot(invocation(event, Duration::from_secs(2))),
+        process_failing(client, failing_messages(1), Duration::from_secs(2)),
     )
     .await
-    .expect("answered before the deadline")
-    .unwrap();
+    .expect("answered before the deadline");
     assert!(
         started.elapsed() < Duration::from_secs(2),
         "{:?}",
@@ -267,25 +285,8 @@ async fn a_hung_change_is_abandoned_before_the_deadline() {
 #[tokio::test]
 async fn many_hung_changes_are_given_up_together() {
     let (client, held) = silent_sqs().await;
-    let mut event = SqsEvent::default();
-    for i in 0..100 {
-        let mut message = SqsMessage::default();
-        message.message_id = Some(format!("m-{i}"));
-        message.receipt_handle = Some(format!("handle-{i}"));
-        message.body = Some(format!(r#"{{"id":"fail-{i}"}}"#));
-        message.event_source_arn = Some("arn:aws:sqs:us-east-1:123456789012:orders".into());
-        event.records.push(message);
-    }
-    let layer = IdempotencyLayer::new(InMemoryStore::new()).with_key(JsonPointer::new("/id"));
-    let processor = BatchProcessor::new(layer.handler(|_m: SqsMessage| async move {
-        Err::<u8, _>(std::io::Error::other("downstream is down"))
-    }));
     let started = std::time::Instant::now();
-    let answered = VisibilityLayer::new(client)
-        .layer(processor)
-        .oneshot(invocation(event, Duration::from_secs(30)))
-        .await
-        .unwrap();
+    let answered = process_failing(client, failing_messages(100), Duration::from_secs(30)).await;
     let elapsed = started.elapsed();
     held.abort();
     assert_eq!(answered.batch_item_failures.len(), 100);
@@ -311,24 +312,7 @@ async fn a_large_batchs_changes_all_go_out_within_the_limit() {
         ..FaultRates::default()
     });
     let client = sqs_client(&proxy.endpoint()).await;
-    let mut event = SqsEvent::default();
-    for i in 0..5_000 {
-        let mut message = SqsMessage::default();
-        message.message_id = Some(format!("m-{i}"));
-        message.receipt_handle = Some(format!("handle-{i}"));
-        message.body = Some(format!(r#"{{"id":"fail-{i}"}}"#));
-        message.event_source_arn = Some("arn:aws:sqs:us-east-1:123456789012:orders".into());
-        event.records.push(message);
-    }
-    let layer = IdempotencyLayer::new(InMemoryStore::new()).with_key(JsonPointer::new("/id"));
-    let processor = BatchProcessor::new(layer.handler(|_m: SqsMessage| async move {
-        Err::<u8, _>(std::io::Error::other("downstream is down"))
-    }));
-    let answered = VisibilityLayer::new(client)
-        .layer(processor)
-        .oneshot(invocation(event, Duration::from_secs(60)))
-        .await
-        .unwrap();
+    let answered = process_failing(client, failing_messages(5_000), Duration::from_secs(60)).await;
     assert_eq!(answered.batch_item_failures.len(), 5_000);
     assert_eq!(
         proxy
