@@ -43,9 +43,16 @@ fn raw_takeover_values() -> HashMap<String, AttributeValue> {
     ])
 }
 
-fn raw_id(m: &SqsMessage) -> String {
-    let order: Value = serde_json::from_str(m.body.as_deref().unwrap()).unwrap();
-    format!("raw#{}", order["eventId"].as_str().unwrap())
+/// An order message's body, parsed once.
+fn order_of(m: &SqsMessage) -> Value {
+    serde_json::from_str(m.body.as_deref().unwrap()).unwrap()
+}
+
+/// The record key of `order` in the raw requests: as long as the toolkit's (its 15-character
+/// prefix `order-consumer#`, then 64 hexadecimal digits), so that both implementations send
+/// and read back the same number of bytes per key.
+fn raw_id(order: &Value) -> String {
+    format!("raw-dynamodb-0#{:0>64}", order["eventId"].as_str().unwrap())
 }
 
 /// The raw limit: the requests each mode must make, issued directly, no toolkit logic. The
@@ -63,11 +70,22 @@ pub async fn raw_batch(client: &Client, t: &Tables, mode: IdempotencyMode, event
         if redelivered.is_empty() {
             return;
         }
+        // Each body parsed once, each key built once.
+        let redelivered: Vec<(Value, String)> = redelivered
+            .iter()
+            .map(|m| {
+                let order = order_of(m);
+                let id = raw_id(&order);
+                (order, id)
+            })
+            .collect();
         let keys = KeysAndAttributes::builder()
             .set_keys(Some(
                 redelivered
                     .iter()
-                    .map(|m| HashMap::from([("id".to_string(), AttributeValue::S(raw_id(m)))]))
+                    .map(|(_, id)| {
+                        HashMap::from([("id".to_string(), AttributeValue::S(id.clone()))])
+                    })
                     .collect(),
             ))
             .consistent_read(true)
@@ -86,22 +104,28 @@ pub async fn raw_batch(client: &Client, t: &Tables, mode: IdempotencyMode, event
             .flatten()
             .filter_map(|item| item.get("id").and_then(|v| v.as_s().ok()).cloned())
             .collect();
-        let rest = redelivered.iter().filter(|m| !found.contains(&raw_id(m)));
-        raw_records(client, t, mode, rest.copied()).await;
+        let rest = redelivered
+            .into_iter()
+            .filter(|(_, id)| !found.contains(id));
+        raw_records(client, t, mode, rest).await;
     };
-    tokio::join!(looked_up, raw_records(client, t, mode, fresh.into_iter()));
+    let fresh = fresh.into_iter().map(|m| {
+        let order = order_of(m);
+        let id = raw_id(&order);
+        (order, id)
+    });
+    tokio::join!(looked_up, raw_records(client, t, mode, fresh));
 }
 
-async fn raw_records<'a>(
+/// The writes of `records` (each an order and its key).
+async fn raw_records(
     client: &Client,
     t: &Tables,
     mode: IdempotencyMode,
-    records: impl Iterator<Item = &'a SqsMessage>,
+    records: impl Iterator<Item = (Value, String)>,
 ) {
     let s = |v: &str| AttributeValue::S(v.to_string());
-    futures_util::stream::iter(records.map(|m| async move {
-        let order: Value = serde_json::from_str(m.body.as_deref().unwrap()).unwrap();
-        let id = raw_id(m);
+    futures_util::stream::iter(records.map(|(order, id)| async move {
         let ledger = Update::builder()
             .table_name(&t.ledger)
             .key("account", s(order["account"].as_str().unwrap()))
