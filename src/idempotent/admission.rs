@@ -4,7 +4,7 @@
 //! [claims](Claim) it and goes on to the store.
 
 use std::borrow::Cow;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use lambda_runtime::{Context, LambdaEvent};
 use serde::de::DeserializeOwned;
@@ -27,6 +27,12 @@ use crate::validation::PayloadHash;
 
 /// The prefix used when neither the configuration nor the Lambda environment names one.
 pub const FALLBACK_KEY_PREFIX: &str = "lambda-idempotency";
+
+/// How long before its own deadline a record waiting for another of this process with the
+/// same key stops waiting and answers "in progress": the batch processor's answer margin, so
+/// that an invocation outside a batch (a direct invocation, an HTTP request) answers in time
+/// too.
+const FOLLOWER_MARGIN: Duration = Duration::from_millis(500);
 
 fn key_prefix<'a>(config: &'a Config, context: &'a Context) -> Cow<'a, str> {
     if let Some(prefix) = config.key_prefix() {
@@ -252,30 +258,48 @@ where
             Error::SameKeyFailed { key }
         }));
     }
-    // Records the source delivered before were looked up together when the batch began.
+    // Records the source delivered before were looked up together when the batch began. A
+    // lease found there may be held by another invocation of this process: that one is
+    // followed below, rather than answered "in progress" at once.
+    let mut held = None;
     if let Some(stored) = batch.found(&key).await {
         let now = protocol.clock.now();
-        if let Some(answer) = answer_found(protocol, &key, validation.as_ref(), &stored, now) {
-            return Admission::Answered(answer);
+        match answer_found(protocol, &key, validation.as_ref(), &stored, now) {
+            Some(Err(in_progress @ Error::InProgress { .. })) => held = Some(in_progress),
+            Some(answer) => return Admission::Answered(answer),
+            None => {}
         }
     }
     let deadline = Deadline::of(event.context.deadline, now);
-    // Records of this process that share the key wait for the first one, until their own
-    // deadline at most.
-    let flight = match protocol.local.in_flight.join(&key) {
-        Join::Leader(guard) => Some(guard),
-        Join::Follower(slot) => {
+    // Records of this process that share the key wait for the first one: until the leader's
+    // deadline (past it, its lease is over and the store decides), and until
+    // FOLLOWER_MARGIN before their own at most, so that they answer in time.
+    let flight = match protocol.local.in_flight.join(&key, deadline.time()) {
+        Join::Leader(guard) => match held {
+            // No invocation of this process holds the lease the pre-check found.
+            Some(in_progress) => return Admission::Answered(Err(in_progress)),
+            None => Some(guard),
+        },
+        Join::Follower(slot, leader_deadline) => {
+            let own_limit = deadline.before(FOLLOWER_MARGIN);
             let result = tokio::select! {
-                result = in_flight::wait(slot) => result,
-                () = protocol.clock.sleep_until(deadline.time()) => {
+                result = in_flight::wait(slot) => Some(result),
+                () = protocol.clock.sleep_until(own_limit.min(leader_deadline)) => None,
+            };
+            match result {
+                Some(result) => {
+                    let answer = follow(&protocol.config, &key, validation.as_ref(), result);
+                    if let Some(answer) = answer {
+                        return Admission::Answered(answer);
+                    }
+                }
+                None if protocol.clock.now() >= own_limit => {
                     return Admission::Answered(Err(Error::InProgress {
                         key,
                         lease_ends_ms: None,
                     }));
                 }
-            };
-            if let Some(answer) = follow(&protocol.config, &key, validation.as_ref(), result) {
-                return Admission::Answered(answer);
+                None => {}
             }
             None
         }
@@ -328,6 +352,15 @@ fn follow<T: DeserializeOwned>(
 ) -> Option<Result<Processed<T>, Error>> {
     match result {
         FlightResult::NotStarted => None,
+        // A handler failure is kept by the leader's batch alone (README: what a batch learns
+        // about failed keys stays with that batch): a follower in another invocation's batch
+        // goes to the store itself. One in the same batch finds it in the memo; one outside
+        // any batch (an HTTP request) fails with it.
+        FlightResult::HandlerFailed { .. }
+            if in_flight::in_a_batch() && in_flight::failed_earlier(key).is_none() =>
+        {
+            None
+        }
         FlightResult::Completed { validation: s, .. }
         | FlightResult::FailedPermanently { validation: s, .. }
         | FlightResult::HandlerFailed { validation: s }

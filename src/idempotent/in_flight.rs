@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
 
 use tokio::sync::watch;
 
@@ -34,9 +35,10 @@ pub(crate) enum FlightResult {
 
 type Slot = watch::Receiver<Option<FlightResult>>;
 
+/// The running flights, by key: each leader's result, and its invocation's deadline.
 #[derive(Debug, Default)]
 pub(crate) struct InFlight {
-    flights: Mutex<HashMap<IdempotencyKey, Slot>>,
+    flights: Mutex<HashMap<IdempotencyKey, (Slot, SystemTime)>>,
 }
 
 /// Keys whose handler failed in one batch, with the payload hash of the record that failed,
@@ -68,6 +70,11 @@ pub(crate) fn record_failure(key: &IdempotencyKey, validation: Option<String>) {
     });
 }
 
+/// Whether the current task processes a batch (it has a failure memo).
+pub(crate) fn in_a_batch() -> bool {
+    BATCH_FAILURES.try_with(|_| ()).is_ok()
+}
+
 /// The handler already failed for `key` in the current batch: the payload hash of the
 /// record that failed.
 pub(crate) fn failed_earlier(key: &IdempotencyKey) -> Option<Option<String>> {
@@ -85,17 +92,21 @@ pub(crate) fn failed_earlier(key: &IdempotencyKey) -> Option<Option<String>> {
 
 pub(crate) enum Join {
     Leader(FlightGuard),
-    Follower(Slot),
+    /// The leader's result, and the deadline of the leader's invocation: past it, the
+    /// leader's lease is over in the store (and a leader no batch cut off may still run).
+    Follower(Slot, SystemTime),
 }
 
 impl InFlight {
-    pub(crate) fn join(self: &Arc<Self>, key: &IdempotencyKey) -> Join {
+    /// Joins the flight of `key`, leading it (until `deadline`, the invocation's) when none
+    /// runs.
+    pub(crate) fn join(self: &Arc<Self>, key: &IdempotencyKey, deadline: SystemTime) -> Join {
         let mut flights = self.flights.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(slot) = flights.get(key) {
-            return Join::Follower(slot.clone());
+        if let Some((slot, leader_deadline)) = flights.get(key) {
+            return Join::Follower(slot.clone(), *leader_deadline);
         }
         let (sender, receiver) = watch::channel(None);
-        flights.insert(key.clone(), receiver);
+        flights.insert(key.clone(), (receiver, deadline));
         Join::Leader(FlightGuard {
             key: key.clone(),
             sender,
@@ -148,10 +159,10 @@ mod tests {
     async fn followers_get_the_leaders_result_and_the_slot_is_freed() {
         let flights = Arc::new(InFlight::default());
         let key = IdempotencyKey::from_stored("k");
-        let Join::Leader(guard) = flights.join(&key) else {
+        let Join::Leader(guard) = flights.join(&key, SystemTime::UNIX_EPOCH) else {
             panic!("first joiner leads")
         };
-        let Join::Follower(slot) = flights.join(&key) else {
+        let Join::Follower(slot, _) = flights.join(&key, SystemTime::UNIX_EPOCH) else {
             panic!("second joiner follows")
         };
         let done = FlightResult::Completed {
@@ -160,7 +171,10 @@ mod tests {
         };
         guard.finish(done.clone());
         assert_eq!(wait(slot).await, done);
-        assert!(matches!(flights.join(&key), Join::Leader(_)));
+        assert!(matches!(
+            flights.join(&key, SystemTime::UNIX_EPOCH),
+            Join::Leader(_)
+        ));
     }
 
     #[tokio::test]
@@ -182,8 +196,8 @@ mod tests {
     async fn a_dropped_leader_means_not_started() {
         let flights = Arc::new(InFlight::default());
         let key = IdempotencyKey::from_stored("k");
-        let leader = flights.join(&key);
-        let Join::Follower(slot) = flights.join(&key) else {
+        let leader = flights.join(&key, SystemTime::UNIX_EPOCH);
+        let Join::Follower(slot, _) = flights.join(&key, SystemTime::UNIX_EPOCH) else {
             panic!("second joiner follows")
         };
         drop(leader);

@@ -1,0 +1,251 @@
+//! The single flight across concurrent invocations of one process (`run_concurrent`): a
+//! record waiting for another invocation's record with the same key is answered from it
+//! only when that answer belongs to it, waits for a lease this process holds instead of
+//! being reported `locked`, and never waits past its own answer margin or past the
+//! leader's deadline. Each test failed on the code before its fix (found in review).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
+use lambda_idempotency::batch::{BatchProcessor, BatchReport};
+use lambda_idempotency::clock::{Clock, ManualClock};
+use lambda_idempotency::key::JsonPointer;
+use lambda_idempotency::record::Status;
+use lambda_idempotency::store::InMemoryStore;
+use lambda_idempotency::testing::{invocation, invocation_at};
+use lambda_idempotency::validation::PayloadValidation;
+use lambda_idempotency::{Config, IdempotencyLayer, Outcome};
+use lambda_idempotency_test_support::{outcomes, reported};
+use tower::ServiceExt;
+
+const REMAINING: Duration = Duration::from_secs(30);
+
+fn message(id: &str, body: &str, receives: u32) -> SqsMessage {
+    let mut m = SqsMessage::default();
+    m.message_id = Some(id.into());
+    m.body = Some(body.into());
+    m.attributes
+        .insert("ApproximateReceiveCount".into(), receives.to_string());
+    m
+}
+
+fn batch(messages: Vec<SqsMessage>) -> SqsEvent {
+    let mut event = SqsEvent::default();
+    event.records = messages;
+    event
+}
+
+fn error_types(report: &BatchReport<u8>) -> Vec<Option<&'static str>> {
+    report
+        .records
+        .iter()
+        .map(|r| r.error.as_ref().map(|e| e.error_type()))
+        .collect()
+}
+
+/// Invocation A's handler fails (retryably) for key "k" while invocation B, with a record of
+/// the same key, waits for it. A's failure is A's batch's: B runs the handler itself (A
+/// released its lease), rather than failing as `SameKeyFailed` (`rejected` as a payload
+/// mismatch, when B's body differs) without running. Both bodies are tried.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_handler_failure_in_one_invocation_does_not_answer_another() {
+    for (body_b, stored_b) in [(r#"{"key":"k","n":1}"#, 1), (r#"{"key":"k","n":2}"#, 1)] {
+        let store = InMemoryStore::new();
+        let calls = Arc::new(AtomicUsize::new(0));
+        // Keyed by `/key`, payload hashes on; the handler's first call fails (retryably).
+        let layer = IdempotencyLayer::new(store.clone())
+            .with_key(JsonPointer::new("/key"))
+            .with_config(
+                Config::new()
+                    .with_key_prefix("flight")
+                    .with_payload_validation(PayloadValidation::Body),
+            );
+        let c = calls.clone();
+        let processor = BatchProcessor::new(layer.handler(move |_m: SqsMessage| {
+            let calls = c.clone();
+            async move {
+                let n = calls.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                if n == 0 {
+                    return Err(std::io::Error::other("transient: the first call fails"));
+                }
+                Ok::<_, std::io::Error>(1u8)
+            }
+        }));
+        let a = tokio::spawn({
+            let p = processor.clone();
+            let ev = invocation(
+                batch(vec![message("a-1", r#"{"key":"k","n":1}"#, 1)]),
+                REMAINING,
+            );
+            async move { p.process(ev).await }
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let b = processor
+            .process(invocation(
+                batch(vec![message("b-1", body_b, 1)]),
+                REMAINING,
+            ))
+            .await;
+        let a = a.await.unwrap();
+        assert_eq!(outcomes(&a), [Outcome::Failed], "{body_b}");
+        assert_eq!(reported(&a), ["a-1"]);
+        assert_eq!(
+            outcomes(&b),
+            [Outcome::Executed],
+            "{body_b}: {:?}",
+            error_types(&b)
+        );
+        assert!(reported(&b).is_empty());
+        assert_eq!(calls.load(Ordering::SeqCst), 2, "{body_b}: A once, B once");
+        let records = store.records();
+        assert_eq!(records.len(), stored_b);
+        assert_eq!(records[0].status, Status::Completed);
+    }
+}
+
+/// Invocation A is running key "k" (its lease held, its handler slow) when invocation B gets
+/// the same message redelivered (`ApproximateReceiveCount` 2). The pre-check finds A's live
+/// lease, but A runs in this process: B waits for it and replays its result (README), rather
+/// than being reported `locked` until A's lease ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_redelivered_record_waits_for_the_lease_of_an_invocation_in_this_process() {
+    let store = InMemoryStore::new();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let layer = IdempotencyLayer::new(store.clone())
+        .with_key(JsonPointer::new("/key"))
+        .with_config(Config::new().with_key_prefix("flight").with_local_cache(16));
+    let c = calls.clone();
+    let processor = BatchProcessor::new(layer.handler(move |_m: SqsMessage| {
+        let calls = c.clone();
+        async move {
+            calls.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            Ok::<_, std::io::Error>(7u8)
+        }
+    }));
+    let a = tokio::spawn({
+        let p = processor.clone();
+        let ev = invocation(batch(vec![message("m-1", r#"{"key":"k"}"#, 1)]), REMAINING);
+        async move { p.process(ev).await }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let b = processor
+        .process(invocation(
+            batch(vec![message("m-1", r#"{"key":"k"}"#, 2)]),
+            REMAINING,
+        ))
+        .await;
+    let a = a.await.unwrap();
+    assert_eq!(outcomes(&a), [Outcome::Executed]);
+    assert_eq!(outcomes(&b), [Outcome::Replayed], "{:?}", error_types(&b));
+    assert!(reported(&a).is_empty() && reported(&b).is_empty());
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    assert_eq!(store.records()[0].status, Status::Completed);
+}
+
+/// A service keyed by `/key` on `clock`, whose handler's first call never ends; `calls`
+/// counts every call.
+fn first_call_hangs(
+    clock: &ManualClock,
+    calls: &Arc<AtomicUsize>,
+) -> impl tower::Service<
+    lambda_runtime::LambdaEvent<SqsMessage>,
+    Response = lambda_idempotency::Processed<u8>,
+    Error = lambda_idempotency::Error,
+    Future = impl Send,
+> + Clone
+       + Send
+       + 'static {
+    let calls = calls.clone();
+    IdempotencyLayer::new(InMemoryStore::new())
+        .with_key(JsonPointer::new("/key"))
+        .with_clock(clock.clone())
+        .with_config(Config::new().with_key_prefix("flight"))
+        .handler(move |_m: SqsMessage| {
+            let calls = calls.clone();
+            async move {
+                if calls.fetch_add(1, Ordering::SeqCst) == 0 {
+                    std::future::pending::<()>().await;
+                }
+                Ok::<_, std::io::Error>(1u8)
+            }
+        })
+}
+
+/// Outside a batch processor (a direct invocation, an HTTP request), a record waiting for
+/// another of this process with the same key answers "in progress" 500 ms before its own
+/// deadline, as a batch does, not at the deadline, when Lambda has timed it out already.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_follower_outside_a_batch_answers_before_its_deadline() {
+    let clock = ManualClock::at_epoch_ms(1_700_000_000_000);
+    let calls = Arc::new(AtomicUsize::new(0));
+    let service = first_call_hangs(&clock, &calls);
+    let now: SystemTime = clock.now();
+    let leader = tokio::spawn(service.clone().oneshot(invocation_at(
+        message("a", r#"{"key":"k"}"#, 1),
+        now,
+        Duration::from_secs(60),
+    )));
+    while calls.load(Ordering::SeqCst) == 0 {
+        tokio::task::yield_now().await;
+    }
+    let follower = tokio::spawn(service.clone().oneshot(invocation_at(
+        message("b", r#"{"key":"k"}"#, 1),
+        now,
+        Duration::from_secs(10),
+    )));
+    clock.advance(Duration::from_millis(9_000));
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(
+        !follower.is_finished(),
+        "answered a second before its deadline"
+    );
+    clock.advance(Duration::from_millis(500));
+    let answer = tokio::time::timeout(Duration::from_secs(5), follower)
+        .await
+        .expect("answered 500 ms before its deadline")
+        .unwrap();
+    assert_eq!(
+        answer.map(|p| p.outcome()).map_err(|e| e.error_type()),
+        Err("Idempotency.InProgress")
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    leader.abort();
+}
+
+/// Outside a batch processor nothing ends a leader at its deadline. Once the deadline has
+/// passed (its lease is over in the store), a new request for the key in this process does
+/// not wait for that leader until its own deadline: it goes to the store, takes the lapsed
+/// lease over and runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_leader_past_its_deadline_does_not_hold_the_key_in_this_process() {
+    let clock = ManualClock::at_epoch_ms(1_700_000_000_000);
+    let calls = Arc::new(AtomicUsize::new(0));
+    let service = first_call_hangs(&clock, &calls);
+    let leader = tokio::spawn(service.clone().oneshot(invocation_at(
+        message("a", r#"{"key":"k"}"#, 1),
+        clock.now(),
+        Duration::from_secs(10),
+    )));
+    while calls.load(Ordering::SeqCst) == 0 {
+        tokio::task::yield_now().await;
+    }
+    clock.advance(Duration::from_secs(15));
+    let later = service.clone().oneshot(invocation_at(
+        message("c", r#"{"key":"k"}"#, 1),
+        clock.now(),
+        Duration::from_secs(10),
+    ));
+    let answer = tokio::time::timeout(Duration::from_secs(5), later)
+        .await
+        .expect("answered without waiting for its deadline");
+    assert_eq!(
+        answer.map(|p| p.outcome()).map_err(|e| e.error_type()),
+        Ok(Outcome::Executed)
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    leader.abort();
+}
