@@ -20,7 +20,7 @@ use crate::clock::Clock;
 use crate::error::{Error, Permanent};
 
 /// The text of a panic's payload.
-fn panic_message(payload: &(dyn Any + Send)) -> String {
+pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> String {
     if let Some(text) = payload.downcast_ref::<&str>() {
         (*text).to_string()
     } else if let Some(text) = payload.downcast_ref::<String>() {

@@ -10,17 +10,20 @@
 use std::any::Any;
 use std::collections::HashMap;
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
 
+use futures_util::FutureExt;
 use lambda_runtime::Context;
 use tokio::sync::OnceCell;
 
 use super::admission::derive;
+use super::invoke::panic_message;
 use super::protocol::Protocol;
 use crate::input::Input;
 use crate::key::{IdempotencyKey, KeyExtractor};
 use crate::record::Record;
-use crate::store::Store;
+use crate::store::{Store, StoreError};
 use crate::validation::PayloadHash;
 
 /// What the pre-check found, sorted by key (one record per key).
@@ -210,9 +213,18 @@ where
     }
 }
 
-/// Reads `keys` (sorted, each once) from the store: what it holds of them, sorted by key.
+/// Reads `keys` (sorted, each once) from the store: what it holds of them, sorted by key. A
+/// lookup that fails, or panics (a store's bug), finds nothing.
 async fn look_up<St: Store>(store: &St, keys: &[IdempotencyKey]) -> Found {
-    match store.get_many(keys).await {
+    // Caught here, once: left to unwind, the panic would reach every offered record in turn
+    // (each retries the lookup) and fail them all.
+    let read = AssertUnwindSafe(store.get_many(keys)).catch_unwind().await;
+    let read = read.unwrap_or_else(|panic| {
+        Err(StoreError::Unavailable(
+            format!("get_many panicked: {}", panic_message(panic.as_ref())).into(),
+        ))
+    });
+    match read {
         Ok(records) => {
             tracing::debug!(keys = keys.len(), found = records.len(), "pre-check");
             // Reversed before the stable sort, so that of two answers for one key (a store

@@ -136,8 +136,9 @@ pub trait Store: Send + Sync + 'static {
     /// store allows (DynamoDB: one `BatchGetItem` per 100 keys). Answers the records found, in
     /// any order, each once (a key asked twice is read once); a key without a record is absent
     /// from the answer, and so may be a key the store could not read in time (DynamoDB's
-    /// unprocessed keys after its retries): a caller treats an absent key as "ask again with a
-    /// conditional write", never as "no record".
+    /// unprocessed keys after its retries), or one whose record cannot be read (malformed) or
+    /// whose read failed while others succeeded: a caller treats an absent key as "ask again
+    /// with a conditional write", never as "no record". An error means nothing was read.
     ///
     /// The default reads the keys one `get` each, all at once. A store that wraps another
     /// should forward this call too, or its batches are read key by key.
@@ -155,8 +156,26 @@ pub(crate) async fn get_each<S: Store + ?Sized>(
     store: &S,
     keys: std::collections::BTreeSet<&IdempotencyKey>,
 ) -> Result<Vec<Record>, StoreError> {
-    let found = futures_util::future::try_join_all(keys.into_iter().map(|k| store.get(k)));
-    Ok(found.await?.into_iter().flatten().collect())
+    let reads = futures_util::future::join_all(keys.into_iter().map(|k| store.get(k))).await;
+    // A key that could not be read is left absent (asked again with a conditional write),
+    // without costing the others theirs; only when none was read is the lookup an error.
+    let mut found = Vec::new();
+    let mut failed = None;
+    let any_read = reads.iter().any(Result::is_ok);
+    for read in reads {
+        match read {
+            Ok(record) => found.extend(record),
+            Err(err) => failed = Some(err),
+        }
+    }
+    match failed {
+        Some(err) if !any_read => Err(err),
+        Some(err) => {
+            tracing::warn!(error = %err, "pre-check: some records cannot be read; they go on to their conditional writes");
+            Ok(found)
+        }
+        None => Ok(found),
+    }
 }
 
 impl<S: Store> Store for Arc<S> {

@@ -1,8 +1,10 @@
 //! Many records in few calls: `BatchGetItem`, strongly consistent, 100 keys per call, its
-//! unprocessed keys asked again a bounded number of times.
+//! unprocessed keys asked again a bounded number of times, after a backoff.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
+use aws_sdk_dynamodb::config::AsyncSleep;
 use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
 
 use super::{unavailable, DynamoDbStore};
@@ -16,7 +18,12 @@ pub(crate) const MAX_KEYS_PER_CALL: usize = 100;
 /// How many times keys DynamoDB left unprocessed (throttling, the 16 MB answer limit) are
 /// asked again before they are given up (absent from the answer: the caller asks for them
 /// with a conditional write instead).
-const UNPROCESSED_ROUNDS: usize = 2;
+const UNPROCESSED_ROUNDS: u32 = 2;
+
+/// The wait before unprocessed keys are asked again the first time; it doubles each round
+/// (AWS advises a backoff: keys asked again at once on a throttled table are usually
+/// throttled again).
+const UNPROCESSED_BACKOFF: Duration = Duration::from_millis(50);
 
 type Key = HashMap<String, AttributeValue>;
 
@@ -31,16 +38,43 @@ impl DynamoDbStore {
         let chunks = unique
             .chunks(MAX_KEYS_PER_CALL)
             .map(|chunk| self.get_chunk(chunk.iter().map(|k| self.key_item(k)).collect()));
-        let found = futures_util::future::try_join_all(chunks).await?;
-        Ok(found.into_iter().flatten().collect())
+        // A chunk that could not be read leaves its keys absent (asked again with conditional
+        // writes) without costing the others theirs; only when no chunk was read is the
+        // lookup an error.
+        let mut records = Vec::new();
+        let mut failed = None;
+        let mut read = 0;
+        for chunk in futures_util::future::join_all(chunks).await {
+            match chunk {
+                Ok(found) => {
+                    read += 1;
+                    records.extend(found);
+                }
+                Err(err) => {
+                    tracing::warn!(error = %err, "BatchGetItem failed; its keys are asked with conditional writes");
+                    failed = Some(err);
+                }
+            }
+        }
+        match failed {
+            Some(err) if read == 0 => Err(err),
+            _ => Ok(records),
+        }
     }
 
     /// One chunk of at most 100 keys, with its unprocessed keys asked again.
     async fn get_chunk(&self, mut keys: Vec<Key>) -> Result<Vec<Record>, StoreError> {
         let mut records = Vec::with_capacity(keys.len());
-        for _ in 0..=UNPROCESSED_ROUNDS {
+        for round in 0..=UNPROCESSED_ROUNDS {
             if keys.is_empty() {
                 break;
+            }
+            if round > 0 {
+                // Through the client's own sleep (the one its retries use); a client built
+                // without one asks again at once.
+                if let Some(sleep) = self.client.config().sleep_impl() {
+                    sleep.sleep(UNPROCESSED_BACKOFF * (1 << (round - 1))).await;
+                }
             }
             crate::metrics::dynamodb_call();
             let request = KeysAndAttributes::builder()
@@ -61,7 +95,14 @@ impl DynamoDbStore {
                 .into_iter()
                 .flatten()
             {
-                records.push(self.parse(item)?);
+                // An item this crate cannot read is left absent: the conditional write then
+                // meets it and fails its record alone, not the lookup of the others.
+                match self.parse(item) {
+                    Ok(record) => records.push(record),
+                    Err(err) => {
+                        tracing::warn!(error = %err, "pre-check: a stored item cannot be read; its record goes on to its conditional write")
+                    }
+                }
             }
             if let Some(left) = output
                 .unprocessed_keys()

@@ -378,11 +378,20 @@ impl Store for PostgresStore {
             .await
             .map_err(sql_error)?;
         let rows = client.query(&statement, &[&ids]).await.map_err(sql_error)?;
+        // A row that cannot be read (a malformed record) is left absent: the conditional write
+        // then meets it and fails its record alone.
         let mut found = Vec::with_capacity(rows.len());
         for row in &rows {
-            let id: String = row.try_get(0).map_err(sql_error)?;
-            let key = IdempotencyKey::from_stored(id);
-            found.extend(parse(&key, row, 1)?);
+            let read = row
+                .try_get::<_, String>(0)
+                .map_err(sql_error)
+                .and_then(|id| parse(&IdempotencyKey::from_stored(id), row, 1));
+            match read {
+                Ok(record) => found.extend(record),
+                Err(err) => {
+                    tracing::warn!(error = %err, "pre-check: a stored record cannot be read; its record goes on to its conditional write")
+                }
+            }
         }
         Ok(found)
     }

@@ -300,11 +300,24 @@ where
             Err(err) if err.code() == Some("CROSSSLOT") => return get_each(self, unique).await,
             Err(err) => return Err(store_error(first, err)),
         };
+        // A key that cannot be read (another type, a malformed record) is left absent: the
+        // conditional write then meets it and fails its record alone.
         let mut found = Vec::with_capacity(answers.len());
         for (key, answer) in unique.into_iter().zip(answers) {
-            let fields = answer.map_err(|err| store_error(key, err))?;
-            if !fields.is_empty() {
-                found.push(parse(key, &fields)?);
+            let read = answer
+                .map_err(|err| store_error(key, err))
+                .and_then(|fields| {
+                    if fields.is_empty() {
+                        Ok(None)
+                    } else {
+                        parse(key, &fields).map(Some)
+                    }
+                });
+            match read {
+                Ok(record) => found.extend(record),
+                Err(err) => {
+                    tracing::warn!(error = %err, "pre-check: a stored record cannot be read; its record goes on to its conditional write")
+                }
             }
         }
         Ok(found)

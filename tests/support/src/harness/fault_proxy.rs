@@ -43,7 +43,7 @@ pub struct FaultCounts {
     pub forwarded: AtomicU64,
     /// Answered with throttling.
     pub throttled: AtomicU64,
-    /// Answered with a 5xx or a scripted error.
+    /// Answered with a 5xx, a scripted error or a scripted answer.
     pub server_errors: AtomicU64,
     /// Held back before forwarding.
     pub slowed: AtomicU64,
@@ -102,6 +102,9 @@ pub enum Scripted {
     /// Answer 400 with this DynamoDB error type (e.g. `TransactionConflictException`)
     /// without forwarding.
     Error(&'static str),
+    /// Answer a `BatchGetItem` with every key it asks left unprocessed (as a throttled table
+    /// does), without forwarding.
+    Unprocessed,
 }
 
 /// The proxy. Dropping it stops accepting connections.
@@ -125,6 +128,7 @@ enum Fault {
     Throttle,
     ServerError,
     Error(&'static str),
+    Unprocessed,
     Slow(Duration),
     DropBefore,
     DropAfter,
@@ -234,6 +238,26 @@ fn error_response(status: StatusCode, error_type: &str, message: &str) -> Respon
     )
 }
 
+/// A `BatchGetItem` answer that reads nothing and leaves every key `request` asks
+/// unprocessed.
+fn all_unprocessed(request: &Request) -> Response {
+    let asked: serde_json::Value = serde_json::from_slice(request.body()).unwrap_or_default();
+    let items = asked["RequestItems"]
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
+    let responses: serde_json::Map<String, serde_json::Value> = items
+        .keys()
+        .map(|table| (table.clone(), serde_json::json!([])))
+        .collect();
+    let body = serde_json::json!({"Responses": responses, "UnprocessedKeys": items});
+    response(
+        StatusCode::OK,
+        &[("Content-Type", "application/x-amz-json-1.0".into())],
+        body.to_string(),
+    )
+}
+
 /// Picks the fault for `request` (a scripted one first, else by the rates) and the upstream.
 fn pick_fault(plan: &Mutex<Plan>, request: &Request) -> (Fault, Option<SocketAddr>) {
     let mut plan = plan.lock().unwrap();
@@ -255,6 +279,7 @@ fn pick_fault(plan: &Mutex<Plan>, request: &Request) -> (Fault, Option<SocketAdd
             Scripted::LoseAnswer => Fault::DropAfter,
             Scripted::ServerError => Fault::ServerError,
             Scripted::Error(kind) => Fault::Error(kind),
+            Scripted::Unprocessed => Fault::Unprocessed,
         }
     } else if pick(rates.throttle) {
         Fault::Throttle
@@ -296,6 +321,10 @@ async fn serve(request: Request, shared: Arc<Shared>) -> Result<Response, Hangup
         Fault::Error(kind) => {
             counts.server_errors.fetch_add(1, Ordering::SeqCst);
             return Ok(error_response(StatusCode::BAD_REQUEST, kind, "injected"));
+        }
+        Fault::Unprocessed => {
+            counts.server_errors.fetch_add(1, Ordering::SeqCst);
+            return Ok(all_unprocessed(&request));
         }
         Fault::DropBefore => {
             counts.dropped_before.fetch_add(1, Ordering::SeqCst);
