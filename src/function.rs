@@ -74,7 +74,7 @@ use tower::{BoxError, Layer, Service, ServiceExt};
 use crate::clock::{epoch_ms, Clock};
 use crate::config::IdempotencyMode;
 use crate::error::Error;
-use crate::idempotent::{within_batch, IdempotencyLayer, Mode};
+use crate::idempotent::{within_call, IdempotencyLayer, Mode};
 use crate::input::Serialized;
 use crate::key::{BodyHash, KeyError};
 use crate::processed::Processed;
@@ -172,7 +172,7 @@ where
             Serialized::new(args).map_err(|err| Error::Key(KeyError::Unserializable(err)))?;
         let service = self.layer.layer(FunctionCall { f: self.f.clone() });
         // A memo of its own: a failed call does not stop a later one in the same batch.
-        within_batch(service.oneshot(LambdaEvent::new(args, context.clone()))).await
+        within_call(service.oneshot(LambdaEvent::new(args, context.clone()))).await
     }
 
     /// Calls the function with `args` outside an invocation (or with a shorter lease than

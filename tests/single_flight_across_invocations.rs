@@ -16,7 +16,7 @@ use lambda_idempotency::record::Status;
 use lambda_idempotency::store::InMemoryStore;
 use lambda_idempotency::testing::{invocation, invocation_at};
 use lambda_idempotency::validation::PayloadValidation;
-use lambda_idempotency::{Config, IdempotencyLayer, Outcome};
+use lambda_idempotency::{Config, IdempotencyLayer, IdempotencyMode, Outcome};
 use lambda_idempotency_test_support::{outcomes, reported};
 use tower::ServiceExt;
 
@@ -248,4 +248,153 @@ async fn a_leader_past_its_deadline_does_not_hold_the_key_in_this_process() {
     );
     assert_eq!(calls.load(Ordering::SeqCst), 2);
     leader.abort();
+}
+
+/// Two records of one batch with the same key wait for another invocation's record, whose
+/// handler fails (retryably): the batch still runs the key once, the other record replaying
+/// it. (Found in re-review: both left for the store on their own; in optimistic mode both ran
+/// the handler, in lease mode the second was reported `locked`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn records_of_one_batch_run_their_key_once_after_another_invocations_failure() {
+    for mode in [IdempotencyMode::Optimistic, IdempotencyMode::Lease] {
+        let store = InMemoryStore::new();
+        let runs = Arc::new(AtomicUsize::new(0));
+        let layer = IdempotencyLayer::new(store.clone())
+            .with_key(JsonPointer::new("/key"))
+            .with_config(Config::new().with_key_prefix("flight").with_mode(mode));
+        let r = runs.clone();
+        let processor = BatchProcessor::new(layer.handler(move |m: SqsMessage| {
+            let runs = r.clone();
+            async move {
+                runs.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                match m.message_id.as_deref() {
+                    Some("a-1") => Err(std::io::Error::other("transient")),
+                    _ => Ok(1u8),
+                }
+            }
+        }));
+        let a = tokio::spawn({
+            let p = processor.clone();
+            let ev = invocation(batch(vec![message("a-1", r#"{"key":"k"}"#, 1)]), REMAINING);
+            async move { p.process(ev).await }
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let pair = vec![
+            message("b-1", r#"{"key":"k"}"#, 1),
+            message("b-2", r#"{"key":"k"}"#, 1),
+        ];
+        let b = processor.process(invocation(batch(pair), REMAINING)).await;
+        assert_eq!(outcomes(&a.await.unwrap()), [Outcome::Failed], "{mode:?}");
+        let mut seen = outcomes(&b);
+        seen.sort_by_key(|o| format!("{o:?}"));
+        assert_eq!(
+            seen,
+            [Outcome::Executed, Outcome::Replayed],
+            "{mode:?}: {:?}",
+            error_types(&b)
+        );
+        assert!(reported(&b).is_empty(), "{mode:?}");
+        assert_eq!(
+            runs.load(Ordering::SeqCst),
+            2,
+            "{mode:?}: a-1, then the key once in B"
+        );
+        assert_eq!(store.records()[0].status, Status::Completed);
+    }
+}
+
+/// Two records of one batch with the same key arrive after another record of this process
+/// with that key ran past its deadline (a direct call no batch cut off): one takes the lapsed
+/// lease over and runs, the other replays it. A record waking at exactly that deadline does
+/// not meet the still-live lease: it waits a millisecond more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn records_of_one_batch_run_their_key_once_after_a_leader_past_its_deadline() {
+    let clock = ManualClock::at_epoch_ms(1_700_000_000_000);
+    let calls = Arc::new(AtomicUsize::new(0));
+    let service = first_call_hangs(&clock, &calls);
+    let leader = tokio::spawn(service.clone().oneshot(invocation_at(
+        message("a", r#"{"key":"k"}"#, 1),
+        clock.now(),
+        Duration::from_secs(10),
+    )));
+    while calls.load(Ordering::SeqCst) == 0 {
+        tokio::task::yield_now().await;
+    }
+    let processor = BatchProcessor::new(service).with_clock(clock.clone());
+    let pair = vec![
+        message("b-1", r#"{"key":"k"}"#, 1),
+        message("b-2", r#"{"key":"k"}"#, 1),
+    ];
+    let event = invocation_at(batch(pair), clock.now(), REMAINING);
+    let b = tokio::spawn(async move { processor.process(event).await });
+    clock.advance(Duration::from_secs(10));
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(
+        !b.is_finished(),
+        "answered at the leader's deadline, its lease still live"
+    );
+    clock.advance(Duration::from_millis(1));
+    let b = tokio::time::timeout(Duration::from_secs(5), b)
+        .await
+        .unwrap()
+        .unwrap();
+    let mut seen = outcomes(&b);
+    seen.sort_by_key(|o| format!("{o:?}"));
+    assert_eq!(
+        seen,
+        [Outcome::Executed, Outcome::Replayed],
+        "{:?}",
+        error_types(&b)
+    );
+    assert!(reported(&b).is_empty());
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        2,
+        "the hung call, then the key once in B"
+    );
+    leader.abort();
+}
+
+/// Concurrent calls of an idempotent function in one process, as its docs say: a call waiting
+/// for a running one that fails gets `SameKeyFailed`; one whose own lease is short still
+/// waits for the running call to its end. (Found in re-review: the first retried the function
+/// itself; the second answered "in progress" at once, its lease shorter than 500 ms.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_function_calls_share_the_running_calls_end() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let c = calls.clone();
+    let f = IdempotencyLayer::new(InMemoryStore::new()).function("charge", move |cents: u64| {
+        let calls = c.clone();
+        async move {
+            let n = calls.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            match cents {
+                500 => Err(std::io::Error::other("transient")),
+                _ => Ok::<_, std::io::Error>(n),
+            }
+        }
+    });
+    for (cents, lease, second) in [
+        (
+            500u64,
+            Duration::from_secs(30),
+            Err("Idempotency.SameKeyFailed"),
+        ),
+        (700, Duration::from_millis(400), Ok(Outcome::Replayed)),
+    ] {
+        let first = tokio::spawn({
+            let f = f.clone();
+            async move { f.call_with_lease(cents, lease).await }
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let answer = f.call_with_lease(cents, lease).await;
+        assert!(first.await.unwrap().is_ok() == (cents != 500), "{cents}");
+        assert_eq!(
+            answer.map(|p| p.outcome()).map_err(|e| e.error_type()),
+            second,
+            "{cents}"
+        );
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 2, "each amount ran once");
 }

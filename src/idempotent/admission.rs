@@ -31,7 +31,7 @@ pub const FALLBACK_KEY_PREFIX: &str = "lambda-idempotency";
 /// How long before its own deadline a record waiting for another of this process with the
 /// same key stops waiting and answers "in progress": the batch processor's answer margin, so
 /// that an invocation outside a batch (a direct invocation, an HTTP request) answers in time
-/// too.
+/// too. An idempotent function's call waits to its deadline, its lease's end.
 const FOLLOWER_MARGIN: Duration = Duration::from_millis(500);
 
 fn key_prefix<'a>(config: &'a Config, context: &'a Context) -> Cow<'a, str> {
@@ -251,12 +251,8 @@ where
             Decision::InProgress | Decision::Retry => {}
         }
     }
-    if let Some(stored) = in_flight::failed_earlier(&key) {
-        return Admission::Answered(Err(if mismatched(stored.as_deref(), validation.as_ref()) {
-            Error::PayloadMismatch { key }
-        } else {
-            Error::SameKeyFailed { key }
-        }));
+    if let Some(failed) = failed_in_this_batch(&key, validation.as_ref()) {
+        return Admission::Answered(Err(failed));
     }
     // Records the source delivered before were looked up together when the batch began. A
     // lease found there may be held by another invocation of this process: that one is
@@ -271,38 +267,9 @@ where
         }
     }
     let deadline = Deadline::of(event.context.deadline, now);
-    // Records of this process that share the key wait for the first one: until the leader's
-    // deadline (past it, its lease is over and the store decides), and until
-    // FOLLOWER_MARGIN before their own at most, so that they answer in time.
-    let flight = match protocol.local.in_flight.join(&key, deadline.time()) {
-        Join::Leader(guard) => match held {
-            // No invocation of this process holds the lease the pre-check found.
-            Some(in_progress) => return Admission::Answered(Err(in_progress)),
-            None => Some(guard),
-        },
-        Join::Follower(slot, leader_deadline) => {
-            let own_limit = deadline.before(FOLLOWER_MARGIN);
-            let result = tokio::select! {
-                result = in_flight::wait(slot) => Some(result),
-                () = protocol.clock.sleep_until(own_limit.min(leader_deadline)) => None,
-            };
-            match result {
-                Some(result) => {
-                    let answer = follow(&protocol.config, &key, validation.as_ref(), result);
-                    if let Some(answer) = answer {
-                        return Admission::Answered(answer);
-                    }
-                }
-                None if protocol.clock.now() >= own_limit => {
-                    return Admission::Answered(Err(Error::InProgress {
-                        key,
-                        lease_ends_ms: None,
-                    }));
-                }
-                None => {}
-            }
-            None
-        }
+    let flight = match join_flight(protocol, &key, validation.as_ref(), deadline, held).await {
+        Ok(flight) => flight,
+        Err(answer) => return Admission::Answered(answer),
     };
     Admission::Claimed(Claim {
         key,
@@ -310,6 +277,75 @@ where
         deadline,
         flight,
     })
+}
+
+/// The error of a record whose key's handler failed earlier in this batch: rejected when its
+/// payload differs from the one that failed.
+fn failed_in_this_batch(key: &IdempotencyKey, validation: Option<&PayloadHash>) -> Option<Error> {
+    let stored = in_flight::failed_earlier(key)?;
+    let key = key.clone();
+    Some(if mismatched(stored.as_deref(), validation) {
+        Error::PayloadMismatch { key }
+    } else {
+        Error::SameKeyFailed { key }
+    })
+}
+
+/// Leads the flight of `key` in this process, or follows the record leading it: the flight
+/// to lead, or the answer (the leader's, when it is this record's; "in progress" when the
+/// wait ran out, or when `held`, the pre-check's, is a lease no record of this process
+/// holds). A follower waits until the leader's deadline at most (past it, the leader's lease
+/// is over and the store decides) and until [`FOLLOWER_MARGIN`] before its own (a function
+/// call: its own, its lease's end), then joins again: the flight is then led anew, by this
+/// record or a record of its batch with the same key, so that a batch still runs a key once.
+async fn join_flight<St, K, C, T>(
+    protocol: &Protocol<St, K, C>,
+    key: &IdempotencyKey,
+    validation: Option<&PayloadHash>,
+    deadline: Deadline,
+    mut held: Option<Error>,
+) -> Result<Option<FlightGuard>, Result<Processed<T>, Error>>
+where
+    C: Clock,
+    T: DeserializeOwned,
+{
+    let margin = if in_flight::in_a_call() {
+        Duration::ZERO
+    } else {
+        FOLLOWER_MARGIN
+    };
+    let own_limit = deadline.before(margin);
+    loop {
+        let now = protocol.clock.now();
+        let joined = protocol.local.in_flight.join(key, deadline.time(), now);
+        let (slot, leader_deadline) = match (joined, held.take()) {
+            // No record of this process holds the lease the pre-check found.
+            (Join::Leader(_), Some(in_progress)) => return Err(Err(in_progress)),
+            (Join::Leader(guard), None) => return Ok(Some(guard)),
+            // Once followed, the lease found was most likely that leader's: the store decides.
+            (Join::Follower(slot, leader_deadline), _) => (slot, leader_deadline),
+        };
+        // The leader's lease ends at its deadline, and is over a millisecond later.
+        let leader_over = leader_deadline + Duration::from_millis(1);
+        let result = tokio::select! {
+            result = in_flight::wait(slot) => Some(result),
+            () = protocol.clock.sleep_until(own_limit.min(leader_over)) => None,
+        };
+        if let Some(result) = result {
+            if let Some(answer) = follow(&protocol.config, key, validation, result) {
+                return Err(answer);
+            }
+        } else if protocol.clock.now() >= own_limit {
+            return Err(Err(Error::InProgress {
+                key: key.clone(),
+                lease_ends_ms: None,
+            }));
+        }
+        // A record of this batch with the key may have failed while this one waited.
+        if let Some(failed) = failed_in_this_batch(key, validation) {
+            return Err(Err(failed));
+        }
+    }
 }
 
 /// The answer for a record the batch's pre-check found in the store, or `None` when it can

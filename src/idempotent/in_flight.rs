@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
@@ -35,10 +36,21 @@ pub(crate) enum FlightResult {
 
 type Slot = watch::Receiver<Option<FlightResult>>;
 
-/// The running flights, by key: each leader's result, and its invocation's deadline.
+/// The running flights, by key.
 #[derive(Debug, Default)]
 pub(crate) struct InFlight {
-    flights: Mutex<HashMap<IdempotencyKey, (Slot, SystemTime)>>,
+    flights: Mutex<HashMap<IdempotencyKey, Flight>>,
+    /// The number of the next flight.
+    next: AtomicU64,
+}
+
+/// One leader's flight: its result, its invocation's deadline, and its number (a leader
+/// past its deadline is replaced, and must not remove its successor's flight).
+#[derive(Debug)]
+struct Flight {
+    slot: Slot,
+    deadline: SystemTime,
+    number: u64,
 }
 
 /// Keys whose handler failed in one batch, with the payload hash of the record that failed,
@@ -46,6 +58,8 @@ pub(crate) struct InFlight {
 #[derive(Debug, Default)]
 pub(crate) struct FailureMemo {
     keys: Mutex<HashMap<IdempotencyKey, Option<String>>>,
+    /// A batch processor's batch (not one function call's scope).
+    batch: bool,
 }
 
 tokio::task_local! {
@@ -56,7 +70,17 @@ tokio::task_local! {
 /// Runs `batch` with a failure memo of its own: the memo lives exactly as long as one batch.
 /// Records processed outside such a scope have no memo.
 pub(crate) async fn within_batch<F: Future>(batch: F) -> F::Output {
-    BATCH_FAILURES.scope(Arc::default(), batch).await
+    let memo = FailureMemo {
+        batch: true,
+        ..FailureMemo::default()
+    };
+    BATCH_FAILURES.scope(Arc::new(memo), batch).await
+}
+
+/// Runs one idempotent function call with a failure memo of its own, which is not a batch's
+/// (see [`in_a_batch`]).
+pub(crate) async fn within_call<F: Future>(call: F) -> F::Output {
+    BATCH_FAILURES.scope(Arc::default(), call).await
 }
 
 /// Notes that the handler failed for `key` (with the given stored payload hash) in the
@@ -70,9 +94,14 @@ pub(crate) fn record_failure(key: &IdempotencyKey, validation: Option<String>) {
     });
 }
 
-/// Whether the current task processes a batch (it has a failure memo).
+/// Whether the current task processes a batch processor's batch.
 pub(crate) fn in_a_batch() -> bool {
-    BATCH_FAILURES.try_with(|_| ()).is_ok()
+    BATCH_FAILURES.try_with(|memo| memo.batch).unwrap_or(false)
+}
+
+/// Whether the current task runs one idempotent function call.
+pub(crate) fn in_a_call() -> bool {
+    BATCH_FAILURES.try_with(|memo| !memo.batch).unwrap_or(false)
 }
 
 /// The handler already failed for `key` in the current batch: the payload hash of the
@@ -99,16 +128,29 @@ pub(crate) enum Join {
 
 impl InFlight {
     /// Joins the flight of `key`, leading it (until `deadline`, the invocation's) when none
-    /// runs.
-    pub(crate) fn join(self: &Arc<Self>, key: &IdempotencyKey, deadline: SystemTime) -> Join {
+    /// runs, or when its leader's deadline is before `now` (its lease is over: that leader,
+    /// which no batch cut off, is not waited for any more).
+    pub(crate) fn join(
+        self: &Arc<Self>,
+        key: &IdempotencyKey,
+        deadline: SystemTime,
+        now: SystemTime,
+    ) -> Join {
         let mut flights = self.flights.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((slot, leader_deadline)) = flights.get(key) {
-            return Join::Follower(slot.clone(), *leader_deadline);
+        if let Some(flight) = flights.get(key).filter(|f| f.deadline >= now) {
+            return Join::Follower(flight.slot.clone(), flight.deadline);
         }
         let (sender, receiver) = watch::channel(None);
-        flights.insert(key.clone(), (receiver, deadline));
+        let number = self.next.fetch_add(1, Ordering::Relaxed);
+        let flight = Flight {
+            slot: receiver,
+            deadline,
+            number,
+        };
+        flights.insert(key.clone(), flight);
         Join::Leader(FlightGuard {
             key: key.clone(),
+            number,
             sender,
             flights: Arc::clone(self),
         })
@@ -119,27 +161,43 @@ impl InFlight {
 /// cancellation: then `NotStarted`).
 pub(crate) struct FlightGuard {
     key: IdempotencyKey,
+    number: u64,
     sender: watch::Sender<Option<FlightResult>>,
     flights: Arc<InFlight>,
 }
 
 impl FlightGuard {
-    pub(crate) fn finish(self, result: FlightResult) {
+    pub(crate) fn finish(mut self, result: FlightResult) {
+        self.end(result);
+    }
+
+    /// Removes the flight, then tells the followers how it ended: a follower that joins
+    /// again when told finds the key free, or led anew, never this ended flight.
+    fn end(&mut self, result: FlightResult) {
+        if self.sender.borrow().is_some() {
+            return;
+        }
+        {
+            let mut flights = self
+                .flights
+                .flights
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            // Its own flight only: a successor may lead the key already.
+            if flights
+                .get(&self.key)
+                .is_some_and(|f| f.number == self.number)
+            {
+                flights.remove(&self.key);
+            }
+        }
         self.sender.send_replace(Some(result));
     }
 }
 
 impl Drop for FlightGuard {
     fn drop(&mut self) {
-        if self.sender.borrow().is_none() {
-            self.sender.send_replace(Some(FlightResult::NotStarted));
-        }
-        let mut flights = self
-            .flights
-            .flights
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        flights.remove(&self.key);
+        self.end(FlightResult::NotStarted);
     }
 }
 
@@ -159,10 +217,14 @@ mod tests {
     async fn followers_get_the_leaders_result_and_the_slot_is_freed() {
         let flights = Arc::new(InFlight::default());
         let key = IdempotencyKey::from_stored("k");
-        let Join::Leader(guard) = flights.join(&key, SystemTime::UNIX_EPOCH) else {
+        let Join::Leader(guard) =
+            flights.join(&key, SystemTime::UNIX_EPOCH, SystemTime::UNIX_EPOCH)
+        else {
             panic!("first joiner leads")
         };
-        let Join::Follower(slot, _) = flights.join(&key, SystemTime::UNIX_EPOCH) else {
+        let Join::Follower(slot, _) =
+            flights.join(&key, SystemTime::UNIX_EPOCH, SystemTime::UNIX_EPOCH)
+        else {
             panic!("second joiner follows")
         };
         let done = FlightResult::Completed {
@@ -172,7 +234,7 @@ mod tests {
         guard.finish(done.clone());
         assert_eq!(wait(slot).await, done);
         assert!(matches!(
-            flights.join(&key, SystemTime::UNIX_EPOCH),
+            flights.join(&key, SystemTime::UNIX_EPOCH, SystemTime::UNIX_EPOCH),
             Join::Leader(_)
         ));
     }
@@ -196,8 +258,10 @@ mod tests {
     async fn a_dropped_leader_means_not_started() {
         let flights = Arc::new(InFlight::default());
         let key = IdempotencyKey::from_stored("k");
-        let leader = flights.join(&key, SystemTime::UNIX_EPOCH);
-        let Join::Follower(slot, _) = flights.join(&key, SystemTime::UNIX_EPOCH) else {
+        let leader = flights.join(&key, SystemTime::UNIX_EPOCH, SystemTime::UNIX_EPOCH);
+        let Join::Follower(slot, _) =
+            flights.join(&key, SystemTime::UNIX_EPOCH, SystemTime::UNIX_EPOCH)
+        else {
             panic!("second joiner follows")
         };
         drop(leader);

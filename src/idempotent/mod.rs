@@ -41,7 +41,7 @@ mod stored_result;
 pub use admission::FALLBACK_KEY_PREFIX;
 pub use completion::Completion;
 pub use finish::{ResultAndWrites, ResultOnly, MAX_STORED_FAILURE_BYTES, UNSTORED_FAILURE_MESSAGE};
-pub(crate) use in_flight::within_batch;
+pub(crate) use in_flight::{within_batch, within_call};
 pub use in_transaction::{InTransaction, TransactionEvent};
 pub(crate) use invoke::catch_panic_async;
 pub use layer::IdempotencyLayer;
