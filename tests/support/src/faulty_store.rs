@@ -43,6 +43,8 @@ pub enum Inject {
     ExtendLeaseLost,
     /// The next `get_many` (a batch's pre-check) fails.
     GetManyFails,
+    /// The next `get_many` panics (a user's store with a bug).
+    GetManyPanics,
     /// The next `get_many` takes this long (tokio time), then answers.
     GetManySlow(Duration),
     /// The next `get_many` answers each record twice, breaking its contract: first a copy
@@ -201,10 +203,14 @@ impl<S: Store> Store for FaultyStore<S> {
         let injected = self.take(|f| {
             matches!(
                 f,
-                Inject::GetManyFails | Inject::GetManySlow(_) | Inject::GetManyLiveCopyFirst { .. }
+                Inject::GetManyFails
+                    | Inject::GetManyPanics
+                    | Inject::GetManySlow(_)
+                    | Inject::GetManyLiveCopyFirst { .. }
             )
         });
         match injected {
+            Some(Inject::GetManyPanics) => panic!("injected: get_many panicked"),
             Some(Inject::GetManySlow(delay)) => {
                 tokio::time::sleep(delay).await;
                 self.inner.get_many(keys).await
