@@ -175,6 +175,32 @@ fn first_call_hangs(
         })
 }
 
+/// Starts record "a" of key "k" on `service` (made by `first_call_hangs`), its deadline
+/// `remaining` away, and waits until its handler runs (and hangs).
+async fn hung_leader<S>(
+    service: &S,
+    clock: &ManualClock,
+    calls: &AtomicUsize,
+    remaining: Duration,
+) -> tokio::task::JoinHandle<Result<S::Response, S::Error>>
+where
+    S: tower::Service<lambda_runtime::LambdaEvent<SqsMessage>> + Clone + Send + 'static,
+    S::Future: Send,
+    S::Response: Send + 'static,
+    S::Error: Send + 'static,
+{
+    let first = message("a", r#"{"key":"k"}"#, 1);
+    let leader = tokio::spawn(service.clone().oneshot(invocation_at(
+        first,
+        clock.now(),
+        remaining,
+    )));
+    while calls.load(Ordering::SeqCst) == 0 {
+        tokio::task::yield_now().await;
+    }
+    leader
+}
+
 /// Outside a batch processor (a direct invocation, an HTTP request), a record waiting for
 /// another of this process with the same key answers "in progress" 500 ms before its own
 /// deadline, as a batch does, not at the deadline, when Lambda has timed it out already.
@@ -184,14 +210,7 @@ async fn a_follower_outside_a_batch_answers_before_its_deadline() {
     let calls = Arc::new(AtomicUsize::new(0));
     let service = first_call_hangs(&clock, &calls);
     let now: SystemTime = clock.now();
-    let leader = tokio::spawn(service.clone().oneshot(invocation_at(
-        message("a", r#"{"key":"k"}"#, 1),
-        now,
-        Duration::from_secs(60),
-    )));
-    while calls.load(Ordering::SeqCst) == 0 {
-        tokio::task::yield_now().await;
-    }
+    let leader = hung_leader(&service, &clock, &calls, Duration::from_secs(60)).await;
     let follower = tokio::spawn(service.clone().oneshot(invocation_at(
         message("b", r#"{"key":"k"}"#, 1),
         now,
@@ -225,14 +244,7 @@ async fn a_leader_past_its_deadline_does_not_hold_the_key_in_this_process() {
     let clock = ManualClock::at_epoch_ms(1_700_000_000_000);
     let calls = Arc::new(AtomicUsize::new(0));
     let service = first_call_hangs(&clock, &calls);
-    let leader = tokio::spawn(service.clone().oneshot(invocation_at(
-        message("a", r#"{"key":"k"}"#, 1),
-        clock.now(),
-        Duration::from_secs(10),
-    )));
-    while calls.load(Ordering::SeqCst) == 0 {
-        tokio::task::yield_now().await;
-    }
+    let leader = hung_leader(&service, &clock, &calls, Duration::from_secs(10)).await;
     clock.advance(Duration::from_secs(15));
     let later = service.clone().oneshot(invocation_at(
         message("c", r#"{"key":"k"}"#, 1),
@@ -313,14 +325,7 @@ async fn records_of_one_batch_run_their_key_once_after_a_leader_past_its_deadlin
     let clock = ManualClock::at_epoch_ms(1_700_000_000_000);
     let calls = Arc::new(AtomicUsize::new(0));
     let service = first_call_hangs(&clock, &calls);
-    let leader = tokio::spawn(service.clone().oneshot(invocation_at(
-        message("a", r#"{"key":"k"}"#, 1),
-        clock.now(),
-        Duration::from_secs(10),
-    )));
-    while calls.load(Ordering::SeqCst) == 0 {
-        tokio::task::yield_now().await;
-    }
+    let leader = hung_leader(&service, &clock, &calls, Duration::from_secs(10)).await;
     let processor = BatchProcessor::new(service).with_clock(clock.clone());
     let pair = vec![
         message("b-1", r#"{"key":"k"}"#, 1),
