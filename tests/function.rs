@@ -366,3 +366,46 @@ async fn a_context_past_its_deadline_runs_nothing() {
         Processed::Replayed(101)
     );
 }
+
+/// Concurrent calls of an idempotent function in one process, as its docs say: a call waiting
+/// for a running one that fails gets `SameKeyFailed`; one whose own lease is short still
+/// waits for the running call to its end. (Found in re-review: the first retried the function
+/// itself; the second answered "in progress" at once, its lease shorter than 500 ms.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_function_calls_share_the_running_calls_end() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let c = calls.clone();
+    let f = IdempotencyLayer::new(InMemoryStore::new()).function("charge", move |cents: u64| {
+        let calls = c.clone();
+        async move {
+            let n = calls.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            match cents {
+                500 => Err(std::io::Error::other("transient")),
+                _ => Ok::<_, std::io::Error>(n),
+            }
+        }
+    });
+    for (cents, lease, second) in [
+        (
+            500u64,
+            Duration::from_secs(30),
+            Err("Idempotency.SameKeyFailed"),
+        ),
+        (700, Duration::from_millis(400), Ok(Outcome::Replayed)),
+    ] {
+        let first = tokio::spawn({
+            let f = f.clone();
+            async move { f.call_with_lease(cents, lease).await }
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let answer = f.call_with_lease(cents, lease).await;
+        assert!(first.await.unwrap().is_ok() == (cents != 500), "{cents}");
+        assert_eq!(
+            answer.map(|p| p.outcome()).map_err(|e| e.error_type()),
+            second,
+            "{cents}"
+        );
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 2, "each amount ran once");
+}

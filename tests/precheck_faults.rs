@@ -5,13 +5,14 @@ use lambda_idempotency_test_support as support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
 use lambda_idempotency::batch::BatchProcessor;
 use lambda_idempotency::clock::{Clock, ManualClock};
+use lambda_idempotency::key::JsonPointer;
 use lambda_idempotency::store::InMemoryStore;
-use lambda_idempotency::{Config, IdempotencyLayer, Outcome};
+use lambda_idempotency::{Config, IdempotencyLayer, IdempotencyMode, Outcome};
 use support::faulty_store::{FaultyStore, Inject};
 use support::{invocation, outcomes, reported};
 
@@ -77,4 +78,50 @@ async fn a_panicking_lookup_finds_nothing_and_fails_no_record() {
         3,
         "the handler did not run again"
     );
+}
+
+/// Two redelivered records of one batch with the same key wait for a slow lookup; the first
+/// to go on fails its handler at once. The other finds the failure in the batch's memo and
+/// fails with it (`SameKeyFailed`): a batch runs a key once. (Found in review: it found the
+/// flight ended, led the key anew and ran the handler a second time.)
+#[tokio::test]
+async fn a_key_that_fails_while_its_twin_waits_for_the_lookup_runs_once() {
+    for mode in [IdempotencyMode::Lease, IdempotencyMode::Optimistic] {
+        let store = FaultyStore::new(InMemoryStore::new());
+        store.inject(Inject::GetManySlow(Duration::from_millis(100)));
+        let runs = Arc::new(AtomicUsize::new(0));
+        let layer = IdempotencyLayer::new(store.clone())
+            .with_key(JsonPointer::new("/key"))
+            .with_config(Config::new().with_key_prefix("t").with_mode(mode));
+        let counted = runs.clone();
+        let processor = BatchProcessor::new(layer.handler(move |_m: SqsMessage| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            // Fails at once (no await): done within the poll that ends the lookup.
+            std::future::ready(Err::<u8, _>(std::io::Error::other("transient")))
+        }));
+        let mut event = batch(2, 2);
+        for m in &mut event.records {
+            m.body = Some(r#"{"key":"k"}"#.into());
+        }
+        let report = processor
+            .process(invocation(event, SystemTime::now(), REMAINING))
+            .await;
+        assert_eq!(outcomes(&report), [Outcome::Failed; 2], "{mode:?}");
+        assert_eq!(reported(&report), ["m-0", "m-1"], "{mode:?}");
+        let errors: Vec<_> = report
+            .records
+            .iter()
+            .map(|r| r.error.as_ref().map(|e| e.error_type()))
+            .collect();
+        assert!(
+            errors.contains(&Some("Idempotency.SameKeyFailed")),
+            "{mode:?}: {errors:?}"
+        );
+        assert_eq!(
+            runs.load(Ordering::SeqCst),
+            1,
+            "{mode:?}: one run a key a batch"
+        );
+        assert!(store.inner.records().is_empty(), "{mode:?}: nothing stored");
+    }
 }

@@ -361,45 +361,57 @@ async fn records_of_one_batch_run_their_key_once_after_a_leader_past_its_deadlin
     leader.abort();
 }
 
-/// Concurrent calls of an idempotent function in one process, as its docs say: a call waiting
-/// for a running one that fails gets `SameKeyFailed`; one whose own lease is short still
-/// waits for the running call to its end. (Found in re-review: the first retried the function
-/// itself; the second answered "in progress" at once, its lease shorter than 500 ms.)
+/// A record that arrives within the last millisecond of a hung leader's lease (a clock with
+/// sub-millisecond precision, as the system's) follows it until the lease is over, then
+/// runs, rather than leading at once and meeting the live lease. (Found in review.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn concurrent_function_calls_share_the_running_calls_end() {
+async fn a_record_joining_in_the_leaders_last_millisecond_waits_for_its_lease_to_end() {
+    let t0_ms: u64 = 1_700_000_000_000;
+    let nanos = Arc::new(std::sync::atomic::AtomicU64::new(t0_ms * 1_000_000));
+    let n = nanos.clone();
+    let clock = move || SystemTime::UNIX_EPOCH + Duration::from_nanos(n.load(Ordering::SeqCst));
     let calls = Arc::new(AtomicUsize::new(0));
     let c = calls.clone();
-    let f = IdempotencyLayer::new(InMemoryStore::new()).function("charge", move |cents: u64| {
-        let calls = c.clone();
-        async move {
-            let n = calls.fetch_add(1, Ordering::SeqCst);
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            match cents {
-                500 => Err(std::io::Error::other("transient")),
-                _ => Ok::<_, std::io::Error>(n),
+    let service = IdempotencyLayer::new(InMemoryStore::new())
+        .with_key(JsonPointer::new("/key"))
+        .with_clock(clock.clone())
+        .with_config(Config::new().with_key_prefix("flight"))
+        .handler(move |_m: SqsMessage| {
+            let calls = c.clone();
+            async move {
+                if calls.fetch_add(1, Ordering::SeqCst) == 0 {
+                    std::future::pending::<()>().await;
+                }
+                Ok::<_, std::io::Error>(1u8)
             }
-        }
-    });
-    for (cents, lease, second) in [
-        (
-            500u64,
-            Duration::from_secs(30),
-            Err("Idempotency.SameKeyFailed"),
-        ),
-        (700, Duration::from_millis(400), Ok(Outcome::Replayed)),
-    ] {
-        let first = tokio::spawn({
-            let f = f.clone();
-            async move { f.call_with_lease(cents, lease).await }
         });
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        let answer = f.call_with_lease(cents, lease).await;
-        assert!(first.await.unwrap().is_ok() == (cents != 500), "{cents}");
-        assert_eq!(
-            answer.map(|p| p.outcome()).map_err(|e| e.error_type()),
-            second,
-            "{cents}"
-        );
+    let first = message("a", r#"{"key":"k"}"#, 1);
+    let a = tokio::spawn(service.clone().oneshot(invocation_at(
+        first,
+        clock(),
+        Duration::from_secs(10),
+    )));
+    while calls.load(Ordering::SeqCst) == 0 {
+        tokio::task::yield_now().await;
     }
-    assert_eq!(calls.load(Ordering::SeqCst), 2, "each amount ran once");
+    // Half a millisecond past A's deadline: its lease (to the deadline's millisecond) is live.
+    nanos.store((t0_ms + 10_000) * 1_000_000 + 500_000, Ordering::SeqCst);
+    let second = message("b", r#"{"key":"k"}"#, 1);
+    let b = tokio::spawn(service.oneshot(invocation_at(second, clock(), Duration::from_secs(60))));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        !b.is_finished(),
+        "answered while the leader's lease was live"
+    );
+    nanos.store((t0_ms + 10_001) * 1_000_000, Ordering::SeqCst);
+    let answer = tokio::time::timeout(Duration::from_secs(2), b)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        answer.map(|p| p.outcome()).map_err(|e| e.error_type()),
+        Ok(Outcome::Executed)
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    a.abort();
 }

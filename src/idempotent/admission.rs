@@ -316,6 +316,11 @@ where
     };
     let own_limit = deadline.before(margin);
     loop {
+        // A record of this batch with the key may have failed while this one waited (for the
+        // pre-check's lookup, or for the flight's leader).
+        if let Some(failed) = failed_in_this_batch(key, validation) {
+            return Err(Err(failed));
+        }
         let now = protocol.clock.now();
         let joined = protocol.local.in_flight.join(key, deadline.time(), now);
         let (slot, leader_deadline) = match (joined, held.take()) {
@@ -325,8 +330,7 @@ where
             // Once followed, the lease found was most likely that leader's: the store decides.
             (Join::Follower(slot, leader_deadline), _) => (slot, leader_deadline),
         };
-        // The leader's lease ends at its deadline, and is over a millisecond later.
-        let leader_over = leader_deadline + Duration::from_millis(1);
+        let leader_over = in_flight::lease_over(leader_deadline);
         let result = tokio::select! {
             result = in_flight::wait(slot) => Some(result),
             () = protocol.clock.sleep_until(own_limit.min(leader_over)) => None,
@@ -340,10 +344,6 @@ where
                 key: key.clone(),
                 lease_ends_ms: None,
             }));
-        }
-        // A record of this batch with the key may have failed while this one waited.
-        if let Some(failed) = failed_in_this_batch(key, validation) {
-            return Err(Err(failed));
         }
     }
 }

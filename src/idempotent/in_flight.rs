@@ -119,6 +119,14 @@ pub(crate) fn failed_earlier(key: &IdempotencyKey) -> Option<Option<String>> {
         .flatten()
 }
 
+/// When the lease of a leader whose deadline is `deadline` is over: a lease is live through
+/// its last millisecond, so one millisecond after it.
+pub(crate) fn lease_over(deadline: SystemTime) -> SystemTime {
+    deadline
+        .checked_add(std::time::Duration::from_millis(1))
+        .unwrap_or(deadline)
+}
+
 pub(crate) enum Join {
     Leader(FlightGuard),
     /// The leader's result, and the deadline of the leader's invocation: past it, the
@@ -128,7 +136,7 @@ pub(crate) enum Join {
 
 impl InFlight {
     /// Joins the flight of `key`, leading it (until `deadline`, the invocation's) when none
-    /// runs, or when its leader's deadline is before `now` (its lease is over: that leader,
+    /// runs, or when its leader's lease is over at `now` (see [`lease_over`]: that leader,
     /// which no batch cut off, is not waited for any more).
     pub(crate) fn join(
         self: &Arc<Self>,
@@ -137,7 +145,7 @@ impl InFlight {
         now: SystemTime,
     ) -> Join {
         let mut flights = self.flights.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(flight) = flights.get(key).filter(|f| f.deadline >= now) {
+        if let Some(flight) = flights.get(key).filter(|f| now < lease_over(f.deadline)) {
             return Join::Follower(flight.slot.clone(), flight.deadline);
         }
         let (sender, receiver) = watch::channel(None);
