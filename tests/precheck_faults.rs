@@ -14,7 +14,7 @@ use lambda_idempotency::key::JsonPointer;
 use lambda_idempotency::store::InMemoryStore;
 use lambda_idempotency::{Config, IdempotencyLayer, IdempotencyMode, Outcome};
 use support::faulty_store::{FaultyStore, Inject};
-use support::{invocation, outcomes, reported};
+use support::{error_types, invocation, outcomes, reported};
 
 const REMAINING: Duration = Duration::from_secs(30);
 
@@ -108,11 +108,7 @@ async fn a_key_that_fails_while_its_twin_waits_for_the_lookup_runs_once() {
             .await;
         assert_eq!(outcomes(&report), [Outcome::Failed; 2], "{mode:?}");
         assert_eq!(reported(&report), ["m-0", "m-1"], "{mode:?}");
-        let errors: Vec<_> = report
-            .records
-            .iter()
-            .map(|r| r.error.as_ref().map(|e| e.error_type()))
-            .collect();
+        let errors = error_types(&report);
         assert!(
             errors.contains(&Some("Idempotency.SameKeyFailed")),
             "{mode:?}: {errors:?}"

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
-use lambda_idempotency::batch::{BatchProcessor, BatchReport};
+use lambda_idempotency::batch::BatchProcessor;
 use lambda_idempotency::clock::{Clock, ManualClock};
 use lambda_idempotency::key::JsonPointer;
 use lambda_idempotency::record::Status;
@@ -17,7 +17,7 @@ use lambda_idempotency::store::InMemoryStore;
 use lambda_idempotency::testing::{invocation, invocation_at};
 use lambda_idempotency::validation::PayloadValidation;
 use lambda_idempotency::{Config, IdempotencyLayer, IdempotencyMode, Outcome};
-use lambda_idempotency_test_support::{outcomes, reported};
+use lambda_idempotency_test_support::{error_types, outcomes, reported};
 use tower::ServiceExt;
 
 const REMAINING: Duration = Duration::from_secs(30);
@@ -35,14 +35,6 @@ fn batch(messages: Vec<SqsMessage>) -> SqsEvent {
     let mut event = SqsEvent::default();
     event.records = messages;
     event
-}
-
-fn error_types(report: &BatchReport<u8>) -> Vec<Option<&'static str>> {
-    report
-        .records
-        .iter()
-        .map(|r| r.error.as_ref().map(|e| e.error_type()))
-        .collect()
 }
 
 /// Invocation A's handler fails (retryably) for key "k" while invocation B, with a record of
@@ -148,8 +140,8 @@ async fn a_redelivered_record_waits_for_the_lease_of_an_invocation_in_this_proce
 
 /// A service keyed by `/key` on `clock`, whose handler's first call never ends; `calls`
 /// counts every call.
-fn first_call_hangs(
-    clock: &ManualClock,
+fn first_call_hangs<C: Clock + Clone>(
+    clock: &C,
     calls: &Arc<AtomicUsize>,
 ) -> impl tower::Service<
     lambda_runtime::LambdaEvent<SqsMessage>,
@@ -177,9 +169,9 @@ fn first_call_hangs(
 
 /// Starts record "a" of key "k" on `service` (made by `first_call_hangs`), its deadline
 /// `remaining` away, and waits until its handler runs (and hangs).
-async fn hung_leader<S>(
+async fn hung_leader<S, C: Clock>(
     service: &S,
-    clock: &ManualClock,
+    clock: &C,
     calls: &AtomicUsize,
     remaining: Duration,
 ) -> tokio::task::JoinHandle<Result<S::Response, S::Error>>
@@ -371,29 +363,8 @@ async fn a_record_joining_in_the_leaders_last_millisecond_waits_for_its_lease_to
     let n = nanos.clone();
     let clock = move || SystemTime::UNIX_EPOCH + Duration::from_nanos(n.load(Ordering::SeqCst));
     let calls = Arc::new(AtomicUsize::new(0));
-    let c = calls.clone();
-    let service = IdempotencyLayer::new(InMemoryStore::new())
-        .with_key(JsonPointer::new("/key"))
-        .with_clock(clock.clone())
-        .with_config(Config::new().with_key_prefix("flight"))
-        .handler(move |_m: SqsMessage| {
-            let calls = c.clone();
-            async move {
-                if calls.fetch_add(1, Ordering::SeqCst) == 0 {
-                    std::future::pending::<()>().await;
-                }
-                Ok::<_, std::io::Error>(1u8)
-            }
-        });
-    let first = message("a", r#"{"key":"k"}"#, 1);
-    let a = tokio::spawn(service.clone().oneshot(invocation_at(
-        first,
-        clock(),
-        Duration::from_secs(10),
-    )));
-    while calls.load(Ordering::SeqCst) == 0 {
-        tokio::task::yield_now().await;
-    }
+    let service = first_call_hangs(&clock, &calls);
+    let a = hung_leader(&service, &clock, &calls, Duration::from_secs(10)).await;
     // Half a millisecond past A's deadline: its lease (to the deadline's millisecond) is live.
     nanos.store((t0_ms + 10_000) * 1_000_000 + 500_000, Ordering::SeqCst);
     let second = message("b", r#"{"key":"k"}"#, 1);

@@ -69,6 +69,16 @@ pub fn outcomes<T>(report: &BatchReport<T>) -> Vec<Outcome> {
     report.records.iter().map(|r| r.outcome).collect()
 }
 
+/// Each record's error type (`Error::error_type`), `None` for a record without an error, in
+/// event order.
+pub fn error_types<T>(report: &BatchReport<T>) -> Vec<Option<&'static str>> {
+    report
+        .records
+        .iter()
+        .map(|r| r.error.as_ref().map(|e| e.error_type()))
+        .collect()
+}
+
 /// The `itemIdentifier`s of `batchItemFailures`.
 pub fn reported<T>(report: &BatchReport<T>) -> Vec<String> {
     report
