@@ -157,25 +157,42 @@ pub(crate) async fn get_each<S: Store + ?Sized>(
     keys: std::collections::BTreeSet<&IdempotencyKey>,
 ) -> Result<Vec<Record>, StoreError> {
     let reads = futures_util::future::join_all(keys.into_iter().map(|k| store.get(k))).await;
-    // A key that could not be read is left absent (asked again with a conditional write),
-    // without costing the others theirs; only when none was read is the lookup an error.
-    let mut found = Vec::new();
-    let mut failed = None;
-    let any_read = reads.iter().any(Result::is_ok);
+    read_together(reads.into_iter().map(|read| read.map(Vec::from_iter)))
+}
+
+/// What `get_many` answers from the reads it made (one per key, or per call of many keys):
+/// every record read, a failed read's keys left absent (asked again with conditional
+/// writes) without costing the others theirs; an error only when no read succeeded.
+pub(crate) fn read_together(
+    reads: impl IntoIterator<Item = Result<Vec<Record>, StoreError>>,
+) -> Result<Vec<Record>, StoreError> {
+    let (mut found, mut failed, mut any_read) = (Vec::new(), None, false);
     for read in reads {
         match read {
-            Ok(record) => found.extend(record),
-            Err(err) => failed = Some(err),
+            Ok(records) => {
+                any_read = true;
+                found.extend(records);
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "pre-check: a read failed; its records go on to their conditional writes");
+                failed = Some(err);
+            }
         }
     }
     match failed {
         Some(err) if !any_read => Err(err),
-        Some(err) => {
-            tracing::warn!(error = %err, "pre-check: some records cannot be read; they go on to their conditional writes");
-            Ok(found)
-        }
-        None => Ok(found),
+        _ => Ok(found),
     }
+}
+
+/// A record `get_many` read back, or `None` when it cannot be read (malformed, another
+/// type): it is left out of the answer, and the conditional write then meets it and fails its
+/// record alone, not the lookup of the others.
+pub(crate) fn readable(read: Result<Option<Record>, StoreError>) -> Option<Record> {
+    read.unwrap_or_else(|err| {
+        tracing::warn!(error = %err, "pre-check: a stored record cannot be read; its record goes on to its conditional write");
+        None
+    })
 }
 
 impl<S: Store> Store for Arc<S> {

@@ -10,7 +10,7 @@ use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
 use super::{unavailable, DynamoDbStore};
 use crate::key::IdempotencyKey;
 use crate::record::Record;
-use crate::store::StoreError;
+use crate::store::{read_together, readable, StoreError};
 
 /// The most keys DynamoDB takes in one `BatchGetItem`.
 pub(crate) const MAX_KEYS_PER_CALL: usize = 100;
@@ -38,28 +38,7 @@ impl DynamoDbStore {
         let chunks = unique
             .chunks(MAX_KEYS_PER_CALL)
             .map(|chunk| self.get_chunk(chunk.iter().map(|k| self.key_item(k)).collect()));
-        // A chunk that could not be read leaves its keys absent (asked again with conditional
-        // writes) without costing the others theirs; only when no chunk was read is the
-        // lookup an error.
-        let mut records = Vec::new();
-        let mut failed = None;
-        let mut read = 0;
-        for chunk in futures_util::future::join_all(chunks).await {
-            match chunk {
-                Ok(found) => {
-                    read += 1;
-                    records.extend(found);
-                }
-                Err(err) => {
-                    tracing::warn!(error = %err, "BatchGetItem failed; its keys are asked with conditional writes");
-                    failed = Some(err);
-                }
-            }
-        }
-        match failed {
-            Some(err) if read == 0 => Err(err),
-            _ => Ok(records),
-        }
+        read_together(futures_util::future::join_all(chunks).await)
     }
 
     /// One chunk of at most 100 keys, with its unprocessed keys asked again.
@@ -95,14 +74,7 @@ impl DynamoDbStore {
                 .into_iter()
                 .flatten()
             {
-                // An item this crate cannot read is left absent: the conditional write then
-                // meets it and fails its record alone, not the lookup of the others.
-                match self.parse(item) {
-                    Ok(record) => records.push(record),
-                    Err(err) => {
-                        tracing::warn!(error = %err, "pre-check: a stored item cannot be read; its record goes on to its conditional write")
-                    }
-                }
+                records.extend(readable(self.parse(item).map(Some)));
             }
             if let Some(left) = output
                 .unprocessed_keys()

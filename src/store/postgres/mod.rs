@@ -46,8 +46,8 @@ pub use self::table::DEFAULT_TABLE;
 pub use self::transaction::{PgTransaction, TransactionClient, TransactionFinished};
 use super::item_size::{check_item_size, completed_size_bytes, record_size_bytes};
 use super::{
-    is_our_completion, Acquire, AcquireRequest, AttributeNames, CompleteRequest, ExtendRequest,
-    Fenced, Store, StoreError,
+    is_our_completion, readable, Acquire, AcquireRequest, AttributeNames, CompleteRequest,
+    ExtendRequest, Fenced, Store, StoreError,
 };
 use crate::clock::{epoch_ms, epoch_secs};
 use crate::key::IdempotencyKey;
@@ -386,12 +386,7 @@ impl Store for PostgresStore {
                 .try_get::<_, String>(0)
                 .map_err(sql_error)
                 .and_then(|id| parse(&IdempotencyKey::from_stored(id), row, 1));
-            match read {
-                Ok(record) => found.extend(record),
-                Err(err) => {
-                    tracing::warn!(error = %err, "pre-check: a stored record cannot be read; its record goes on to its conditional write")
-                }
-            }
+            found.extend(readable(read));
         }
         Ok(found)
     }

@@ -39,8 +39,8 @@ use ::redis::Script;
 
 use super::item_size::{check_item_size, completed_size_bytes, record_size_bytes};
 use super::{
-    get_each, Acquire, AcquireRequest, AttributeNames, CompleteRequest, ExtendRequest, Fenced,
-    Store, StoreError,
+    get_each, readable, Acquire, AcquireRequest, AttributeNames, CompleteRequest, ExtendRequest,
+    Fenced, Store, StoreError,
 };
 use crate::clock::{epoch_ms, epoch_secs};
 use crate::key::IdempotencyKey;
@@ -313,12 +313,7 @@ where
                         parse(key, &fields).map(Some)
                     }
                 });
-            match read {
-                Ok(record) => found.extend(record),
-                Err(err) => {
-                    tracing::warn!(error = %err, "pre-check: a stored record cannot be read; its record goes on to its conditional write")
-                }
-            }
+            found.extend(readable(read));
         }
         Ok(found)
     }
