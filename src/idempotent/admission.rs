@@ -309,12 +309,6 @@ where
     C: Clock,
     T: DeserializeOwned,
 {
-    let margin = if in_flight::in_a_call() {
-        Duration::ZERO
-    } else {
-        FOLLOWER_MARGIN
-    };
-    let own_limit = deadline.before(margin);
     loop {
         // A record of this batch with the key may have failed while this one waited (for the
         // pre-check's lookup, or for the flight's leader).
@@ -330,6 +324,13 @@ where
             // Once followed, the lease found was most likely that leader's: the store decides.
             (Join::Follower(slot, leader_deadline), _) => (slot, leader_deadline),
         };
+        // Worked out by followers only: a leader's path stays as it was.
+        let margin = if in_flight::in_a_call() {
+            Duration::ZERO
+        } else {
+            FOLLOWER_MARGIN
+        };
+        let own_limit = deadline.before(margin);
         let leader_over = in_flight::lease_over(leader_deadline);
         let result = tokio::select! {
             result = in_flight::wait(slot) => Some(result),
