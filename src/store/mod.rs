@@ -188,6 +188,7 @@ pub(crate) fn read_together(
 /// A record `get_many` read back, or `None` when it cannot be read (malformed, another
 /// type): it is left out of the answer, and the conditional write then meets it and fails its
 /// record alone, not the lookup of the others.
+#[cfg(any(feature = "dynamodb", feature = "redis", feature = "postgres"))]
 pub(crate) fn readable(read: Result<Option<Record>, StoreError>) -> Option<Record> {
     read.unwrap_or_else(|err| {
         tracing::warn!(error = %err, "pre-check: a stored record cannot be read; its record goes on to its conditional write");
