@@ -222,7 +222,9 @@ impl<S, C, E: BatchEvent> BatchProcessor<S, C, E> {
                 .collect(),
             Precheck::Always => records.clone(),
         };
-        let schedule = self.schedule::<T>(records, &context, deadline);
+        // Boxed: the records' scheduling makes a future of kilobytes, which the layers around
+        // it (the pre-check's offer, the batch's failure memo) would otherwise each copy.
+        let schedule = Box::pin(self.schedule::<T>(records, &context, deadline));
         let reports = crate::idempotent::offering(offered, schedule).await;
         summarize::<T, E>(reports)
     }

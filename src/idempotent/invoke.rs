@@ -38,15 +38,20 @@ pub(crate) fn catch_panic<R>(f: impl FnOnce() -> R) -> Result<R, Error> {
 }
 
 /// Runs `future`, turning a panic into [`Error::Panic`].
-pub(crate) async fn catch_panic_async<T>(
+///
+/// A combinator, not an `async fn`: an `async fn` would hold `future` twice (as its argument
+/// and as the future it awaits), and every record's future holds this one.
+pub(crate) fn catch_panic_async<T>(
     future: impl Future<Output = Result<T, Error>>,
-) -> Result<T, Error> {
-    match AssertUnwindSafe(future).catch_unwind().await {
-        Ok(result) => result,
-        Err(panic) => Err(Error::Panic {
-            message: panic_message(panic.as_ref()),
-        }),
-    }
+) -> impl Future<Output = Result<T, Error>> {
+    AssertUnwindSafe(future)
+        .catch_unwind()
+        .map(|caught| match caught {
+            Ok(result) => result,
+            Err(panic) => Err(Error::Panic {
+                message: panic_message(panic.as_ref()),
+            }),
+        })
 }
 
 /// Runs the inner handler on `request` (the event, or the event with a transaction),

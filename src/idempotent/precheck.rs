@@ -206,7 +206,9 @@ where
         lookup.keys.binary_search(key).ok()?;
         let found = lookup
             .found
-            .get_or_init(|| look_up(&protocol.store, &lookup.keys))
+            // Boxed: the store's read (an SDK call, kilobytes of future) is built by the one
+            // record that does the lookup, not carried in every record's future.
+            .get_or_init(|| Box::pin(look_up(&protocol.store, &lookup.keys)))
             .await;
         let at = found.binary_search_by(|record| record.key.cmp(key)).ok()?;
         Some(Arc::clone(&found[at]))
