@@ -71,18 +71,25 @@ fn write_value(raw: &str, out: &mut String, depth: usize) -> Result<(), serde_js
             }
             out.push(']');
         }
-        Some(b'"') => match serde_json::from_str::<&str>(raw) {
-            // Without escapes the text is already the form serde_json writes: a valid JSON
-            // string holds no quote, backslash or control character unescaped.
-            Ok(_) => out.push_str(raw),
-            Err(_) => {
+        // A value inside an object or array was checked, escapes and all, when its container
+        // was parsed (serde_json checks what it reads into a `RawValue`): only a scalar at the
+        // top is checked here.
+        Some(b'"') if depth > 0 || serde_json::from_str::<&RawValue>(raw).is_ok() => {
+            if raw.contains('\\') {
                 let text: String = serde_json::from_str(raw)?;
                 out.push_str(&serde_json::to_string(&text)?);
+            } else {
+                // Without escapes the text is already the form serde_json writes: a valid
+                // JSON string holds no quote, backslash or control character unescaped.
+                out.push_str(raw);
             }
-        },
+        }
         _ => {
-            // `true`, `false`, `null` or a number: let serde_json check the token.
-            let _: &RawValue = serde_json::from_str(raw)?;
+            // `true`, `false`, `null` or a number (or, at the top, a string that failed its
+            // check above: this one fails too, with serde_json's error).
+            if depth == 0 {
+                let _: &RawValue = serde_json::from_str(raw)?;
+            }
             match raw {
                 "true" | "false" | "null" => out.push_str(raw),
                 number => write_number(number, out),
@@ -295,6 +302,21 @@ mod tests {
     #[test]
     fn invalid_json_is_an_error() {
         for bad in ["", "{", "01", "1.", "tru", "\"x", "[1,]", "{\"a\"}"] {
+            assert!(canonical(bad).is_err(), "{bad:?}");
+        }
+        // Inside a container too (checked by the container's parse, not again per value).
+        for bad in [
+            "[01]",
+            "[1.]",
+            "[-]",
+            "{\"a\":tru}",
+            "[\"\\x\"]",
+            "{\"a\":\"\\u12\"}",
+            "[\"tab\there\"]",
+            "[\"\\\"]",
+            "\"\\x\"",
+            "\"tab\there\"",
+        ] {
             assert!(canonical(bad).is_err(), "{bad:?}");
         }
     }
