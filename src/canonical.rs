@@ -71,22 +71,23 @@ fn write_value(raw: &str, out: &mut String, depth: usize) -> Result<(), serde_js
             }
             out.push(']');
         }
-        // A value inside an object or array was checked, escapes and all, when its container
-        // was parsed (serde_json checks what it reads into a `RawValue`): only a scalar at the
-        // top is checked here.
-        Some(b'"') if depth > 0 || serde_json::from_str::<&RawValue>(raw).is_ok() => {
-            if raw.contains('\\') {
+        Some(b'"') => {
+            // A value inside an object or array was checked, escapes and all, when its
+            // container was parsed (serde_json checks what it reads into a `RawValue`): only
+            // a string at the top is checked here. Without escapes the text is already the
+            // form serde_json writes: a valid JSON string holds no quote, backslash or control
+            // character unescaped.
+            let plain =
+                !raw.contains('\\') && (depth > 0 || serde_json::from_str::<&str>(raw).is_ok());
+            if plain {
+                out.push_str(raw);
+            } else {
                 let text: String = serde_json::from_str(raw)?;
                 out.push_str(&serde_json::to_string(&text)?);
-            } else {
-                // Without escapes the text is already the form serde_json writes: a valid
-                // JSON string holds no quote, backslash or control character unescaped.
-                out.push_str(raw);
             }
         }
         _ => {
-            // `true`, `false`, `null` or a number (or, at the top, a string that failed its
-            // check above: this one fails too, with serde_json's error).
+            // `true`, `false`, `null` or a number: checked by its container, or here at the top.
             if depth == 0 {
                 let _: &RawValue = serde_json::from_str(raw)?;
             }
