@@ -268,7 +268,7 @@ impl OwnDynamoDbLocal {
             .local_addr()
             .unwrap()
             .port();
-        let child = tokio::process::Command::new("java")
+        let mut child = tokio::process::Command::new("java")
             .arg(format!("-Djava.library.path={library}"))
             .args([
                 "-cp",
@@ -295,6 +295,10 @@ impl OwnDynamoDbLocal {
                 started.elapsed() < Duration::from_secs(30),
                 "DynamoDB Local did not start"
             );
+            assert!(
+                matches!(child.try_wait(), Ok(None)),
+                "DynamoDB Local exited while starting (port {port} taken?)"
+            );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         Some(Self { child, endpoint })
@@ -302,6 +306,13 @@ impl OwnDynamoDbLocal {
 
     /// Stops it the way an operator would (SIGTERM), and waits.
     async fn stop(mut self) {
+        // The port was free when picked, not necessarily when Java bound it: had this
+        // DynamoDB Local failed to bind, what answered the test was another listener.
+        assert!(
+            matches!(self.child.try_wait(), Ok(None)),
+            "DynamoDB Local at {} had exited before it was stopped",
+            self.endpoint
+        );
         if let Some(pid) = self.child.id() {
             let _ = std::process::Command::new("kill")
                 .args(["-TERM", &pid.to_string()])
@@ -403,8 +414,12 @@ async fn dynamodb_local_stopped_and_restarted_mid_run() {
         .iter()
         .map(|r| r.message_id.clone().unwrap())
         .collect();
+    let outage: Vec<Outcome> = report.records.iter().map(|r| r.outcome).collect();
+    let delivered = deliver_until_done(&processor, event, &proxy, 0).await;
+    // Every delivery's outcome, shown by the assertions below when one fails.
+    let deliveries = format!("during the outage: {outage:?}; after the restart: {delivered:?}");
     let mut executed: BTreeMap<String, usize> = BTreeMap::new();
-    for (id, outcome) in deliver_until_done(&processor, event, &proxy, 0).await {
+    for (id, outcome) in delivered {
         if outcome == Outcome::Executed {
             *executed.entry(id).or_default() += 1;
         }
@@ -414,11 +429,11 @@ async fn dynamodb_local_stopped_and_restarted_mid_run() {
     for id in &first_ids {
         assert!(
             !executed.contains_key(id),
-            "{id} ran again after the restart"
+            "{id} ran again after the restart; {deliveries}"
         );
     }
-    assert_eq!(executed.len(), 10);
-    assert!(executed.values().all(|&n| n == 1), "{executed:?}");
+    assert_eq!(executed.len(), 10, "{deliveries}");
+    assert!(executed.values().all(|&n| n == 1), "{deliveries}");
     for (account, amount) in &expected {
         assert_eq!(
             balance(&direct, &tables.ledger, account).await,
