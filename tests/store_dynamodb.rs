@@ -10,7 +10,8 @@ use lambda_idempotency::key::IdempotencyKey;
 use lambda_idempotency::record::{OwnerToken, Status};
 use lambda_idempotency::store::{Acquire, AcquireRequest, DynamoDbStore, Store};
 use std::time::Duration;
-use support::dynamodb::{counted_client, create_table, CallCounter};
+use support::dynamodb::{client_for, counted_client, create_table, CallCounter};
+use support::harness::fault_proxy::{FaultProxy, Scripted};
 
 /// The failed conditional put returns the old item (ALL_OLD): no second read.
 #[tokio::test]
@@ -46,4 +47,22 @@ async fn failed_acquire_returns_the_old_item_without_a_get() {
     assert_eq!(record.owner, Some(first));
     assert_eq!(counter.count("PutItem"), 1);
     assert_eq!(counter.count("GetItem"), 0, "calls: {:?}", counter.all());
+}
+
+/// The testing kit's `create_table` when the SDK resends a `CreateTable` whose answer was
+/// lost (DynamoDB Local slow under load, the attempt timed out): the resent call is refused
+/// with `ResourceInUseException`, and the table, fresh-named, is the first attempt's own.
+#[tokio::test]
+async fn a_table_created_by_a_resent_call_is_the_tests_own() {
+    let Some(direct) = support::dynamodb::client().await else {
+        return;
+    };
+    let endpoint = std::env::var("AWS_ENDPOINT_URL_DYNAMODB").expect("the endpoint");
+    let proxy = FaultProxy::start(&endpoint, 1).await;
+    proxy.script("CreateTable", Scripted::LoseAnswer);
+    let client = client_for(&proxy.endpoint(), Duration::from_secs(5)).await;
+    let table = lambda_idempotency::testing::dynamodb::create_table(&client, "resent", "id").await;
+    assert!(proxy.unused_script().is_empty(), "the answer was lost once");
+    let described = direct.describe_table().table_name(&table).send().await;
+    assert!(described.is_ok(), "{table}: {described:?}");
 }

@@ -8,7 +8,8 @@ use aws_sdk_dynamodb::types::{
 use aws_sdk_dynamodb::Client;
 
 /// Creates a fresh on-demand table named `<prefix>-<random>` with the string partition key
-/// `key`, and answers its name. Panics when the table cannot be created (a test helper).
+/// `key`, and answers its name. Panics when the table cannot be created (a test helper). A
+/// call the SDK sends again after losing its answer finds the table made: that is success.
 pub async fn create_table(client: &Client, prefix: &str, key: &str) -> String {
     create_table_with_keys(client, prefix, key, None).await
 }
@@ -39,10 +40,16 @@ pub async fn create_table_with_keys(
             .expect("a complete key schema");
         request = request.attribute_definitions(definition).key_schema(schema);
     }
-    request
-        .send()
-        .await
-        .unwrap_or_else(|err| panic!("create table {table}: {err:?}"));
+    match request.send().await {
+        Ok(_) => {}
+        // The name is fresh: a table already under it was made by this very call, sent again
+        // by the SDK after its first answer was lost (an attempt timed out).
+        Err(err)
+            if err
+                .as_service_error()
+                .is_some_and(|e| e.is_resource_in_use_exception()) => {}
+        Err(err) => panic!("create table {table}: {err:?}"),
+    }
     table
 }
 
