@@ -8,7 +8,7 @@ use lambda_idempotency_test_support as support;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
 use aws_sdk_dynamodb::types::AttributeValue;
@@ -19,8 +19,10 @@ use lambda_idempotency::store::DynamoDbStore;
 use lambda_idempotency::{Completion, Config, IdempotencyLayer, IdempotencyMode, Outcome};
 use order_consumer::{ledger_credit, order_key, Order, Tables, KEY_PREFIX};
 use support::dynamodb::{balance, client_for, create_table, create_table_keyed};
-use support::harness::fault_proxy::{FaultProxy, FaultRates, Scripted};
+use support::harness::fault_proxy::{FaultProxy, FaultRates};
 use support::{invocation, load_event};
+
+mod restart;
 
 const MODES: [IdempotencyMode; 2] = [IdempotencyMode::Lease, IdempotencyMode::Optimistic];
 
@@ -31,7 +33,11 @@ fn orders(count: usize) -> (SqsEvent, BTreeMap<String, i64>) {
     let mut expected = BTreeMap::new();
     for i in 0..count {
         let account = format!("acct-{}", i % 5);
-        let amount = (i as i64 * 7) % 31 - 9;
+        // Never 0: a record lost or applied twice shows in its account's balance.
+        let amount = match (i as i64 * 7) % 31 - 9 {
+            0 => 22,
+            amount => amount,
+        };
         *expected.entry(account.clone()).or_default() += amount;
         let mut record = template.clone();
         record.message_id = Some(format!("5f0a0000-0000-4000-8000-{i:012}"));
@@ -242,233 +248,4 @@ async fn under_store_faults_nothing_is_lost_applied_twice_or_run_unleased() {
             witness.runs.load(Ordering::SeqCst)
         );
     }
-}
-
-/// A DynamoDB Local of the test's own, on disk, so that it can be stopped and restarted.
-struct OwnDynamoDbLocal {
-    child: tokio::process::Child,
-    endpoint: String,
-}
-
-impl OwnDynamoDbLocal {
-    async fn start(db_path: &std::path::Path) -> Option<Self> {
-        let (Ok(classpath), Ok(library)) = (
-            std::env::var("LAMBDA_IDEMPOTENCY_DDB_CLASSPATH"),
-            std::env::var("LAMBDA_IDEMPOTENCY_DDB_LIBRARY_PATH"),
-        ) else {
-            assert!(
-                std::env::var("LAMBDA_IDEMPOTENCY_REQUIRE_DYNAMODB").is_err(),
-                "scripts/dynamodb-local.sh sets LAMBDA_IDEMPOTENCY_DDB_CLASSPATH"
-            );
-            eprintln!("SKIPPED: no DynamoDB Local installation given");
-            return None;
-        };
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let mut child = tokio::process::Command::new("java")
-            .arg(format!("-Djava.library.path={library}"))
-            .args([
-                "-cp",
-                &classpath,
-                "DynamoDbLocalLauncher",
-                "-sharedDb",
-                "-disableTelemetry",
-            ])
-            .arg("-dbPath")
-            .arg(db_path)
-            .args(["-port", &port.to_string()])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("start DynamoDB Local");
-        let endpoint = format!("http://127.0.0.1:{port}");
-        let started = Instant::now();
-        while tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .is_err()
-        {
-            assert!(
-                started.elapsed() < Duration::from_secs(30),
-                "DynamoDB Local did not start"
-            );
-            assert!(
-                matches!(child.try_wait(), Ok(None)),
-                "DynamoDB Local exited while starting (port {port} taken?)"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        Some(Self { child, endpoint })
-    }
-
-    /// Stops it the way an operator would (SIGTERM), and waits.
-    async fn stop(mut self) {
-        // The port was free when picked, not necessarily when Java bound it: had this
-        // DynamoDB Local failed to bind, what answered the test was another listener.
-        assert!(
-            matches!(self.child.try_wait(), Ok(None)),
-            "DynamoDB Local at {} had exited before it was stopped",
-            self.endpoint
-        );
-        if let Some(pid) = self.child.id() {
-            let _ = std::process::Command::new("kill")
-                .args(["-TERM", &pid.to_string()])
-                .status();
-        }
-        let _ = tokio::time::timeout(Duration::from_secs(10), self.child.wait()).await;
-        let _ = self.child.kill().await;
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn dynamodb_local_stopped_and_restarted_mid_run() {
-    if support::dynamodb::client().await.is_none() {
-        return;
-    }
-    let dir = std::env::temp_dir().join(format!("ddb-restart-{}", uuid::Uuid::new_v4().simple()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let Some(first) = OwnDynamoDbLocal::start(&dir).await else {
-        return;
-    };
-    let proxy = FaultProxy::start(&first.endpoint, 3).await;
-    let direct = client_for(&first.endpoint, Duration::from_secs(2)).await;
-    let tables = Tables {
-        idempotency: create_table(&direct).await,
-        ledger: create_table_keyed(&direct, "ledger", "account").await,
-    };
-    let store_client = client_for(&proxy.endpoint(), Duration::from_millis(400)).await;
-    let witness = Arc::new(Witness::default());
-    let (event, expected) = orders(20);
-    let (first_half, second_half) = {
-        let mut a = event.clone();
-        let b_records = a.records.split_off(10);
-        let mut b = SqsEvent::default();
-        b.records = b_records;
-        (a, b)
-    };
-    let processor = container(
-        store_client,
-        direct.clone(),
-        &tables,
-        IdempotencyMode::Optimistic,
-        witness.clone(),
-    );
-    let report = processor
-        .process(invocation(
-            first_half.clone(),
-            SystemTime::now(),
-            Duration::from_secs(4),
-        ))
-        .await;
-    assert!(report
-        .records
-        .iter()
-        .all(|r| r.outcome == Outcome::Executed));
-
-    // The store goes away: every record fails closed and is reported; nothing is applied.
-    first.stop().await;
-    let runs = witness.runs.load(Ordering::SeqCst);
-    let report = processor
-        .process(invocation(
-            second_half.clone(),
-            SystemTime::now(),
-            Duration::from_secs(4),
-        ))
-        .await;
-    // Each record fails closed: the store's error, or (when the commit's retries outlast the
-    // invocation) stopped at the deadline; either way reported, nothing committed.
-    assert!(
-        report
-            .records
-            .iter()
-            .all(|r| matches!(r.outcome, Outcome::StoreUnavailable | Outcome::DeadlineNear)),
-        "{:?}",
-        report.records.iter().map(|r| r.outcome).collect::<Vec<_>>()
-    );
-    assert_eq!(report.response.batch_item_failures.len(), 10);
-    // Optimistic mode runs the handler first; with the store down its commit cannot land.
-    assert_eq!(
-        witness.runs.load(Ordering::SeqCst) - runs,
-        10,
-        "each record's handler ran once, and nothing was committed"
-    );
-
-    // It comes back (same data, new port): the redelivered batches complete exactly once.
-    let second = OwnDynamoDbLocal::start(&dir).await.unwrap();
-    proxy.set_upstream(Some(&second.endpoint));
-    let direct = client_for(&second.endpoint, Duration::from_secs(2)).await;
-    let started = Instant::now();
-    while direct.list_tables().send().await.is_err() {
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "DynamoDB Local did not come back"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    // A restarted instance is slow at first: the first commits it applies may have their
-    // answers lost (the client gives up), as under load. Scripted, so that every run meets it.
-    for _ in 0..4 {
-        proxy.script("TransactWriteItems", Scripted::LoseAnswer);
-    }
-    // SQS redelivers everything not acknowledged, until it is.
-    let first_ids: Vec<String> = first_half
-        .records
-        .iter()
-        .map(|r| r.message_id.clone().unwrap())
-        .collect();
-    let outage: Vec<Outcome> = report.records.iter().map(|r| r.outcome).collect();
-    let delivered = deliver_until_done(&processor, event, &proxy, 0).await;
-    // Every delivery's outcome, shown by the assertions below when one fails.
-    let deliveries = format!("during the outage: {outage:?}; after the restart: {delivered:?}");
-    let mut history: BTreeMap<String, Vec<Outcome>> = BTreeMap::new();
-    for (id, outcome) in delivered {
-        history.entry(id).or_default().push(outcome);
-    }
-    let executed = |id: &str| {
-        history[id]
-            .iter()
-            .filter(|o| **o == Outcome::Executed)
-            .count()
-    };
-    // The first half completed before the outage: replayed, never executed again.
-    for id in &first_ids {
-        assert_eq!(
-            executed(id),
-            0,
-            "{id} ran again after the restart; {deliveries}"
-        );
-    }
-    // The second half's effects apply exactly once (the ledger, below), each record either
-    // executed once, or applied by a delivery whose answer was lost (reported, so
-    // redelivered) and then replayed: never acknowledged as a duplicate unless a commit of
-    // its own landed.
-    for record in &second_half.records {
-        let id = record.message_id.as_deref().unwrap();
-        let outcomes = &history[id];
-        let last = outcomes.last().copied();
-        let lost_before = outcomes
-            .iter()
-            .any(|o| matches!(o, Outcome::StoreUnavailable | Outcome::DeadlineNear));
-        match executed(id) {
-            1 => assert_eq!(last, Some(Outcome::Executed), "{id}: {deliveries}"),
-            0 => assert!(
-                last == Some(Outcome::Replayed) && lost_before,
-                "{id} acknowledged without running or a lost answer; {deliveries}"
-            ),
-            n => panic!("{id} executed {n} times; {deliveries}"),
-        }
-    }
-    assert!(proxy.unused_script().is_empty(), "{deliveries}");
-    for (account, amount) in &expected {
-        assert_eq!(
-            balance(&direct, &tables.ledger, account).await,
-            *amount,
-            "{account}"
-        );
-    }
-    second.stop().await;
-    let _ = std::fs::remove_dir_all(&dir);
 }
