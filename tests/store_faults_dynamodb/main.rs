@@ -17,6 +17,7 @@ use lambda_idempotency::batch::{BatchProcessor, BatchReport};
 use lambda_idempotency::key::IdempotencyKey;
 use lambda_idempotency::store::DynamoDbStore;
 use lambda_idempotency::{Completion, Config, IdempotencyLayer, IdempotencyMode, Outcome};
+use lambda_runtime::LambdaEvent;
 use order_consumer::{ledger_credit, order_key, Order, Tables, KEY_PREFIX};
 use support::dynamodb::{balance, client_for, create_table, create_table_keyed};
 use support::harness::fault_proxy::{FaultProxy, FaultRates};
@@ -25,6 +26,12 @@ use support::{invocation, load_event};
 mod restart;
 
 const MODES: [IdempotencyMode; 2] = [IdempotencyMode::Lease, IdempotencyMode::Optimistic];
+
+/// One delivery of `event`, invoked now with 4 s to run (short, so that a store that does not
+/// answer is met within the test's time).
+fn delivery(event: SqsEvent) -> LambdaEvent<SqsEvent> {
+    invocation(event, SystemTime::now(), Duration::from_secs(4))
+}
 
 /// Thirty orders over five accounts, in the shape of `events/batch.json`.
 fn orders(count: usize) -> (SqsEvent, BTreeMap<String, i64>) {
@@ -141,13 +148,7 @@ where
         if round == fault_rounds {
             proxy.set_rates(FaultRates::default());
         }
-        let report: BatchReport<i64> = processor
-            .process(invocation(
-                pending.clone(),
-                SystemTime::now(),
-                Duration::from_secs(4),
-            ))
-            .await;
+        let report: BatchReport<i64> = processor.process(delivery(pending.clone())).await;
         for record in &report.records {
             seen.push((record.item_identifier.clone().unwrap(), record.outcome));
         }
@@ -230,9 +231,7 @@ async fn under_store_faults_nothing_is_lost_applied_twice_or_run_unleased() {
         }
         // A redelivery after recovery replays everything and applies nothing.
         proxy.set_rates(FaultRates::default());
-        let again = processor
-            .process(invocation(event, SystemTime::now(), Duration::from_secs(4)))
-            .await;
+        let again = processor.process(delivery(event)).await;
         let again: Vec<_> = again
             .records
             .iter()

@@ -3,16 +3,16 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use aws_lambda_events::sqs::SqsEvent;
 use lambda_idempotency::{IdempotencyMode, Outcome};
 use order_consumer::Tables;
 
+use crate::support;
 use crate::support::dynamodb::{balance, client_for, create_table, create_table_keyed};
 use crate::support::harness::fault_proxy::{FaultProxy, Scripted};
-use crate::support::{self, invocation};
-use crate::{container, deliver_until_done, orders, Witness};
+use crate::{container, deliver_until_done, delivery, orders, Witness};
 
 /// A DynamoDB Local of the test's own, on disk, so that it can be stopped and restarted.
 struct OwnDynamoDbLocal {
@@ -126,13 +126,7 @@ async fn dynamodb_local_stopped_and_restarted_mid_run() {
         IdempotencyMode::Optimistic,
         witness.clone(),
     );
-    let report = processor
-        .process(invocation(
-            first_half.clone(),
-            SystemTime::now(),
-            Duration::from_secs(4),
-        ))
-        .await;
+    let report = processor.process(delivery(first_half.clone())).await;
     assert!(report
         .records
         .iter()
@@ -141,13 +135,7 @@ async fn dynamodb_local_stopped_and_restarted_mid_run() {
     // The store goes away: every record fails closed and is reported; nothing is applied.
     first.stop().await;
     let runs = witness.runs.load(Ordering::SeqCst);
-    let report = processor
-        .process(invocation(
-            second_half.clone(),
-            SystemTime::now(),
-            Duration::from_secs(4),
-        ))
-        .await;
+    let report = processor.process(delivery(second_half.clone())).await;
     // Each record fails closed: the store's error, or (when the commit's retries outlast the
     // invocation) stopped at the deadline; either way reported, nothing committed.
     assert!(
