@@ -11,7 +11,7 @@ use lambda_idempotency::batch::BatchProcessor;
 use lambda_idempotency::store::DynamoDbStore;
 use lambda_idempotency::{IdempotencyLayer, Outcome};
 use order_consumer::{order_key, Order};
-use support::{invocation, load_event};
+use support::{invocation, load_event, reported};
 
 const CONTAINERS: usize = 6;
 const RECORDS: usize = 24;
@@ -85,12 +85,7 @@ async fn concurrent_containers_run_each_handler_exactly_once() {
                         record.error
                     );
                 }
-                let retry: Vec<String> = report
-                    .response
-                    .batch_item_failures
-                    .iter()
-                    .map(|f| f.item_identifier.clone())
-                    .collect();
+                let retry = reported(&report);
                 if retry.is_empty() {
                     return delivery + 1;
                 }

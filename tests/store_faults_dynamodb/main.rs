@@ -21,7 +21,7 @@ use lambda_runtime::LambdaEvent;
 use order_consumer::{ledger_credit, order_key, Order, Tables, KEY_PREFIX};
 use support::dynamodb::{balance, client_for, create_table, create_table_keyed};
 use support::harness::fault_proxy::{FaultProxy, FaultRates};
-use support::{invocation, load_event};
+use support::{invocation, load_event, reported};
 
 mod restart;
 
@@ -152,12 +152,7 @@ where
         for record in &report.records {
             seen.push((record.item_identifier.clone().unwrap(), record.outcome));
         }
-        let retry: Vec<String> = report
-            .response
-            .batch_item_failures
-            .iter()
-            .map(|f| f.item_identifier.clone())
-            .collect();
+        let retry = reported(&report);
         if retry.is_empty() {
             return seen;
         }
