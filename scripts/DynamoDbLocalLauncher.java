@@ -27,8 +27,17 @@ public final class DynamoDbLocalLauncher {
         if (bound == 0) {
             throw new IllegalStateException("no Jetty ServerConnector found to bind to 127.0.0.1");
         }
+        // Throws, and the JVM exits without the line below, when the port cannot be bound.
         proxy.start();
-        System.out.println("DynamoDB Local listening on 127.0.0.1");
+        // Printed only by the process that bound the port: a caller waiting for this line
+        // knows that what answers on the port is this DynamoDB Local, not another listener.
+        for (Connector connector : server.getConnectors()) {
+            if (connector instanceof ServerConnector) {
+                System.out.println("DynamoDB Local listening on 127.0.0.1:"
+                        + ((ServerConnector) connector).getLocalPort());
+            }
+        }
+        System.out.flush();
         proxy.join();
     }
 }

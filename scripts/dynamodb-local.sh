@@ -58,7 +58,10 @@ ddb_start() {
   export AWS_REGION="${AWS_REGION:-us-east-1}"
   local i
   for i in $(seq 1 120); do
-    if curl -s -o /dev/null -X POST "$DDB_ENDPOINT" \
+    # Up once the launcher says it bound this port (a foreign listener on the port could
+    # answer too; this JVM then exits) and the endpoint answers.
+    if grep -q "^DynamoDB Local listening on 127.0.0.1:$port\$" "$log" \
+       && curl -s -o /dev/null -X POST "$DDB_ENDPOINT" \
          -H 'Content-Type: application/x-amz-json-1.0' \
          -H 'X-Amz-Target: DynamoDB_20120810.ListTables' \
          -H 'Authorization: AWS4-HMAC-SHA256 Credential=local/20260101/us-east-1/dynamodb/aws4_request, SignedHeaders=host, Signature=0' \

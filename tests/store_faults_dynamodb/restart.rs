@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use aws_lambda_events::sqs::SqsEvent;
 use lambda_idempotency::{IdempotencyMode, Outcome};
 use order_consumer::Tables;
+use tokio::io::{AsyncBufReadExt, BufReader};
 
 use crate::support;
 use crate::support::dynamodb::{balance, client_for, create_table, create_table_keyed};
@@ -21,7 +22,20 @@ struct OwnDynamoDbLocal {
 }
 
 impl OwnDynamoDbLocal {
+    /// Starts one on a free port; `None` (skipped) only outside the test script, which
+    /// names the installation.
     async fn start(db_path: &std::path::Path) -> Option<Self> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        Some(Self::start_on(db_path, port).await?.unwrap())
+    }
+
+    /// Starts one on `port`: `Err` when it did not come up there (the port taken by another
+    /// listener, among others).
+    async fn start_on(db_path: &std::path::Path, port: u16) -> Option<Result<Self, String>> {
         let (Ok(classpath), Ok(library)) = (
             std::env::var("LAMBDA_IDEMPOTENCY_DDB_CLASSPATH"),
             std::env::var("LAMBDA_IDEMPOTENCY_DDB_LIBRARY_PATH"),
@@ -33,11 +47,6 @@ impl OwnDynamoDbLocal {
             eprintln!("SKIPPED: no DynamoDB Local installation given");
             return None;
         };
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
         let mut child = tokio::process::Command::new("java")
             .arg(format!("-Djava.library.path={library}"))
             .args([
@@ -50,34 +59,44 @@ impl OwnDynamoDbLocal {
             .arg("-dbPath")
             .arg(db_path)
             .args(["-port", &port.to_string()])
-            .stdout(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::null())
             .kill_on_drop(true)
             .spawn()
             .expect("start DynamoDB Local");
-        let endpoint = format!("http://127.0.0.1:{port}");
-        let started = Instant::now();
-        while tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .is_err()
-        {
-            assert!(
-                started.elapsed() < Duration::from_secs(30),
-                "DynamoDB Local did not start"
-            );
-            assert!(
-                matches!(child.try_wait(), Ok(None)),
-                "DynamoDB Local exited while starting (port {port} taken?)"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
+        // Up when the launcher says it bound this port: a connection alone could reach
+        // another listener that holds the port (the JVM then exits, having failed to bind).
+        let ready = format!("DynamoDB Local listening on 127.0.0.1:{port}");
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let up = tokio::time::timeout(Duration::from_secs(30), async {
+            while let Ok(Some(line)) = lines.next_line().await {
+                if line.trim() == ready {
+                    return true;
+                }
+            }
+            false // its output ended: it exited
+        })
+        .await;
+        match up {
+            Ok(true) => {}
+            Ok(false) => {
+                let status = child.wait().await;
+                return Some(Err(format!(
+                    "DynamoDB Local exited while starting on port {port}: {status:?}"
+                )));
+            }
+            Err(_) => return Some(Err(format!("DynamoDB Local did not start on port {port}"))),
         }
-        Some(Self { child, endpoint })
+        // The rest of its output is read, so that a full pipe never blocks it.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        let endpoint = format!("http://127.0.0.1:{port}");
+        Some(Ok(Self { child, endpoint }))
     }
 
     /// Stops it the way an operator would (SIGTERM), and waits.
     async fn stop(mut self) {
-        // The port was free when picked, not necessarily when Java bound it: had this
-        // DynamoDB Local failed to bind, what answered the test was another listener.
+        // It bound its port when it started; had it exited since, what answered the test
+        // after that was not it.
         assert!(
             matches!(self.child.try_wait(), Ok(None)),
             "DynamoDB Local at {} had exited before it was stopped",
@@ -236,4 +255,28 @@ async fn dynamodb_local_stopped_and_restarted_mid_run() {
     }
     second.stop().await;
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The harness's own check: a DynamoDB Local that could not bind its port is not mistaken
+/// for the listener that holds it (the restart test would then run against something else).
+#[tokio::test]
+async fn own_dynamodb_local_is_not_mistaken_for_another_listener() {
+    if support::dynamodb::client().await.is_none() {
+        return;
+    }
+    let taken = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let dir = std::env::temp_dir().join(format!("ddb-taken-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let Some(started) = OwnDynamoDbLocal::start_on(&dir, port).await else {
+        return;
+    };
+    let _ = std::fs::remove_dir_all(&dir);
+    match started {
+        Ok(own) => {
+            own.stop().await;
+            panic!("a listener that is not DynamoDB Local was taken for it");
+        }
+        Err(error) => assert!(error.contains("exited"), "{error}"),
+    }
 }
