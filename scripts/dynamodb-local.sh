@@ -25,12 +25,22 @@ ddb_install() {
   fi
   local jar_dir; jar_dir="$(ddb_jar_dir)"
   [ -f "$jar_dir/DynamoDBLocal.jar" ] || { echo "DynamoDBLocal.jar not found after install" >&2; return 1; }
-  if [ ! -f "$DDB_HOME/launcher/DynamoDbLocalLauncher.class" ] \
-     || [ "$DDB_SCRIPTS/DynamoDbLocalLauncher.java" -nt "$DDB_HOME/launcher/DynamoDbLocalLauncher.class" ]; then
-    mkdir -p "$DDB_HOME/launcher"
-    javac -nowarn -cp "$jar_dir/DynamoDBLocal.jar" -d "$DDB_HOME/launcher" \
-      "$DDB_SCRIPTS/DynamoDbLocalLauncher.java" >&2 || return 1
+  # Compiled once per version of its source (the cache is shared by every checkout, and a
+  # file's time does not tell versions apart), into a fresh directory moved into place, so
+  # that a concurrent start never sees half a class.
+  local launcher; launcher="$(ddb_launcher_dir)"
+  if [ ! -f "$launcher/DynamoDbLocalLauncher.class" ]; then
+    local building; building="$(mktemp -d "$DDB_HOME/launcher-build.XXXXXX")" || return 1
+    javac -nowarn -cp "$jar_dir/DynamoDBLocal.jar" -d "$building" \
+      "$DDB_SCRIPTS/DynamoDbLocalLauncher.java" >&2 || { rm -rf "$building"; return 1; }
+    # Another start may have put the same version in place meanwhile; either copy will do.
+    mv -T "$building" "$launcher" 2>/dev/null || rm -rf "$building"
   fi
+}
+
+# The directory of the launcher compiled from this checkout's source.
+ddb_launcher_dir() {
+  echo "$DDB_HOME/launcher-$(sha256sum "$DDB_SCRIPTS/DynamoDbLocalLauncher.java" | cut -c1-16)"
 }
 
 ddb_free_port() {
@@ -44,13 +54,14 @@ ddb_start() {
   # DDB_PORT chooses the port (sam local invoke's env file expects 8000); else a free one.
   port="${DDB_PORT:-$(ddb_free_port)}"
   log="$DDB_HOME/dynamodb-local-$port.log"
+  : >"$log" # emptied before the start, so an earlier run's lines on this port never count
   java -Djava.library.path="$jar_dir/DynamoDBLocal_lib" \
-    -cp "$jar_dir/DynamoDBLocal.jar:$DDB_HOME/launcher" DynamoDbLocalLauncher \
+    -cp "$jar_dir/DynamoDBLocal.jar:$(ddb_launcher_dir)" DynamoDbLocalLauncher \
     -inMemory -sharedDb -disableTelemetry -port "$port" >"$log" 2>&1 &
   DDB_PID=$!
   DDB_ENDPOINT="http://127.0.0.1:$port"
   # For tests that start (and restart) a DynamoDB Local of their own.
-  export LAMBDA_IDEMPOTENCY_DDB_CLASSPATH="$jar_dir/DynamoDBLocal.jar:$DDB_HOME/launcher"
+  export LAMBDA_IDEMPOTENCY_DDB_CLASSPATH="$jar_dir/DynamoDBLocal.jar:$(ddb_launcher_dir)"
   export LAMBDA_IDEMPOTENCY_DDB_LIBRARY_PATH="$jar_dir/DynamoDBLocal_lib"
   export AWS_ENDPOINT_URL_DYNAMODB="$DDB_ENDPOINT"
   export AWS_ACCESS_KEY_ID="${AWS_ACCESS_KEY_ID:-local}"
@@ -60,7 +71,7 @@ ddb_start() {
   for i in $(seq 1 120); do
     # Up once the launcher says it bound this port (a foreign listener on the port could
     # answer too; this JVM then exits) and the endpoint answers.
-    if grep -q "^DynamoDB Local listening on 127.0.0.1:$port\$" "$log" \
+    if grep -qxF "DynamoDB Local listening on 127.0.0.1:$port" "$log" \
        && curl -s -o /dev/null -X POST "$DDB_ENDPOINT" \
          -H 'Content-Type: application/x-amz-json-1.0' \
          -H 'X-Amz-Target: DynamoDB_20120810.ListTables' \

@@ -71,16 +71,28 @@ impl OwnDynamoDbLocal {
         let up = tokio::time::timeout(Duration::from_secs(30), async {
             while let Ok(Some(line)) = lines.next_line().await {
                 if line.trim() == ready {
-                    return true;
+                    return Ok(true);
+                }
+                if line.starts_with("DynamoDB Local listening") {
+                    // A launcher compiled from another version of its source.
+                    return Err(line);
                 }
             }
-            false // its output ended: it exited
+            Ok(false)
         })
         .await;
         match up {
-            Ok(true) => {}
-            Ok(false) => {
-                let status = child.wait().await;
+            Ok(Ok(true)) => {}
+            Ok(Err(line)) => {
+                return Some(Err(format!(
+                    "the launcher on LAMBDA_IDEMPOTENCY_DDB_CLASSPATH printed {line:?}, not \
+                     {ready:?}: it is not this checkout's (scripts/dynamodb-local.sh sets it)"
+                )))
+            }
+            Ok(Ok(false)) => {
+                // Its output ended: it exited (or closed its output, and is killed here).
+                let status = tokio::time::timeout(Duration::from_secs(10), child.wait()).await;
+                let _ = child.kill().await;
                 return Some(Err(format!(
                     "DynamoDB Local exited while starting on port {port}: {status:?}"
                 )));
@@ -88,7 +100,8 @@ impl OwnDynamoDbLocal {
             Err(_) => return Some(Err(format!("DynamoDB Local did not start on port {port}"))),
         }
         // The rest of its output is read, so that a full pipe never blocks it.
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        let mut rest = lines.into_inner();
+        tokio::spawn(async move { tokio::io::copy(&mut rest, &mut tokio::io::sink()).await });
         let endpoint = format!("http://127.0.0.1:{port}");
         Some(Ok(Self { child, endpoint }))
     }
