@@ -15,6 +15,24 @@ use crate::support::dynamodb::{balance, client_for, create_table, create_table_k
 use crate::support::harness::fault_proxy::{FaultProxy, Scripted};
 use crate::{container, deliver_until_done, delivery, orders, Witness};
 
+/// A directory of the test's own under the system's temporary one, removed when dropped: a
+/// failed test's too (declared before its DynamoDB Local, so dropped after it).
+struct ScratchDir(std::path::PathBuf);
+
+impl ScratchDir {
+    fn new(prefix: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("{prefix}-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&dir).unwrap();
+        Self(dir)
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// A DynamoDB Local of the test's own, on disk, so that it can be stopped and restarted.
 struct OwnDynamoDbLocal {
     child: tokio::process::Child,
@@ -130,9 +148,8 @@ async fn dynamodb_local_stopped_and_restarted_mid_run() {
     if support::dynamodb::client().await.is_none() {
         return;
     }
-    let dir = std::env::temp_dir().join(format!("ddb-restart-{}", uuid::Uuid::new_v4().simple()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let Some(first) = OwnDynamoDbLocal::start(&dir).await else {
+    let dir = ScratchDir::new("ddb-restart");
+    let Some(first) = OwnDynamoDbLocal::start(&dir.0).await else {
         return;
     };
     let proxy = FaultProxy::start(&first.endpoint, 3).await;
@@ -187,7 +204,7 @@ async fn dynamodb_local_stopped_and_restarted_mid_run() {
     );
 
     // It comes back (same data, new port): the redelivered batches complete exactly once.
-    let second = OwnDynamoDbLocal::start(&dir).await.unwrap();
+    let second = OwnDynamoDbLocal::start(&dir.0).await.unwrap();
     proxy.set_upstream(Some(&second.endpoint));
     let direct = client_for(&second.endpoint, Duration::from_secs(2)).await;
     let started = Instant::now();
@@ -267,7 +284,6 @@ async fn dynamodb_local_stopped_and_restarted_mid_run() {
         );
     }
     second.stop().await;
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The harness's own check: a DynamoDB Local that could not bind its port is not mistaken
@@ -279,12 +295,10 @@ async fn own_dynamodb_local_is_not_mistaken_for_another_listener() {
     }
     let taken = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = taken.local_addr().unwrap().port();
-    let dir = std::env::temp_dir().join(format!("ddb-taken-{}", uuid::Uuid::new_v4().simple()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let Some(started) = OwnDynamoDbLocal::start_on(&dir, port).await else {
+    let dir = ScratchDir::new("ddb-taken");
+    let Some(started) = OwnDynamoDbLocal::start_on(&dir.0, port).await else {
         return;
     };
-    let _ = std::fs::remove_dir_all(&dir);
     match started {
         Ok(own) => {
             own.stop().await;
