@@ -26,21 +26,29 @@ ddb_install() {
   local jar_dir; jar_dir="$(ddb_jar_dir)"
   [ -f "$jar_dir/DynamoDBLocal.jar" ] || { echo "DynamoDBLocal.jar not found after install" >&2; return 1; }
   # Compiled once per version of its source (the cache is shared by every checkout, and a
-  # file's time does not tell versions apart), into a fresh directory moved into place, so
-  # that a concurrent start never sees half a class.
-  local launcher; launcher="$(ddb_launcher_dir)"
-  if [ ! -f "$launcher/DynamoDbLocalLauncher.class" ]; then
-    local building; building="$(mktemp -d "$DDB_HOME/launcher-build.XXXXXX")" || return 1
-    javac -nowarn -cp "$jar_dir/DynamoDBLocal.jar" -d "$building" \
-      "$DDB_SCRIPTS/DynamoDbLocalLauncher.java" >&2 || { rm -rf "$building"; return 1; }
-    # Another start may have put the same version in place meanwhile; either copy will do.
-    mv -T "$building" "$launcher" 2>/dev/null || rm -rf "$building"
+  # file's time does not tell versions apart). The source is copied once, and that copy is
+  # both hashed (the directory's name) and compiled, in a fresh directory moved into place,
+  # so that a concurrent start never sees half a class. DDB_LAUNCHER names the directory.
+  # What interrupted compiles left long ago is removed.
+  find "$DDB_HOME" -maxdepth 1 -name 'launcher-build.*' -mmin +10 -exec rm -rf {} + 2>/dev/null || true
+  local building sum
+  building="$(mktemp -d "$DDB_HOME/launcher-build.XXXXXX")" || return 1
+  cp "$DDB_SCRIPTS/DynamoDbLocalLauncher.java" "$building/" || { rm -rf "$building"; return 1; }
+  sum="$(sha256sum <"$building/DynamoDbLocalLauncher.java")" || { rm -rf "$building"; return 1; }
+  if ! [[ "${sum:0:16}" =~ ^[0-9a-f]{16}$ ]]; then
+    echo "sha256sum gave no hash of the launcher's source" >&2; rm -rf "$building"; return 1
   fi
-}
-
-# The directory of the launcher compiled from this checkout's source.
-ddb_launcher_dir() {
-  echo "$DDB_HOME/launcher-$(sha256sum "$DDB_SCRIPTS/DynamoDbLocalLauncher.java" | cut -c1-16)"
+  DDB_LAUNCHER="$DDB_HOME/launcher-${sum:0:16}"
+  if [ -f "$DDB_LAUNCHER/DynamoDbLocalLauncher.class" ]; then
+    rm -rf "$building"
+    return 0
+  fi
+  javac -nowarn -cp "$jar_dir/DynamoDBLocal.jar" -d "$building" \
+    "$building/DynamoDbLocalLauncher.java" >&2 || { rm -rf "$building"; return 1; }
+  # mktemp made it private; a cache shared by several users must stay readable to them.
+  chmod 755 "$building" || { rm -rf "$building"; return 1; }
+  # Another start may have put the same version in place meanwhile; either copy will do.
+  mv -T "$building" "$DDB_LAUNCHER" 2>/dev/null || rm -rf "$building"
 }
 
 ddb_free_port() {
@@ -56,12 +64,12 @@ ddb_start() {
   log="$DDB_HOME/dynamodb-local-$port.log"
   : >"$log" # emptied before the start, so an earlier run's lines on this port never count
   java -Djava.library.path="$jar_dir/DynamoDBLocal_lib" \
-    -cp "$jar_dir/DynamoDBLocal.jar:$(ddb_launcher_dir)" DynamoDbLocalLauncher \
+    -cp "$jar_dir/DynamoDBLocal.jar:$DDB_LAUNCHER" DynamoDbLocalLauncher \
     -inMemory -sharedDb -disableTelemetry -port "$port" >"$log" 2>&1 &
   DDB_PID=$!
   DDB_ENDPOINT="http://127.0.0.1:$port"
   # For tests that start (and restart) a DynamoDB Local of their own.
-  export LAMBDA_IDEMPOTENCY_DDB_CLASSPATH="$jar_dir/DynamoDBLocal.jar:$(ddb_launcher_dir)"
+  export LAMBDA_IDEMPOTENCY_DDB_CLASSPATH="$jar_dir/DynamoDBLocal.jar:$DDB_LAUNCHER"
   export LAMBDA_IDEMPOTENCY_DDB_LIBRARY_PATH="$jar_dir/DynamoDBLocal_lib"
   export AWS_ENDPOINT_URL_DYNAMODB="$DDB_ENDPOINT"
   export AWS_ACCESS_KEY_ID="${AWS_ACCESS_KEY_ID:-local}"

@@ -85,41 +85,50 @@ impl OwnDynamoDbLocal {
         // Up when the launcher says it bound this port: a connection alone could reach
         // another listener that holds the port (the JVM then exits, having failed to bind).
         let ready = format!("DynamoDB Local listening on 127.0.0.1:{port}");
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        // Read as bytes: a line of other output need not be UTF-8 (a path in the JVM's
+        // encoding).
+        let mut output = BufReader::new(child.stdout.take().unwrap());
         let up = tokio::time::timeout(Duration::from_secs(30), async {
-            while let Ok(Some(line)) = lines.next_line().await {
-                if line.trim() == ready {
-                    return Ok(true);
+            let mut line = Vec::new();
+            loop {
+                line.clear();
+                match output.read_until(b'\n', &mut line).await {
+                    Ok(0) => return Err("its output ended".to_string()),
+                    Ok(_) => {}
+                    Err(error) => return Err(format!("its output could not be read: {error}")),
+                }
+                let line = String::from_utf8_lossy(&line);
+                if line.trim_end() == ready {
+                    return Ok(());
                 }
                 if line.starts_with("DynamoDB Local listening") {
-                    // A launcher compiled from another version of its source.
-                    return Err(line);
+                    return Err(format!(
+                        "the launcher on LAMBDA_IDEMPOTENCY_DDB_CLASSPATH printed {:?}, not \
+                         {ready:?}: it is not this checkout's (scripts/dynamodb-local.sh sets it)",
+                        line.trim_end()
+                    ));
                 }
             }
-            Ok(false)
         })
         .await;
-        match up {
-            Ok(Ok(true)) => {}
-            Ok(Err(line)) => {
-                return Some(Err(format!(
-                    "the launcher on LAMBDA_IDEMPOTENCY_DDB_CLASSPATH printed {line:?}, not \
-                     {ready:?}: it is not this checkout's (scripts/dynamodb-local.sh sets it)"
-                )))
-            }
-            Ok(Ok(false)) => {
-                // Its output ended: it exited (or closed its output, and is killed here).
-                let status = tokio::time::timeout(Duration::from_secs(10), child.wait()).await;
-                let _ = child.kill().await;
-                return Some(Err(format!(
-                    "DynamoDB Local exited while starting on port {port}: {status:?}"
-                )));
-            }
-            Err(_) => return Some(Err(format!("DynamoDB Local did not start on port {port}"))),
+        let failed = match up {
+            Ok(Ok(())) => None,
+            Ok(Err(why)) => Some(why),
+            Err(_) => Some("no ready line within 30 s".to_string()),
+        };
+        if let Some(why) = failed {
+            // Its output ends as it exits: given a few seconds to be seen exiting.
+            let status = match tokio::time::timeout(Duration::from_secs(5), child.wait()).await {
+                Ok(Ok(status)) => format!("it exited ({status})"),
+                _ => "it was still running, and is killed".to_string(),
+            };
+            let _ = child.kill().await;
+            return Some(Err(format!(
+                "DynamoDB Local did not start on port {port}: {why}; {status}"
+            )));
         }
         // The rest of its output is read, so that a full pipe never blocks it.
-        let mut rest = lines.into_inner();
-        tokio::spawn(async move { tokio::io::copy(&mut rest, &mut tokio::io::sink()).await });
+        tokio::spawn(async move { tokio::io::copy(&mut output, &mut tokio::io::sink()).await });
         let endpoint = format!("http://127.0.0.1:{port}");
         Some(Ok(Self { child, endpoint }))
     }
@@ -304,6 +313,6 @@ async fn own_dynamodb_local_is_not_mistaken_for_another_listener() {
             own.stop().await;
             panic!("a listener that is not DynamoDB Local was taken for it");
         }
-        Err(error) => assert!(error.contains("exited"), "{error}"),
+        Err(error) => assert!(error.contains("it exited"), "{error}"),
     }
 }
