@@ -39,16 +39,19 @@ ddb_install() {
     echo "sha256sum gave no hash of the launcher's source" >&2; rm -rf "$building"; return 1
   fi
   DDB_LAUNCHER="$DDB_HOME/launcher-${sum:0:16}"
-  if [ -f "$DDB_LAUNCHER/DynamoDbLocalLauncher.class" ]; then
+  if [ -r "$DDB_LAUNCHER/DynamoDbLocalLauncher.class" ]; then
     rm -rf "$building"
     return 0
   fi
   javac -nowarn -cp "$jar_dir/DynamoDBLocal.jar" -d "$building" \
     "$building/DynamoDbLocalLauncher.java" >&2 || { rm -rf "$building"; return 1; }
-  # mktemp made it private; a cache shared by several users must stay readable to them.
-  chmod 755 "$building" || { rm -rf "$building"; return 1; }
+  # mktemp made the directory private, and the umask may make its files so; a cache shared
+  # by several users must stay readable to them.
+  chmod -R u=rwX,go=rX "$building" || { rm -rf "$building"; return 1; }
   # Another start may have put the same version in place meanwhile; either copy will do.
   mv -T "$building" "$DDB_LAUNCHER" 2>/dev/null || rm -rf "$building"
+  [ -r "$DDB_LAUNCHER/DynamoDbLocalLauncher.class" ] \
+    || { echo "no readable launcher class in $DDB_LAUNCHER" >&2; return 1; }
 }
 
 ddb_free_port() {
