@@ -13,24 +13,15 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use crate::support;
 use crate::support::dynamodb::{balance, client_for, create_table, create_table_keyed};
 use crate::support::harness::fault_proxy::{FaultProxy, Scripted};
+use crate::support::harness::signal;
 use crate::{container, deliver_until_done, delivery, orders, Witness};
 
-/// A directory of the test's own under the system's temporary one, removed when dropped: a
-/// failed test's too (declared before its DynamoDB Local, so dropped after it).
-struct ScratchDir(std::path::PathBuf);
-
-impl ScratchDir {
-    fn new(prefix: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!("{prefix}-{}", uuid::Uuid::new_v4().simple()));
-        std::fs::create_dir_all(&dir).unwrap();
-        Self(dir)
-    }
-}
-
-impl Drop for ScratchDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+/// A fresh directory under the system's temporary one, removed when dropped.
+fn scratch_dir(prefix: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("{prefix}-"))
+        .tempdir()
+        .unwrap()
 }
 
 /// A DynamoDB Local of the test's own, on disk, so that it can be stopped and restarted.
@@ -143,9 +134,7 @@ impl OwnDynamoDbLocal {
             self.endpoint
         );
         if let Some(pid) = self.child.id() {
-            let _ = std::process::Command::new("kill")
-                .args(["-TERM", &pid.to_string()])
-                .status();
+            signal(pid, "-TERM");
         }
         let _ = tokio::time::timeout(Duration::from_secs(10), self.child.wait()).await;
         let _ = self.child.kill().await;
@@ -157,8 +146,9 @@ async fn dynamodb_local_stopped_and_restarted_mid_run() {
     if support::dynamodb::client().await.is_none() {
         return;
     }
-    let dir = ScratchDir::new("ddb-restart");
-    let Some(first) = OwnDynamoDbLocal::start(&dir.0).await else {
+    // Removed when the test ends, failed or not (dropped after its DynamoDB Local).
+    let dir = scratch_dir("ddb-restart");
+    let Some(first) = OwnDynamoDbLocal::start(dir.path()).await else {
         return;
     };
     let proxy = FaultProxy::start(&first.endpoint, 3).await;
@@ -213,7 +203,7 @@ async fn dynamodb_local_stopped_and_restarted_mid_run() {
     );
 
     // It comes back (same data, new port): the redelivered batches complete exactly once.
-    let second = OwnDynamoDbLocal::start(&dir.0).await.unwrap();
+    let second = OwnDynamoDbLocal::start(dir.path()).await.unwrap();
     proxy.set_upstream(Some(&second.endpoint));
     let direct = client_for(&second.endpoint, Duration::from_secs(2)).await;
     let started = Instant::now();
@@ -304,8 +294,8 @@ async fn own_dynamodb_local_is_not_mistaken_for_another_listener() {
     }
     let taken = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = taken.local_addr().unwrap().port();
-    let dir = ScratchDir::new("ddb-taken");
-    let Some(started) = OwnDynamoDbLocal::start_on(&dir.0, port).await else {
+    let dir = scratch_dir("ddb-taken");
+    let Some(started) = OwnDynamoDbLocal::start_on(dir.path(), port).await else {
         return;
     };
     match started {

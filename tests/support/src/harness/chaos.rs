@@ -33,6 +33,7 @@ use std::time::{Duration, Instant};
 use tokio::process::Child;
 
 use super::runtime_api::{Reply, RuntimeApi};
+use super::signal;
 use super::sqs_sim::{Queue, Rng};
 
 fn requested_modes() -> Option<Vec<String>> {
@@ -138,13 +139,6 @@ struct Counters {
     cut_off: AtomicU64,
     restarts: AtomicU64,
     lost_acks: AtomicU64,
-}
-
-fn signal(pid: u32, signal: &str) {
-    let _ = std::process::Command::new("kill")
-        .args([signal, &pid.to_string()])
-        .stderr(std::process::Stdio::null())
-        .status();
 }
 
 /// One container slot: receives batches, invokes its function process, acknowledges

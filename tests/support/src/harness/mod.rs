@@ -8,3 +8,12 @@ pub mod function;
 mod http;
 pub mod runtime_api;
 pub mod sqs_sim;
+
+/// Sends `signal` (`-TERM`, `-KILL`, `-STOP`, ...) to the process `pid`, as `kill` does;
+/// a process already gone is no error.
+pub fn signal(pid: u32, signal: &str) {
+    let _ = std::process::Command::new("kill")
+        .args([signal, &pid.to_string()])
+        .stderr(std::process::Stdio::null())
+        .status();
+}
