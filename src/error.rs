@@ -178,6 +178,7 @@ impl Error {
             Error::Store(StoreError::InvalidWrite { .. }) => "Idempotency.InvalidWrite",
             Error::Store(StoreError::InvalidRequest { .. }) => "Idempotency.InvalidRequest",
             Error::Store(StoreError::TransactionAborted(_)) => "Idempotency.TransactionAborted",
+            Error::Store(StoreError::Misconfigured { .. }) => "Idempotency.StoreMisconfigured",
             Error::Permanent { .. } => "Idempotency.PermanentFailure",
             Error::ConditionFailed { .. } => "Idempotency.ConditionFailed",
             Error::ResultUnavailable => "Idempotency.ResultUnavailable",

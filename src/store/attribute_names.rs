@@ -119,4 +119,104 @@ impl AttributeNames {
     pub fn stored_key_attribute(&self) -> &str {
         self.sort_key.as_deref().unwrap_or(&self.key)
     }
+
+    /// What makes these names unusable, if anything: an empty name or static partition key
+    /// value, or two of a record's fields under one name. A record written with such names would put one field's value
+    /// where the other's goes (the owner token in the key's place: each delivery's lease
+    /// under a key of its own, so every delivery runs the handler).
+    #[cfg(feature = "dynamodb")]
+    pub(crate) fn fault(&self) -> Option<String> {
+        let mut named = vec![
+            ("key", self.key.as_str()),
+            ("status", self.status.as_str()),
+            ("expiration", self.expiration.as_str()),
+            (
+                "in_progress_expiration",
+                self.in_progress_expiration.as_str(),
+            ),
+            ("data", self.data.as_str()),
+            ("validation", self.validation.as_str()),
+            ("owner", self.owner.as_str()),
+        ];
+        if let Some(sort_key) = &self.sort_key {
+            if self.static_partition_key.is_empty() {
+                // DynamoDB refuses an empty key value.
+                return Some("the static partition key value is empty".into());
+            }
+            named.push(("sort_key", sort_key.as_str()));
+        }
+        named.iter().enumerate().find_map(|(i, &(field, name))| {
+            if name.is_empty() {
+                return Some(format!("the {field} attribute name is empty"));
+            }
+            named[..i]
+                .iter()
+                .find(|&&(_, earlier)| earlier == name)
+                .map(|(earlier, _)| {
+                    format!("the {earlier} and {field} attributes are both named {name:?}")
+                })
+        })
+    }
+}
+
+#[cfg(all(test, feature = "dynamodb"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_names_and_a_single_table_layout_are_usable() {
+        assert_eq!(AttributeNames::default().fault(), None);
+        let single = AttributeNames::default()
+            .with_key("pk")
+            .with_sort_key("sk", "idempotency#orders");
+        assert_eq!(single.fault(), None);
+    }
+
+    #[test]
+    fn every_pair_of_fields_under_one_name_is_a_fault() {
+        type Rename = fn(AttributeNames, &str) -> AttributeNames;
+        let fields: [(&str, Rename); 8] = [
+            ("key", |n, v| n.with_key(v)),
+            ("status", |n, v| n.with_status(v)),
+            ("expiration", |n, v| n.with_expiration(v)),
+            ("in_progress_expiration", |n, v| {
+                n.with_in_progress_expiration(v)
+            }),
+            ("data", |n, v| n.with_data(v)),
+            ("validation", |n, v| n.with_validation(v)),
+            ("owner", |n, v| n.with_owner(v)),
+            ("sort_key", |n, v| n.with_sort_key(v, "static")),
+        ];
+        for (i, (earlier, rename_earlier)) in fields.iter().enumerate() {
+            for (field, rename) in &fields[i + 1..] {
+                let names = rename(rename_earlier(AttributeNames::default(), "x"), "x");
+                assert_eq!(
+                    names.fault().as_deref(),
+                    Some(
+                        format!("the {earlier} and {field} attributes are both named \"x\"")
+                            .as_str()
+                    ),
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn an_empty_name_is_a_fault() {
+        let names = AttributeNames::default().with_data("");
+        assert_eq!(
+            names.fault().as_deref(),
+            Some("the data attribute name is empty")
+        );
+        let names = AttributeNames::default().with_sort_key("", "static");
+        assert_eq!(
+            names.fault().as_deref(),
+            Some("the sort_key attribute name is empty")
+        );
+        let names = AttributeNames::default().with_sort_key("sk", "");
+        assert_eq!(
+            names.fault().as_deref(),
+            Some("the static partition key value is empty")
+        );
+    }
 }

@@ -51,6 +51,14 @@ pub enum StoreError {
     /// applied. Not worth sending again: the handler's writes are gone with it.
     #[error("the handler's transaction could not commit; nothing of it was applied")]
     TransactionAborted(#[source] BoxError),
+    /// The store is configured so that it cannot keep records apart (attribute names that
+    /// are empty or collide): every request for a record is refused before it is sent, so
+    /// nothing is written, and the records fail and are retried until it is fixed.
+    #[error("the idempotency store is misconfigured: {reason}")]
+    Misconfigured {
+        /// What is wrong.
+        reason: String,
+    },
     /// The store refused the request as invalid (DynamoDB's `ValidationException`, at the
     /// top level or as a transaction's cancellation reason): a bad expression, two
     /// operations on one item, an item over the limit. Sending it again cannot help.

@@ -37,8 +37,10 @@ impl DynamoDbStore {
         unique.dedup();
         let chunks = unique
             .chunks(MAX_KEYS_PER_CALL)
-            .map(|chunk| self.get_chunk(chunk.iter().map(|k| self.key_item(k)).collect()));
-        read_together(futures_util::future::join_all(chunks).await)
+            .map(|chunk| chunk.iter().map(|k| self.key_item(k)).collect())
+            .collect::<Result<Vec<Vec<Key>>, StoreError>>()?;
+        let reads = chunks.into_iter().map(|keys| self.get_chunk(keys));
+        read_together(futures_util::future::join_all(reads).await)
     }
 
     /// One chunk of at most 100 keys, with its unprocessed keys asked again.

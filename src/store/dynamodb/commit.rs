@@ -116,7 +116,7 @@ impl DynamoDbStore {
         );
         let update = Update::builder()
             .table_name(&self.table)
-            .set_key(Some(self.key_item(&request.key)))
+            .set_key(Some(self.key_item(&request.key)?))
             .update_expression(FINAL_STATE_UPDATE)
             .condition_expression(OWNER_CONDITION)
             .set_expression_attribute_names(Some(names))
@@ -130,7 +130,7 @@ impl DynamoDbStore {
     /// Optimistic mode: the final record is written if no live record exists.
     fn fresh_marker(&self, request: &CommitRequest) -> Result<TransactWriteItem, StoreError> {
         let n = &self.names;
-        let mut item = self.key_item(&request.key);
+        let mut item = self.key_item(&request.key)?;
         item.insert(n.status.clone(), s(request.status.as_str()));
         item.insert(n.data.clone(), s(&request.data));
         item.insert(n.expiration.clone(), num(request.expiration_secs));

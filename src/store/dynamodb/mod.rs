@@ -47,6 +47,9 @@ pub struct DynamoDbStore {
     pub(crate) client: Client,
     pub(crate) table: String,
     pub(crate) names: AttributeNames,
+    /// What makes `names` unusable ([`AttributeNames::fault`]): then every request for a
+    /// record is refused.
+    names_fault: Option<String>,
 }
 
 impl DynamoDbStore {
@@ -56,11 +59,16 @@ impl DynamoDbStore {
             client,
             table: table.into(),
             names: AttributeNames::default(),
+            names_fault: None,
         }
     }
 
-    /// Uses other attribute names.
+    /// Uses other attribute names. They must be non-empty and distinct (the sort key's
+    /// included), and a single-table layout's static partition key value non-empty: with
+    /// names that are not, the store refuses every request for a record with
+    /// [`StoreError::Misconfigured`] and writes nothing.
     pub fn with_attribute_names(mut self, names: AttributeNames) -> Self {
+        self.names_fault = names.fault();
         self.names = names;
         self
     }
@@ -80,12 +88,24 @@ impl DynamoDbStore {
         &self.names
     }
 
-    pub(crate) fn key_item(&self, key: &IdempotencyKey) -> HashMap<String, AttributeValue> {
-        self.names
+    /// The key attributes of `key`'s record. Every request for a record names it through
+    /// here, so a store whose attribute names are unusable refuses each one before it is
+    /// sent.
+    pub(crate) fn key_item(
+        &self,
+        key: &IdempotencyKey,
+    ) -> Result<HashMap<String, AttributeValue>, StoreError> {
+        if let Some(reason) = &self.names_fault {
+            return Err(StoreError::Misconfigured {
+                reason: reason.clone(),
+            });
+        }
+        Ok(self
+            .names
             .item_key(key.as_str())
             .into_iter()
             .map(|(name, value)| (name.to_string(), s(value)))
-            .collect()
+            .collect())
     }
 
     /// The attribute names [`TAKEOVER_CONDITION`] uses.
@@ -140,7 +160,7 @@ impl DynamoDbStore {
         let n = &self.names;
         let size_bytes = record_size_bytes(n, &request.record());
         check_item_size(size_bytes)?;
-        let mut item = self.key_item(&request.key);
+        let mut item = self.key_item(&request.key)?;
         item.insert(n.status.clone(), s(Status::InProgress.as_str()));
         item.insert(n.expiration.clone(), num(request.expiration_secs));
         item.insert(
@@ -197,7 +217,7 @@ impl DynamoDbStore {
             .client
             .update_item()
             .table_name(&self.table)
-            .set_key(Some(self.key_item(&request.key)))
+            .set_key(Some(self.key_item(&request.key)?))
             .update_expression(FINAL_STATE_UPDATE)
             .condition_expression(OWNER_CONDITION)
             .set_expression_attribute_names(Some(names))
@@ -233,7 +253,7 @@ impl DynamoDbStore {
             .client
             .update_item()
             .table_name(&self.table)
-            .set_key(Some(self.key_item(&request.key)))
+            .set_key(Some(self.key_item(&request.key)?))
             .update_expression("SET #ipe = :lease, #exp = :exp")
             .condition_expression(OWNER_CONDITION)
             .set_expression_attribute_names(Some(names))
@@ -253,7 +273,7 @@ impl DynamoDbStore {
             .client
             .delete_item()
             .table_name(&self.table)
-            .set_key(Some(self.key_item(key)))
+            .set_key(Some(self.key_item(key)?))
             .condition_expression(OWNER_CONDITION)
             .set_expression_attribute_names(Some(self.owner_condition_names()))
             .set_expression_attribute_values(Some(self.owner_condition_values(owner)))
@@ -271,7 +291,7 @@ impl DynamoDbStore {
             .client
             .get_item()
             .table_name(&self.table)
-            .set_key(Some(self.key_item(key)))
+            .set_key(Some(self.key_item(key)?))
             .consistent_read(true)
             .send()
             .await
