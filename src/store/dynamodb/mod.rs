@@ -4,6 +4,8 @@ mod batch_get;
 pub(super) mod commit;
 mod guarded;
 mod item;
+#[cfg(all(test, feature = "metrics"))]
+mod refusal_tests;
 mod request_token;
 
 use std::collections::HashMap;
@@ -90,7 +92,7 @@ impl DynamoDbStore {
 
     /// The key attributes of `key`'s record. Every request for a record names it through
     /// here, so a store whose attribute names are unusable refuses each one before it is
-    /// sent.
+    /// sent; called before the request is counted, so a refused one is not.
     pub(crate) fn key_item(
         &self,
         key: &IdempotencyKey,
@@ -212,12 +214,13 @@ impl DynamoDbStore {
             &request.data,
             request.expiration_secs,
         );
+        let key_item = self.key_item(&request.key)?;
         crate::metrics::dynamodb_call();
         let result = self
             .client
             .update_item()
             .table_name(&self.table)
-            .set_key(Some(self.key_item(&request.key)?))
+            .set_key(Some(key_item))
             .update_expression(FINAL_STATE_UPDATE)
             .condition_expression(OWNER_CONDITION)
             .set_expression_attribute_names(Some(names))
@@ -248,12 +251,13 @@ impl DynamoDbStore {
         let mut values = self.owner_condition_values(&request.owner);
         values.insert(":lease".into(), num(request.lease_expiration_ms));
         values.insert(":exp".into(), num(request.expiration_secs));
+        let key_item = self.key_item(&request.key)?;
         crate::metrics::dynamodb_call();
         let result = self
             .client
             .update_item()
             .table_name(&self.table)
-            .set_key(Some(self.key_item(&request.key)?))
+            .set_key(Some(key_item))
             .update_expression("SET #ipe = :lease, #exp = :exp")
             .condition_expression(OWNER_CONDITION)
             .set_expression_attribute_names(Some(names))
@@ -268,12 +272,13 @@ impl DynamoDbStore {
         key: &IdempotencyKey,
         owner: &OwnerToken,
     ) -> Result<Fenced, StoreError> {
+        let key_item = self.key_item(key)?;
         crate::metrics::dynamodb_call();
         let result = self
             .client
             .delete_item()
             .table_name(&self.table)
-            .set_key(Some(self.key_item(key)?))
+            .set_key(Some(key_item))
             .condition_expression(OWNER_CONDITION)
             .set_expression_attribute_names(Some(self.owner_condition_names()))
             .set_expression_attribute_values(Some(self.owner_condition_values(owner)))
@@ -286,12 +291,13 @@ impl DynamoDbStore {
         &self,
         key: &IdempotencyKey,
     ) -> Result<Option<Record>, StoreError> {
+        let key_item = self.key_item(key)?;
         crate::metrics::dynamodb_call();
         let output = self
             .client
             .get_item()
             .table_name(&self.table)
-            .set_key(Some(self.key_item(key)?))
+            .set_key(Some(key_item))
             .consistent_read(true)
             .send()
             .await
