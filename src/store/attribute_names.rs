@@ -121,9 +121,10 @@ impl AttributeNames {
     }
 
     /// What makes these names unusable, if anything: an empty name or static partition key
-    /// value, or two of a record's fields under one name. A record written with such names would put one field's value
-    /// where the other's goes (the owner token in the key's place: each delivery's lease
-    /// under a key of its own, so every delivery runs the handler).
+    /// value, or two of a record's fields under one name. A record written with such names
+    /// would put one field's value where the other's goes (the owner token in the key's
+    /// place: each delivery's lease under a key of its own, so every delivery runs the
+    /// handler).
     #[cfg(feature = "dynamodb")]
     pub(crate) fn fault(&self) -> Option<String> {
         let mut named = vec![
