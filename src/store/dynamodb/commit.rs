@@ -229,15 +229,17 @@ impl DynamoDbStore {
     }
 
     async fn commit_inner(&self, request: &CommitRequest) -> Result<Commit, StoreError> {
+        // The record's key is named first: a store that cannot name it refuses everything.
+        let marker = self.lease_marker(request)?;
         check_commit_size(&self.names, request)?;
-        self.transact(request, self.lease_marker(request)?, false)
-            .await
+        self.transact(request, marker, false).await
     }
 
     async fn commit_fresh_inner(&self, request: &CommitRequest) -> Result<Commit, StoreError> {
+        // The record's key is named first: a store that cannot name it refuses everything.
+        let marker = self.fresh_marker(request)?;
         check_commit_size(&self.names, request)?;
-        self.transact(request, self.fresh_marker(request)?, true)
-            .await
+        self.transact(request, marker, true).await
     }
 }
 

@@ -61,9 +61,9 @@ impl DynamoDbStore {
         let values = (!write.values.is_empty()).then(|| sdk_item(&write.values));
         let size = write_size_bytes(write);
         let all_old = ReturnValuesOnConditionCheckFailure::AllOld;
-        crate::metrics::dynamodb_call();
         match write.kind {
             WriteKind::Put => {
+                crate::metrics::dynamodb_call();
                 let result = self
                     .client
                     .put_item()
@@ -81,6 +81,7 @@ impl DynamoDbStore {
                 })
             }
             WriteKind::Update => {
+                crate::metrics::dynamodb_call();
                 let result = self
                     .client
                     .update_item()

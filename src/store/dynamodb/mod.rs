@@ -160,9 +160,9 @@ impl DynamoDbStore {
 
     async fn acquire_inner(&self, request: &AcquireRequest) -> Result<Acquire, StoreError> {
         let n = &self.names;
+        let mut item = self.key_item(&request.key)?;
         let size_bytes = record_size_bytes(n, &request.record());
         check_item_size(size_bytes)?;
-        let mut item = self.key_item(&request.key)?;
         item.insert(n.status.clone(), s(Status::InProgress.as_str()));
         item.insert(n.expiration.clone(), num(request.expiration_secs));
         item.insert(
@@ -206,6 +206,7 @@ impl DynamoDbStore {
     }
 
     async fn complete_inner(&self, request: &CompleteRequest) -> Result<Fenced, StoreError> {
+        let key_item = self.key_item(&request.key)?;
         let size_bytes = completed_size_bytes(&self.names, request);
         check_item_size(size_bytes)?;
         let (names, values) = self.final_state(
@@ -214,7 +215,6 @@ impl DynamoDbStore {
             &request.data,
             request.expiration_secs,
         );
-        let key_item = self.key_item(&request.key)?;
         crate::metrics::dynamodb_call();
         let result = self
             .client

@@ -1,6 +1,9 @@
-//! A store whose attribute names are unusable refuses every request for a record before it
-//! is sent: no request goes out, so none is counted as sent either.
+//! Requests the store refuses before sending them: a store whose attribute names are
+//! unusable refuses every request for a record, whatever else is wrong with it, and a guarded
+//! write of a kind it cannot send is refused too. No request goes out, so none is counted as
+//! sent either.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -17,8 +20,8 @@ use crate::key::IdempotencyKey;
 use crate::metrics::DYNAMODB_CALLS;
 use crate::record::{OwnerToken, Status};
 use crate::store::{
-    AcquireRequest, AttributeNames, CommitRequest, CompleteRequest, ExtendRequest, Store,
-    StoreError, TransactionalStore,
+    AcquireRequest, Attr, AttributeNames, CommitRequest, CompleteRequest, ExtendRequest,
+    GuardedWrite, Store, StoreError, TransactionalStore, Write,
 };
 
 /// Counts `DynamoDbCalls`, and nothing else.
@@ -59,16 +62,33 @@ impl Recorder for Calls {
     }
 }
 
-#[test]
-fn a_store_with_colliding_names_sends_and_counts_no_request() {
+/// Runs `requests` on a runtime of its own and counts the `DynamoDbCalls` they make.
+fn counted<T>(requests: impl Future<Output = T>) -> (T, u64) {
+    let calls = Calls::default();
+    let answer = metrics::with_local_recorder(&calls, || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(requests)
+    });
+    (answer, calls.0.load(Ordering::SeqCst))
+}
+
+/// A store on an endpoint nothing listens on, so that a request sent would fail as
+/// unavailable (it fails even earlier, for want of credentials), never as refused here.
+fn store(names: AttributeNames) -> DynamoDbStore {
     let config = Config::builder()
         .behavior_version(BehaviorVersion::latest())
         .region(Region::new("us-east-1"))
-        // Nothing listens there: a request sent would fail as unavailable, not misconfigured.
         .endpoint_url("http://127.0.0.1:9")
         .build();
-    let store = DynamoDbStore::new(Client::from_conf(config), "t")
-        .with_attribute_names(AttributeNames::default().with_owner("id"));
+    DynamoDbStore::new(Client::from_conf(config), "t").with_attribute_names(names)
+}
+
+#[test]
+fn a_store_with_colliding_names_sends_and_counts_no_request() {
+    let store = store(AttributeNames::default().with_owner("id"));
     let key = IdempotencyKey::derive("calls", b"k");
     let owner = OwnerToken::generate();
     let now = SystemTime::now();
@@ -76,73 +96,114 @@ fn a_store_with_colliding_names_sends_and_counts_no_request() {
         epoch_ms(now + Duration::from_secs(30)),
         epoch_secs(now + Duration::from_secs(3600)),
     );
-    let commit = CommitRequest {
+    let acquire = |validation: Option<String>| AcquireRequest {
+        key: key.clone(),
+        owner: owner.clone(),
+        now,
+        lease_expiration_ms: lease_ms,
+        expiration_secs,
+        validation,
+    };
+    let complete = |data: String| CompleteRequest {
+        key: key.clone(),
+        owner: owner.clone(),
+        status: Status::Completed,
+        data,
+        expiration_secs,
+        now,
+    };
+    let commit = |data: String, writes: Vec<Write>| CommitRequest {
         key: key.clone(),
         owner: owner.clone(),
         now,
         status: Status::Completed,
-        data: "1".into(),
+        data,
         expiration_secs,
         validation: None,
-        writes: Vec::new(),
+        writes,
     };
-    let calls = Calls::default();
-    let answers = metrics::with_local_recorder(&calls, || {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        runtime.block_on(async {
-            vec![
-                store
-                    .acquire(&AcquireRequest {
-                        key: key.clone(),
-                        owner: owner.clone(),
-                        now,
-                        lease_expiration_ms: lease_ms,
-                        expiration_secs,
-                        validation: None,
-                    })
-                    .await
-                    .map(drop),
-                store
-                    .complete(&CompleteRequest {
-                        key: key.clone(),
-                        owner: owner.clone(),
-                        status: Status::Completed,
-                        data: "1".into(),
-                        expiration_secs,
-                        now,
-                    })
-                    .await
-                    .map(drop),
-                store
-                    .extend(&ExtendRequest {
-                        key: key.clone(),
-                        owner: owner.clone(),
-                        lease_expiration_ms: lease_ms,
-                        expiration_secs,
-                        now,
-                    })
-                    .await
-                    .map(drop),
-                store.release(&key, &owner).await.map(drop),
-                store.get(&key).await.map(drop),
-                store.get_many(std::slice::from_ref(&key)).await.map(drop),
-                store.commit(&commit).await.map(drop),
-                store.commit_fresh(&commit).await.map(drop),
-            ]
-        })
+    // Over the item and transaction limits too: the names are the fault to report, since no
+    // smaller request could succeed on this store.
+    let big = "x".repeat(500 * 1024);
+    let many = || {
+        (0..120)
+            .map(|i| Write::put("effects", [("id", Attr::n(i))]))
+            .collect::<Vec<_>>()
+    };
+    let (answers, calls) = counted(async {
+        vec![
+            store.acquire(&acquire(None)).await.map(drop),
+            store.acquire(&acquire(Some(big.clone()))).await.map(drop),
+            store.complete(&complete("1".into())).await.map(drop),
+            store.complete(&complete(big.clone())).await.map(drop),
+            store
+                .extend(&ExtendRequest {
+                    key: key.clone(),
+                    owner: owner.clone(),
+                    lease_expiration_ms: lease_ms,
+                    expiration_secs,
+                    now,
+                })
+                .await
+                .map(drop),
+            store.release(&key, &owner).await.map(drop),
+            store.get(&key).await.map(drop),
+            store.get_many(std::slice::from_ref(&key)).await.map(drop),
+            store
+                .commit(&commit("1".into(), Vec::new()))
+                .await
+                .map(drop),
+            store
+                .commit(&commit(big.clone(), Vec::new()))
+                .await
+                .map(drop),
+            store.commit(&commit("1".into(), many())).await.map(drop),
+            store
+                .commit_fresh(&commit("1".into(), Vec::new()))
+                .await
+                .map(drop),
+            store
+                .commit_fresh(&commit(big.clone(), Vec::new()))
+                .await
+                .map(drop),
+            store
+                .commit_fresh(&commit("1".into(), many()))
+                .await
+                .map(drop),
+        ]
     });
-    for (call, answer) in answers.iter().enumerate() {
+    let wrong: Vec<_> = answers
+        .iter()
+        .enumerate()
+        .filter(|(_, answer)| !matches!(answer, Err(StoreError::Misconfigured { .. })))
+        .collect();
+    assert!(wrong.is_empty(), "(call, answer): {wrong:?}");
+    assert_eq!(calls, 0, "requests counted as sent");
+}
+
+#[test]
+fn a_guarded_write_of_a_kind_it_cannot_send_is_refused_uncounted() {
+    let store = store(AttributeNames::default());
+    let key = [("id", Attr::s("k"))];
+    let (answers, calls) = counted(async {
+        vec![
+            store
+                .write_guarded(&Write::delete("effects", key.clone()))
+                .await,
+            store
+                .write_guarded(&Write::condition_check(
+                    "effects",
+                    key.clone(),
+                    "attribute_exists(id)",
+                ))
+                .await,
+        ]
+    });
+    for (write, answer) in answers.iter().enumerate() {
         assert!(
-            matches!(answer, Err(StoreError::Misconfigured { .. })),
-            "call {call}: {answer:?}"
+            matches!(answer, Err(StoreError::InvalidWrite { write_index: 0, .. })),
+            "write {write}: {answer:?}"
         );
     }
-    assert_eq!(
-        calls.0.load(Ordering::SeqCst),
-        0,
-        "requests counted as sent"
-    );
+    assert_eq!(calls, 0, "refused writes counted as sent");
 }
