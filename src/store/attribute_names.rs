@@ -1,5 +1,7 @@
 //! [`AttributeNames`]: how a record's fields are named as item attributes.
 
+use super::StoreError;
+
 /// The table's attribute names. The defaults are Powertools for AWS Lambda's, so one table
 /// layout serves both; `lease_owner` is this crate's addition (fencing).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -120,12 +122,38 @@ impl AttributeNames {
         self.sort_key.as_deref().unwrap_or(&self.key)
     }
 
+    /// Checks that these names are usable: every name non-empty and distinct (the sort
+    /// key's included), and a single-table layout's static partition key value non-empty.
+    ///
+    /// A `DynamoDbStore` given names that are not refuses every request for a record with
+    /// [`StoreError::Misconfigured`], so each delivery fails and is retried until they are
+    /// fixed. Call this where the names are built (say, from the environment) to fail at
+    /// start-up instead.
+    ///
+    /// ```
+    /// use lambda_idempotency::store::{AttributeNames, StoreError};
+    ///
+    /// let names = AttributeNames::default().with_key("pk").with_owner("pk");
+    /// let Err(StoreError::Misconfigured { reason }) = names.check() else {
+    ///     panic!("two fields under one name are refused");
+    /// };
+    /// assert_eq!(reason, r#"the key and owner attributes are both named "pk""#);
+    ///
+    /// let names = AttributeNames::default().with_sort_key("sk", "idempotency#orders");
+    /// assert!(names.check().is_ok());
+    /// ```
+    pub fn check(&self) -> Result<(), StoreError> {
+        match self.fault() {
+            None => Ok(()),
+            Some(reason) => Err(StoreError::Misconfigured { reason }),
+        }
+    }
+
     /// What makes these names unusable, if anything: an empty name or static partition key
     /// value, or two of a record's fields under one name. A record written with such names
     /// would put one field's value where the other's goes (the owner token in the key's
     /// place: each delivery's lease under a key of its own, so every delivery runs the
     /// handler).
-    #[cfg(feature = "dynamodb")]
     pub(crate) fn fault(&self) -> Option<String> {
         let mut named = vec![
             ("key", self.key.as_str()),
@@ -160,7 +188,7 @@ impl AttributeNames {
     }
 }
 
-#[cfg(all(test, feature = "dynamodb"))]
+#[cfg(test)]
 mod tests {
     use super::*;
 

@@ -54,6 +54,7 @@ pub enum StoreError {
     /// The store is configured so that it cannot keep records apart (attribute names that
     /// are empty or collide): every request for a record is refused before it is sent, so
     /// nothing is written, and the records fail and are retried until it is fixed.
+    /// [`AttributeNames::check`](crate::store::AttributeNames::check) finds it at start-up.
     #[error("the idempotency store is misconfigured: {reason}")]
     Misconfigured {
         /// What is wrong.
