@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
 use lambda_idempotency::record::Status;
+use lambda_idempotency::store::AttributeNames;
 
 use crate::key::KeySource;
 use crate::CliError;
@@ -21,6 +22,9 @@ pub struct Cli {
     /// Print JSON instead of text (list: one JSON object per line).
     #[arg(long, global = true)]
     pub json: bool,
+    /// The table's attribute names, when not the library's defaults.
+    #[command(flatten)]
+    pub names: NamesArgs,
     /// The operation.
     #[command(subcommand)]
     pub command: Command,
@@ -111,6 +115,90 @@ impl KeyArgs {
                 "one of --message-id, --attribute, --field, --body-hash is required".into(),
             ))
         }
+    }
+}
+
+/// The table's attribute names, as given to the library's
+/// `DynamoDbStore::with_attribute_names`; each one left out keeps the library's default.
+#[derive(Debug, Default, Args)]
+#[command(next_help_heading = "Attribute names (when not the defaults)")]
+pub struct NamesArgs {
+    /// The partition key (default `id`).
+    #[arg(long, global = true, value_name = "NAME")]
+    pub key_attribute: Option<String>,
+    /// The status (default `status`).
+    #[arg(long, global = true, value_name = "NAME")]
+    pub status_attribute: Option<String>,
+    /// The record expiry, the TTL attribute (default `expiration`).
+    #[arg(long, global = true, value_name = "NAME")]
+    pub expiration_attribute: Option<String>,
+    /// The lease end (default `in_progress_expiration`).
+    #[arg(long, global = true, value_name = "NAME")]
+    pub in_progress_expiration_attribute: Option<String>,
+    /// The stored result (default `data`).
+    #[arg(long, global = true, value_name = "NAME")]
+    pub data_attribute: Option<String>,
+    /// The payload hash (default `validation`).
+    #[arg(long, global = true, value_name = "NAME")]
+    pub validation_attribute: Option<String>,
+    /// The lease owner (default `lease_owner`).
+    #[arg(long, global = true, value_name = "NAME")]
+    pub owner_attribute: Option<String>,
+    /// Single-table layout: the sort key, which holds the stored id (with
+    /// --static-partition-key).
+    #[arg(
+        long,
+        global = true,
+        value_name = "NAME",
+        requires = "static_partition_key"
+    )]
+    pub sort_key_attribute: Option<String>,
+    /// Single-table layout: the partition key value of every record (with
+    /// --sort-key-attribute).
+    #[arg(
+        long,
+        global = true,
+        value_name = "VALUE",
+        requires = "sort_key_attribute"
+    )]
+    pub static_partition_key: Option<String>,
+}
+
+/// One of `AttributeNames`' renaming builders.
+type Rename = fn(AttributeNames, String) -> AttributeNames;
+
+impl NamesArgs {
+    /// The attribute names, checked as the library's store checks them
+    /// ([`AttributeNames::check`]): names that are empty or collide are a usage error, found
+    /// before anything is sent.
+    pub fn names(&self) -> Result<AttributeNames, CliError> {
+        let mut names = AttributeNames::default();
+        let renames: [(&Option<String>, Rename); 7] = [
+            (&self.key_attribute, AttributeNames::with_key),
+            (&self.status_attribute, AttributeNames::with_status),
+            (&self.expiration_attribute, AttributeNames::with_expiration),
+            (
+                &self.in_progress_expiration_attribute,
+                AttributeNames::with_in_progress_expiration,
+            ),
+            (&self.data_attribute, AttributeNames::with_data),
+            (&self.validation_attribute, AttributeNames::with_validation),
+            (&self.owner_attribute, AttributeNames::with_owner),
+        ];
+        for (name, rename) in renames {
+            if let Some(name) = name {
+                names = rename(names, name.clone());
+            }
+        }
+        if let (Some(sort_key), Some(value)) =
+            (&self.sort_key_attribute, &self.static_partition_key)
+        {
+            names = names.with_sort_key(sort_key, value);
+        }
+        names
+            .check()
+            .map_err(|err| CliError::Usage(format!("attribute names: {err}")))?;
+        Ok(names)
     }
 }
 

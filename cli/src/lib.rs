@@ -46,7 +46,8 @@ pub async fn run(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> Result<(
         .table
         .filter(|t| !t.is_empty())
         .ok_or(CliError::NoTable)?;
-    let store = DynamoDbStore::new(client().await, table);
+    let names = cli.names.names()?;
+    let store = DynamoDbStore::new(client().await, table).with_attribute_names(names);
     let now = SystemTime::now();
     match cli.command {
         Command::Key(_) => unreachable!("handled above"),

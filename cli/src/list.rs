@@ -1,4 +1,5 @@
-//! The `list` command: a filtered Scan of the whole table, page by page.
+//! The `list` command: a filtered Scan of the whole table (in a single-table layout, a Query
+//! of the records' partition), page by page.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -114,9 +115,13 @@ impl ListSummary {
     }
 }
 
-/// Scans the whole table through the SDK's paginator, printing each matching record on
-/// `out` (one line, or one JSON object per line) and progress on `err`: a line after every
-/// [`ListOptions::progress_every`] scanned items, and a last line when done.
+/// Reads the records page by page through the SDK's paginator, printing each matching
+/// record on `out` (one line, or one JSON object per line) and progress on `err`: a line
+/// after every [`ListOptions::progress_every`] items read, and a last line when done.
+///
+/// With the library's layout (the stored id as partition key) this is a Scan of the whole
+/// table. In a single-table layout it is a Query of the records' one partition key value,
+/// so the table's other items are not read (nor paid for).
 pub async fn list(
     store: &DynamoDbStore,
     options: &ListOptions,
@@ -125,31 +130,86 @@ pub async fn list(
     err: &mut dyn Write,
 ) -> Result<ListSummary, CliError> {
     let names = store.attribute_names();
-    let filter = filter(names, options.status, options.older_than, now);
-    let mut pages = store
-        .client()
-        .scan()
-        .table_name(store.table())
-        .set_filter_expression(filter.expression)
-        .set_expression_attribute_names((!filter.names.is_empty()).then_some(filter.names))
-        .set_expression_attribute_values((!filter.values.is_empty()).then_some(filter.values))
-        .set_limit(options.page_size)
-        .into_paginator()
-        .send();
-    let mut summary = ListSummary::default();
-    let mut next_progress = options.progress_every;
-    while let Some(page) = pages.next().await {
-        let page = page.map_err(|e| CliError::aws("Scan", e))?;
+    let mut filter = filter(names, options.status, options.older_than, now);
+    let mut printer = Printer {
+        names,
+        options,
+        now,
+        summary: ListSummary::default(),
+        next_progress: options.progress_every,
+    };
+    if names.sort_key.is_none() {
+        let mut pages = store
+            .client()
+            .scan()
+            .table_name(store.table())
+            .set_filter_expression(filter.expression)
+            .set_expression_attribute_names((!filter.names.is_empty()).then_some(filter.names))
+            .set_expression_attribute_values((!filter.values.is_empty()).then_some(filter.values))
+            .set_limit(options.page_size)
+            .into_paginator()
+            .send();
+        while let Some(page) = pages.next().await {
+            let page = page.map_err(|e| CliError::aws("Scan", e))?;
+            printer.page(page.items(), page.scanned_count(), out, err)?;
+        }
+    } else {
+        // The filter's placeholders start with a letter; this one cannot clash with them.
+        filter.names.insert("#layout_pk".into(), names.key.clone());
+        filter.values.insert(
+            ":layout_pk".into(),
+            AttributeValue::S(names.static_partition_key.clone()),
+        );
+        let mut pages = store
+            .client()
+            .query()
+            .table_name(store.table())
+            .key_condition_expression("#layout_pk = :layout_pk")
+            .set_filter_expression(filter.expression)
+            .set_expression_attribute_names(Some(filter.names))
+            .set_expression_attribute_values(Some(filter.values))
+            .set_limit(options.page_size)
+            .into_paginator()
+            .send();
+        while let Some(page) = pages.next().await {
+            let page = page.map_err(|e| CliError::aws("Query", e))?;
+            printer.page(page.items(), page.scanned_count(), out, err)?;
+        }
+    }
+    let summary = printer.summary;
+    writeln!(err, "done: {}", summary.progress())?;
+    Ok(summary)
+}
+
+/// Prints the records of each page read, and progress.
+struct Printer<'a> {
+    names: &'a AttributeNames,
+    options: &'a ListOptions,
+    now: SystemTime,
+    summary: ListSummary,
+    next_progress: u64,
+}
+
+impl Printer<'_> {
+    /// One page: its `items` (matched by the filter) out of `scanned` items read.
+    fn page(
+        &mut self,
+        items: &[HashMap<String, AttributeValue>],
+        scanned: i32,
+        out: &mut dyn Write,
+        err: &mut dyn Write,
+    ) -> Result<(), CliError> {
+        let (summary, options) = (&mut self.summary, self.options);
         summary.pages += 1;
-        summary.scanned += u64::try_from(page.scanned_count()).unwrap_or(0);
-        for item in page.items() {
-            match parse_item(names, item) {
+        summary.scanned += u64::try_from(scanned).unwrap_or(0);
+        for item in items {
+            match parse_item(self.names, item) {
                 Ok(record) => {
                     summary.matched += 1;
                     if options.json {
-                        writeln!(out, "{}", record_json(&record, now))?;
+                        writeln!(out, "{}", record_json(&record, self.now))?;
                     } else {
-                        writeln!(out, "{}", record_line(&record, now))?;
+                        writeln!(out, "{}", record_line(&record, self.now))?;
                     }
                 }
                 Err(e) => {
@@ -158,13 +218,13 @@ pub async fn list(
                 }
             }
         }
-        if options.progress_every > 0 && summary.scanned >= next_progress {
+        if options.progress_every > 0 && summary.scanned >= self.next_progress {
             writeln!(err, "{}", summary.progress())?;
-            next_progress = (summary.scanned / options.progress_every + 1) * options.progress_every;
+            self.next_progress =
+                (summary.scanned / options.progress_every + 1) * options.progress_every;
         }
+        Ok(())
     }
-    writeln!(err, "done: {}", summary.progress())?;
-    Ok(summary)
 }
 
 #[cfg(test)]

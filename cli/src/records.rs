@@ -42,7 +42,7 @@ pub async fn evict(store: &DynamoDbStore, id: &str) -> Result<Record, CliError> 
         .client()
         .delete_item()
         .table_name(store.table())
-        .key(&names.key, AttributeValue::S(id.to_string()))
+        .set_key(Some(key_of(store, id)))
         .condition_expression(EVICT_CONDITION)
         .expression_attribute_names("#status", &names.status)
         .expression_attribute_values(":completed", s(Status::Completed.as_str()))
@@ -73,6 +73,17 @@ pub async fn evict(store: &DynamoDbStore, id: &str) -> Result<Record, CliError> 
         "record {id:?} is {status}, not COMPLETED or FAILED: evict only deletes finished \
          records; for a stuck INPROGRESS record use `release`"
     )))
+}
+
+/// The key attributes of the record stored under `id`, in the store's layout (a
+/// single-table layout's static partition key value and sort key, or the partition key).
+fn key_of(store: &DynamoDbStore, id: &str) -> HashMap<String, AttributeValue> {
+    store
+        .attribute_names()
+        .item_key(id)
+        .into_iter()
+        .map(|(name, value)| (name.to_string(), s(value)))
+        .collect()
 }
 
 fn s(value: &str) -> AttributeValue {
@@ -171,7 +182,7 @@ async fn release_as_read(store: &DynamoDbStore, record: &Record) -> Result<Fence
         .client()
         .delete_item()
         .table_name(store.table())
-        .key(&names.key, s(record.key.as_str()))
+        .set_key(Some(key_of(store, record.key.as_str())))
         .expression_attribute_names("#status", &names.status)
         .expression_attribute_names("#owner", &names.owner)
         .expression_attribute_names("#ipe", &names.in_progress_expiration)

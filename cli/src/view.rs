@@ -152,7 +152,7 @@ pub fn parse_item(
     item: &HashMap<String, AttributeValue>,
 ) -> Result<Record, CliError> {
     let text = |name: &str| item.get(name).and_then(|v| v.as_s().ok()).cloned();
-    let id = text(&names.key).unwrap_or_default();
+    let id = text(names.stored_key_attribute()).unwrap_or_default();
     let malformed = |reason: String| CliError::Malformed {
         id: id.clone(),
         reason,

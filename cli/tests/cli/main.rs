@@ -3,5 +3,6 @@
 //! `lambda_idempotency_test_support::dynamodb`).
 mod common;
 mod key;
+mod layout;
 mod list;
 mod records;
