@@ -154,7 +154,7 @@ pub async fn list(
             printer.page(page.items(), page.scanned_count(), out, err)?;
         }
     } else {
-        // The filter's placeholders start with a letter; this one cannot clash with them.
+        // Placeholders of their own: the filter names none of its own so.
         filter.names.insert("#layout_pk".into(), names.key.clone());
         filter.values.insert(
             ":layout_pk".into(),
