@@ -58,7 +58,8 @@ pub enum Command {
         #[arg(long)]
         force: bool,
     },
-    /// List records (a Scan of the whole table, all pages), one per line.
+    /// List records (a Scan of the whole table; in a single-table layout, a Query of the
+    /// records' partition key value), all pages, one per line.
     List(ListArgs),
 }
 
@@ -146,21 +147,11 @@ pub struct NamesArgs {
     pub owner_attribute: Option<String>,
     /// Single-table layout: the sort key, which holds the stored id (with
     /// --static-partition-key).
-    #[arg(
-        long,
-        global = true,
-        value_name = "NAME",
-        requires = "static_partition_key"
-    )]
+    #[arg(long, global = true, value_name = "NAME")]
     pub sort_key_attribute: Option<String>,
     /// Single-table layout: the partition key value of every record (with
     /// --sort-key-attribute).
-    #[arg(
-        long,
-        global = true,
-        value_name = "VALUE",
-        requires = "sort_key_attribute"
-    )]
+    #[arg(long, global = true, value_name = "VALUE")]
     pub static_partition_key: Option<String>,
 }
 
@@ -190,10 +181,18 @@ impl NamesArgs {
                 names = rename(names, name.clone());
             }
         }
-        if let (Some(sort_key), Some(value)) =
-            (&self.sort_key_attribute, &self.static_partition_key)
-        {
-            names = names.with_sort_key(sort_key, value);
+        // Checked here, not by clap: its `requires` does not see a global flag given on the
+        // other side of the subcommand.
+        match (&self.sort_key_attribute, &self.static_partition_key) {
+            (Some(sort_key), Some(value)) => names = names.with_sort_key(sort_key, value),
+            (None, None) => {}
+            _ => {
+                return Err(CliError::Usage(
+                    "a single-table layout needs both --sort-key-attribute and \
+                     --static-partition-key"
+                        .into(),
+                ))
+            }
         }
         names
             .check()
@@ -240,7 +239,8 @@ pub struct ListArgs {
     /// by TTL).
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     pub older_than: Option<Duration>,
-    /// Items evaluated per Scan page (DynamoDB's Limit); default: up to 1 MB per page.
+    /// Items evaluated per Scan or Query page (DynamoDB's Limit); default: up to 1 MB per
+    /// page.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(i32).range(1..))]
     pub page_size: Option<i32>,
     /// Print a progress line on stderr after every N scanned items (0: only the final

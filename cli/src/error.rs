@@ -43,7 +43,7 @@ pub enum CliError {
     /// A DynamoDB request sent by the CLI itself failed.
     #[error("DynamoDB {operation} failed: {message}")]
     Aws {
-        /// The operation (`DeleteItem`, `Scan`).
+        /// The operation (`DeleteItem`, `Scan`, `Query`).
         operation: &'static str,
         /// The SDK's error with its causes.
         message: String,

@@ -19,7 +19,7 @@ pub struct ListOptions {
     pub status: Option<Status>,
     /// Only records whose end time lies at least this far in the past (see [`filter`]).
     pub older_than: Option<Duration>,
-    /// Items DynamoDB evaluates per Scan page (`Limit`); `None`: up to 1 MB per page.
+    /// Items DynamoDB evaluates per Scan or Query page (`Limit`); `None`: up to 1 MB per page.
     pub page_size: Option<i32>,
     /// A progress line on stderr after every this many scanned items (0: none).
     pub progress_every: u64,
@@ -27,7 +27,7 @@ pub struct ListOptions {
     pub json: bool,
 }
 
-/// A Scan filter: the expression and its names and values.
+/// A Scan's or Query's filter: the expression and its names and values.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Filter {
     /// The `FilterExpression`, `None` to match every item.
@@ -98,7 +98,7 @@ pub fn filter(
 pub struct ListSummary {
     /// Items DynamoDB evaluated (`ScannedCount`, summed over pages).
     pub scanned: u64,
-    /// Scan pages read.
+    /// Pages read.
     pub pages: u64,
     /// Records printed.
     pub matched: u64,

@@ -29,8 +29,11 @@ pub async fn get(store: &DynamoDbStore, id: &str) -> Result<Record, CliError> {
         .ok_or_else(|| not_found(store, id))
 }
 
-/// The condition of `evict`: only a finished record is deleted.
-pub const EVICT_CONDITION: &str = "#status IN (:completed, :failed)";
+/// The condition of `evict`: only a finished record is deleted. The expiry, which every
+/// record has and is a number, tells a record from another item that happens to have a
+/// `status` (in a table shared with other items, a single-table layout).
+pub const EVICT_CONDITION: &str =
+    "#status IN (:completed, :failed) AND attribute_type(#exp, :number)";
 
 /// Deletes the `COMPLETED` or `FAILED` record under `id` with one conditional `DeleteItem`
 /// ([`EVICT_CONDITION`]), so that the next delivery of its message runs the handler again.
@@ -45,6 +48,8 @@ pub async fn evict(store: &DynamoDbStore, id: &str) -> Result<Record, CliError> 
         .set_key(Some(key_of(store, id)))
         .condition_expression(EVICT_CONDITION)
         .expression_attribute_names("#status", &names.status)
+        .expression_attribute_names("#exp", &names.expiration)
+        .expression_attribute_values(":number", s("N"))
         .expression_attribute_values(":completed", s(Status::Completed.as_str()))
         .expression_attribute_values(":failed", s(Status::Failed.as_str()))
         .return_values(ReturnValue::AllOld)
@@ -65,13 +70,18 @@ pub async fn evict(store: &DynamoDbStore, id: &str) -> Result<Record, CliError> 
     let Some(old) = old else {
         return Err(not_found(store, id));
     };
-    let status = old
-        .get(&names.status)
-        .and_then(|v| v.as_s().ok())
-        .map_or("no status", String::as_str);
+    let record = match parse_item(names, &old) {
+        Ok(record) => record,
+        Err(not_a_record) => {
+            return Err(CliError::Refused(format!(
+                "item {id:?} is not a record ({not_a_record})"
+            )))
+        }
+    };
     Err(CliError::Refused(format!(
-        "record {id:?} is {status}, not COMPLETED or FAILED: evict only deletes finished \
-         records; for a stuck INPROGRESS record use `release`"
+        "record {id:?} is {}, not COMPLETED or FAILED: evict only deletes finished \
+         records; for a stuck INPROGRESS record use `release`",
+        record.status
     )))
 }
 

@@ -6,3 +6,4 @@ mod key;
 mod layout;
 mod list;
 mod records;
+mod renamed;

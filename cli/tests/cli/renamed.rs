@@ -1,0 +1,287 @@
+//! Attribute names of a table's own, every one renamed, in a single-table layout beside
+//! other items (found in review, helper-51): what `list` filters and pages, the fencing of
+//! `release`, `evict` of an item that is not a record, and the layout flags on either side of
+//! the subcommand.
+
+use std::time::{Duration, SystemTime};
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use lambda_idempotency::record::Status;
+use lambda_idempotency::store::{AttributeNames, DynamoDbStore, ExtendRequest, Fenced, Store};
+use lambda_idempotency_cli::records;
+use lambda_idempotency_cli::CliError;
+use lambda_idempotency_test_support as support;
+
+use crate::common::{acquire, cli, completed, epoch_ms, key_of};
+
+const STATIC: &str = "idempotency#orders";
+
+/// A single-table store with every attribute renamed.
+async fn renamed_single_table() -> Option<DynamoDbStore> {
+    let client = support::dynamodb::client().await?;
+    let table = lambda_idempotency::testing::dynamodb::create_table_with_keys(
+        &client,
+        "renamed",
+        "pk",
+        Some("sk"),
+    )
+    .await;
+    let names = AttributeNames::default()
+        .with_key("pk")
+        .with_status("st")
+        .with_expiration("ttl")
+        .with_in_progress_expiration("lease_ms")
+        .with_owner("holder")
+        .with_data("result")
+        .with_validation("hash")
+        .with_sort_key("sk", STATIC);
+    Some(DynamoDbStore::new(client, table).with_attribute_names(names))
+}
+
+fn renamed_flags(table: &str) -> Vec<String> {
+    [
+        "--table",
+        table,
+        "--json",
+        "--key-attribute",
+        "pk",
+        "--status-attribute",
+        "st",
+        "--expiration-attribute",
+        "ttl",
+        "--in-progress-expiration-attribute",
+        "lease_ms",
+        "--owner-attribute",
+        "holder",
+        "--data-attribute",
+        "result",
+        "--validation-attribute",
+        "hash",
+        "--sort-key-attribute",
+        "sk",
+        "--static-partition-key",
+        STATIC,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+fn s(v: &str) -> AttributeValue {
+    AttributeValue::S(v.into())
+}
+
+async fn exists(store: &DynamoDbStore, pk: &str, sk: &str) -> bool {
+    store
+        .client()
+        .get_item()
+        .table_name(store.table())
+        .key("pk", s(pk))
+        .key("sk", s(sk))
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap()
+        .item()
+        .is_some()
+}
+
+#[tokio::test]
+async fn evict_leaves_an_item_that_is_not_a_record_alone() {
+    let Some(store) = support::dynamodb::fresh_single_table_store().await else {
+        return;
+    };
+    let table = store.table().to_string();
+    // Another item of the shared table, under the records' partition key value, with a
+    // `status` attribute of its own (a common attribute name in a single-table design).
+    store
+        .client()
+        .put_item()
+        .table_name(&table)
+        .item("pk", s(STATIC))
+        .item("sk", s("settings"))
+        .item("status", s("COMPLETED"))
+        .send()
+        .await
+        .unwrap();
+    let run = cli(&[
+        "evict",
+        "settings",
+        "--table",
+        &table,
+        "--key-attribute",
+        "pk",
+        "--sort-key-attribute",
+        "sk",
+        "--static-partition-key",
+        STATIC,
+    ]);
+    assert!(
+        exists(&store, STATIC, "settings").await,
+        "evict deleted an item that is not a record: {run:?}"
+    );
+    // Refused, nothing changed; the item is named for what it is.
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(
+        run.stderr.contains(concat!(
+            r#"refused: item "settings" is not a record "#,
+            r#"(malformed record "settings": no expiration)"#
+        )),
+        "{run:?}"
+    );
+}
+
+#[tokio::test]
+async fn list_queries_filters_and_pages_with_renamed_attributes() {
+    let Some(store) = renamed_single_table().await else {
+        return;
+    };
+    let table = store.table().to_string();
+    let now = SystemTime::now();
+    let hour = Duration::from_secs(3600);
+    let (expired, stuck, live, fresh) = (
+        key_of("renamed-expired"),
+        key_of("renamed-stuck"),
+        key_of("renamed-live"),
+        key_of("renamed-fresh"),
+    );
+    completed(&store, &expired, now - 2 * hour).await;
+    completed(&store, &fresh, now + 2 * hour).await;
+    acquire(&store, &stuck, now - hour).await;
+    acquire(&store, &live, now + hour).await;
+    // A non-record under the static partition, and an item of another partition.
+    for (pk, sk) in [(STATIC, "zz-meta"), ("customer#1", "profile")] {
+        store
+            .client()
+            .put_item()
+            .table_name(&table)
+            .item("pk", s(pk))
+            .item("sk", s(sk))
+            .item("kind", s("other"))
+            .send()
+            .await
+            .unwrap();
+    }
+    let list = |extra: &[&str]| {
+        let mut args = vec!["list".to_string()];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        args.extend(renamed_flags(&table));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let run = cli(&args).ok();
+        let mut ids: Vec<String> = run
+            .json_lines()
+            .iter()
+            .map(|l| l["id"].as_str().unwrap().to_string())
+            .collect();
+        ids.sort();
+        (ids, run)
+    };
+    let sorted = |keys: &[&lambda_idempotency::key::IdempotencyKey]| {
+        let mut v: Vec<String> = keys.iter().map(|k| k.to_string()).collect();
+        v.sort();
+        v
+    };
+    let (ids, run) = list(&["--page-size", "1"]);
+    assert_eq!(ids, sorted(&[&expired, &stuck, &live, &fresh]), "{run:?}");
+    assert!(
+        run.stderr
+            .contains(r#"skipped: malformed record "zz-meta": no status"#),
+        "{run:?}"
+    );
+    // The records' partition alone was read (4 records and the item that is not one), a
+    // record a page, and a last empty page.
+    assert!(
+        run.stderr
+            .contains("done: scanned 5 items in 6 pages, 4 matched"),
+        "{run:?}"
+    );
+    let (ids, run) = list(&[
+        "--status",
+        "INPROGRESS",
+        "--older-than",
+        "15m",
+        "--page-size",
+        "2",
+    ]);
+    assert_eq!(ids, sorted(&[&stuck]), "{run:?}");
+    let (ids, run) = list(&["--older-than", "15m"]);
+    assert_eq!(ids, sorted(&[&expired, &stuck]), "{run:?}");
+    let (ids, run) = list(&["--status", "COMPLETED"]);
+    assert_eq!(ids, sorted(&[&expired, &fresh]), "{run:?}");
+    // Flags before the subcommand.
+    let mut args = renamed_flags(&table);
+    args.push("list".into());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let run = cli(&args).ok();
+    assert_eq!(run.json_lines().len(), 4, "{run:?}");
+}
+
+#[tokio::test]
+async fn release_is_fenced_and_evict_deletes_with_renamed_attributes() {
+    let Some(store) = renamed_single_table().await else {
+        return;
+    };
+    let table = store.table().to_string();
+    let now = SystemTime::now();
+    let stuck = key_of("renamed-fence");
+    let owner = acquire(&store, &stuck, now - Duration::from_secs(60)).await;
+    let read = records::get(&store, stuck.as_str()).await.unwrap();
+    assert_eq!(read.status, Status::InProgress);
+    // The holder's heartbeat extends the elapsed lease after the read.
+    let extended = store
+        .extend(&ExtendRequest {
+            key: stuck.clone(),
+            owner: owner.clone(),
+            lease_expiration_ms: epoch_ms(now + Duration::from_secs(600)),
+            expiration_secs: epoch_ms(now + Duration::from_secs(7200)) / 1000,
+            now,
+        })
+        .await
+        .unwrap();
+    assert_eq!(extended, Fenced::Applied);
+    let answer = records::release_held(&store, &read, false).await;
+    assert!(matches!(answer, Err(CliError::Changed(_))), "{answer:?}");
+    assert!(store.get(&stuck).await.unwrap().is_some());
+    // Live now: the binary refuses; forced it releases.
+    let mut args = vec!["release".to_string(), stuck.to_string()];
+    args.extend(renamed_flags(&table));
+    let a: Vec<&str> = args.iter().map(String::as_str).collect();
+    let run = cli(&a);
+    assert_eq!(run.code, 1, "{run:?}");
+    args.push("--force".into());
+    let a: Vec<&str> = args.iter().map(String::as_str).collect();
+    cli(&a).ok();
+    assert!(store.get(&stuck).await.unwrap().is_none());
+    // evict and get with renamed attributes.
+    let done = key_of("renamed-done");
+    completed(&store, &done, now + Duration::from_secs(3600)).await;
+    let mut args = vec!["get".to_string(), done.to_string()];
+    args.extend(renamed_flags(&table));
+    let a: Vec<&str> = args.iter().map(String::as_str).collect();
+    let shown = cli(&a).ok().json();
+    assert_eq!(shown["status"], "COMPLETED");
+    args[0] = "evict".into();
+    let a: Vec<&str> = args.iter().map(String::as_str).collect();
+    cli(&a).ok();
+    assert!(store.get(&done).await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn layout_flags_split_around_the_subcommand_are_accepted() {
+    let Some(store) = support::dynamodb::fresh_single_table_store().await else {
+        return;
+    };
+    let table = store.table().to_string();
+    let run = cli(&[
+        "--key-attribute",
+        "pk",
+        "--sort-key-attribute",
+        "sk",
+        "list",
+        "--table",
+        &table,
+        "--static-partition-key",
+        STATIC,
+    ]);
+    assert_eq!(run.code, 0, "{run:?}");
+}
