@@ -41,14 +41,17 @@ pub enum Command {
         id: String,
     },
     /// Delete a COMPLETED or FAILED record so that the next delivery runs the handler
-    /// again. One conditional DeleteItem; an INPROGRESS or absent record is refused (exit 1).
+    /// again. The record is read, then deleted only as read (one conditional DeleteItem); an
+    /// INPROGRESS or absent record, an item that is not a record, and a record changed in
+    /// between are refused (exit 1).
     Evict {
         /// The stored id.
         id: String,
     },
     /// Release (delete) an INPROGRESS record, as the library's own release does, so the
     /// next delivery takes a fresh lease. Refused while the lease is live unless --force;
-    /// the delete requires the status, owner and (without --force) lease end that were read,
+    /// the delete requires the status, owner and (without --force) lease end and expiry that
+    /// were read,
     /// so a record taken over, extended or completed in between is left alone (exit 1).
     Release {
         /// The stored id.

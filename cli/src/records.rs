@@ -5,12 +5,12 @@ use std::collections::HashMap;
 use std::time::SystemTime;
 
 use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
-use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
+use aws_sdk_dynamodb::types::AttributeValue;
 use lambda_idempotency::key::IdempotencyKey;
 use lambda_idempotency::record::{Record, Status};
-use lambda_idempotency::store::{DynamoDbStore, Fenced, Store};
+use lambda_idempotency::store::{DynamoDbStore, Fenced, Store, StoreError};
 
-use crate::view::{self, lease_live, parse_item};
+use crate::view::{self, lease_live};
 use crate::CliError;
 
 fn not_found(store: &DynamoDbStore, id: &str) -> CliError {
@@ -29,60 +29,44 @@ pub async fn get(store: &DynamoDbStore, id: &str) -> Result<Record, CliError> {
         .ok_or_else(|| not_found(store, id))
 }
 
-/// The condition of `evict`: only a finished record is deleted. The expiry, which every
-/// record has and is a number, tells a record from another item that happens to have a
-/// `status` (in a table shared with other items, a single-table layout).
-pub const EVICT_CONDITION: &str =
-    "#status IN (:completed, :failed) AND attribute_type(#exp, :number)";
-
-/// Deletes the `COMPLETED` or `FAILED` record under `id` with one conditional `DeleteItem`
-/// ([`EVICT_CONDITION`]), so that the next delivery of its message runs the handler again.
-/// Returns the record deleted. An `INPROGRESS` record is refused ([`CliError::Refused`]: use
-/// `release`), and an absent one is [`CliError::NotFound`]; neither changes anything.
+/// Deletes the `COMPLETED` or `FAILED` record under `id`, so that the next delivery of its
+/// message runs the handler again. Returns the record deleted.
+///
+/// Reads the record first (the library's [`Store::get`]) and deletes it only as read
+/// ([`delete_as_read`]), so only an item the library reads as a record is ever deleted:
+/// - an absent one is [`CliError::NotFound`];
+/// - an item that is not a record (in a table shared with other items, one that happens to
+///   have a `status`) is refused ([`CliError::Refused`]), and so is an `INPROGRESS` record
+///   (use `release`);
+/// - a record changed since it was read (taken over after it expired, evicted by someone
+///   else) is left alone ([`CliError::Changed`]).
 pub async fn evict(store: &DynamoDbStore, id: &str) -> Result<Record, CliError> {
-    let names = store.attribute_names();
-    let result = store
-        .client()
-        .delete_item()
-        .table_name(store.table())
-        .set_key(Some(key_of(store, id)))
-        .condition_expression(EVICT_CONDITION)
-        .expression_attribute_names("#status", &names.status)
-        .expression_attribute_names("#exp", &names.expiration)
-        .expression_attribute_values(":number", s("N"))
-        .expression_attribute_values(":completed", s(Status::Completed.as_str()))
-        .expression_attribute_values(":failed", s(Status::Failed.as_str()))
-        .return_values(ReturnValue::AllOld)
-        .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-        .send()
-        .await;
-    let err = match result {
-        Ok(output) => {
-            let item = output.attributes.unwrap_or_default();
-            return parse_item(names, &item);
-        }
-        Err(err) => err,
-    };
-    let old: Option<HashMap<String, AttributeValue>> = match err.as_service_error() {
-        Some(DeleteItemError::ConditionalCheckFailedException(ccf)) => ccf.item().cloned(),
-        _ => return Err(CliError::aws("DeleteItem", err)),
-    };
-    let Some(old) = old else {
-        return Err(not_found(store, id));
-    };
-    let record = match parse_item(names, &old) {
-        Ok(record) => record,
-        Err(not_a_record) => {
+    let record = match store.get(&IdempotencyKey::from_stored(id)).await {
+        Ok(Some(record)) => record,
+        Ok(None) => return Err(not_found(store, id)),
+        Err(StoreError::Malformed { reason, .. }) => {
             return Err(CliError::Refused(format!(
-                "item {id:?} is not a record ({not_a_record})"
+                "item {id:?} is not a record ({reason}): evict deletes only records; delete \
+                 another item with DynamoDB's own tools if it must go"
             )))
         }
+        Err(err) => return Err(err.into()),
     };
-    Err(CliError::Refused(format!(
-        "record {id:?} is {}, not COMPLETED or FAILED: evict only deletes finished \
-         records; for a stuck INPROGRESS record use `release`",
-        record.status
-    )))
+    if record.status == Status::InProgress {
+        return Err(CliError::Refused(format!(
+            "record {id:?} is {}, not COMPLETED or FAILED: evict only deletes finished \
+             records; for a stuck INPROGRESS record use `release`",
+            record.status
+        )));
+    }
+    match delete_as_read(store, &record).await? {
+        Fenced::Applied => Ok(record),
+        Fenced::LeaseLost => Err(CliError::Changed(format!(
+            "record {id:?} is no longer {} with the expiry read; run evict again to see it \
+             as it is now",
+            record.status
+        ))),
+    }
 }
 
 /// The key attributes of the record stored under `id`, in the store's layout (a
@@ -106,7 +90,7 @@ fn s(value: &str) -> AttributeValue {
 /// Reads the record first. Refused ([`CliError::Refused`]) when it is not `INPROGRESS`, or
 /// when its lease is live at `now` ([`view::lease_live`]) and `force` is false. The delete
 /// is then [`release_held`]: conditioned on the status, the owner and (without `force`) the
-/// lease end that were read.
+/// lease end and expiry that were read.
 pub async fn release(
     store: &DynamoDbStore,
     id: &str,
@@ -142,14 +126,16 @@ pub async fn release(
 }
 
 /// Deletes `record` only if it is still `INPROGRESS` under the owner it was read with and,
-/// without `force`, with the lease end it was read with: a holder whose heartbeat extended an
+/// without `force`, with the lease end and expiry it was read with ([`delete_as_read`]): a
+/// holder whose heartbeat extended an
 /// elapsed lease after the read keeps it. With `force` the delete is the library's
 /// [`Store::release`] (`#status = :inprogress AND #owner = :owner`). A record taken over by
 /// another owner, extended (without `force`), completed or deleted since it was read is left
 /// alone and reported as [`CliError::Changed`].
 ///
 /// A record without an owner (written by another tool) is deleted under
-/// `#status = :inprogress AND attribute_not_exists(#owner)` and its lease end as read.
+/// `#status = :inprogress AND attribute_not_exists(#owner)` and its lease end and expiry as
+/// read.
 pub async fn release_held(
     store: &DynamoDbStore,
     record: &Record,
@@ -157,7 +143,7 @@ pub async fn release_held(
 ) -> Result<(), CliError> {
     let fenced = match &record.owner {
         Some(owner) if force => store.release(&record.key, owner).await?,
-        _ => release_as_read(store, record).await?,
+        _ => delete_as_read(store, record).await?,
     };
     match fenced {
         Fenced::Applied => Ok(()),
@@ -183,20 +169,25 @@ pub async fn release_held(
     }
 }
 
-/// Deletes `record` if it is still exactly as read: `INPROGRESS`, the same owner (or none),
-/// the same lease end (or none).
-async fn release_as_read(store: &DynamoDbStore, record: &Record) -> Result<Fenced, CliError> {
+/// Deletes `record` if it is still exactly as read: the same status, owner (or none), lease
+/// end (or none) and expiry.
+pub async fn delete_as_read(store: &DynamoDbStore, record: &Record) -> Result<Fenced, CliError> {
     let names = store.attribute_names();
-    let mut condition = "#status = :inprogress".to_string();
+    let mut condition = "#status = :status AND #exp = :exp".to_string();
     let mut request = store
         .client()
         .delete_item()
         .table_name(store.table())
         .set_key(Some(key_of(store, record.key.as_str())))
         .expression_attribute_names("#status", &names.status)
+        .expression_attribute_names("#exp", &names.expiration)
         .expression_attribute_names("#owner", &names.owner)
         .expression_attribute_names("#ipe", &names.in_progress_expiration)
-        .expression_attribute_values(":inprogress", s(Status::InProgress.as_str()));
+        .expression_attribute_values(":status", s(record.status.as_str()))
+        .expression_attribute_values(
+            ":exp",
+            AttributeValue::N(record.expiration_secs.to_string()),
+        );
     match &record.owner {
         Some(owner) => {
             condition.push_str(" AND #owner = :owner");

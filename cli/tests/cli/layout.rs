@@ -113,16 +113,26 @@ async fn unusable_attribute_names_are_a_usage_error_before_anything_is_sent() {
             .contains(r#"the key and owner attributes are both named "id""#),
         "{colliding:?}"
     );
-    let half_layout = cli(&[
-        "list",
-        "--table",
-        "no-such-table",
-        "--sort-key-attribute",
-        "sk",
-    ]);
-    assert_eq!(half_layout.code, 2, "{half_layout:?}");
-    assert!(
-        half_layout.stderr.contains("--static-partition-key"),
-        "{half_layout:?}"
-    );
+    // Half a layout, on every command that reads the table, before or after the command.
+    let commands: [&[&str]; 4] = [&["list"], &["get", "x"], &["evict", "x"], &["release", "x"]];
+    for command in commands {
+        for half in [
+            ["--sort-key-attribute", "sk"],
+            ["--static-partition-key", "v"],
+        ] {
+            let after: Vec<&str> = [command, &["--table", "no-such-table"], &half].concat();
+            let before: Vec<&str> = [&half, command, &["--table", "no-such-table"]].concat();
+            for args in [after, before] {
+                let run = cli(&args);
+                assert_eq!(run.code, 2, "{args:?}: {run:?}");
+                assert!(
+                    run.stderr.contains(
+                        "a single-table layout needs both --sort-key-attribute and \
+                         --static-partition-key"
+                    ),
+                    "{args:?}: {run:?}"
+                );
+            }
+        }
+    }
 }

@@ -86,49 +86,104 @@ async fn exists(store: &DynamoDbStore, pk: &str, sk: &str) -> bool {
         .is_some()
 }
 
+/// An item's attributes beside its key.
+type Attributes = Vec<(&'static str, AttributeValue)>;
+
 #[tokio::test]
 async fn evict_leaves_an_item_that_is_not_a_record_alone() {
     let Some(store) = support::dynamodb::fresh_single_table_store().await else {
         return;
     };
     let table = store.table().to_string();
-    // Another item of the shared table, under the records' partition key value, with a
-    // `status` attribute of its own (a common attribute name in a single-table design).
-    store
-        .client()
-        .put_item()
-        .table_name(&table)
-        .item("pk", s(STATIC))
-        .item("sk", s("settings"))
-        .item("status", s("COMPLETED"))
-        .send()
+    let n = |v: &str| AttributeValue::N(v.into());
+    // Other items of the shared table, under the records' partition key value, with a
+    // `status` attribute of their own (a common attribute name in a single-table design),
+    // some even with a numeric `expiration` (a table has one TTL attribute): none is a
+    // record the library reads.
+    let items: [(&str, Attributes, &str); 4] = [
+        (
+            "settings",
+            vec![("status", s("COMPLETED"))],
+            "no expiration",
+        ),
+        (
+            "negative",
+            vec![("status", s("COMPLETED")), ("expiration", n("-5"))],
+            "expiration is not an integer: -5",
+        ),
+        (
+            "fraction",
+            vec![("status", s("FAILED")), ("expiration", n("1.5"))],
+            "expiration is not an integer: 1.5",
+        ),
+        (
+            "lease-text",
+            vec![
+                ("status", s("COMPLETED")),
+                ("expiration", n("1795306000")),
+                ("in_progress_expiration", s("soon")),
+            ],
+            "in_progress_expiration is not a number",
+        ),
+    ];
+    for (sk, attributes, reason) in items {
+        let mut put = store
+            .client()
+            .put_item()
+            .table_name(&table)
+            .item("pk", s(STATIC))
+            .item("sk", s(sk));
+        for (name, value) in attributes {
+            put = put.item(name, value);
+        }
+        put.send().await.unwrap();
+        let run = cli(&[
+            "evict",
+            sk,
+            "--table",
+            &table,
+            "--key-attribute",
+            "pk",
+            "--sort-key-attribute",
+            "sk",
+            "--static-partition-key",
+            STATIC,
+        ]);
+        assert!(
+            exists(&store, STATIC, sk).await,
+            "evict deleted an item that is not a record: {run:?}"
+        );
+        // Refused, nothing changed; the item is named for what it is.
+        assert_eq!(run.code, 1, "{run:?}");
+        assert!(
+            run.stderr.contains(&format!(
+                "refused: item {sk:?} is not a record ({reason}): evict deletes only records"
+            )),
+            "{run:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn evict_leaves_a_record_changed_since_it_was_read_alone() {
+    let Some(store) = renamed_single_table().await else {
+        return;
+    };
+    let now = SystemTime::now();
+    let key = key_of("renamed-changed");
+    completed(&store, &key, now - Duration::from_secs(60)).await;
+    let read = records::get(&store, key.as_str()).await.unwrap();
+    // Expired, taken over by a new delivery and completed again before the delete.
+    completed(&store, &key, now + Duration::from_secs(3600)).await;
+    let answer = records::delete_as_read(&store, &read).await.unwrap();
+    assert_eq!(answer, Fenced::LeaseLost);
+    let now_stored = store
+        .get(&key)
         .await
-        .unwrap();
-    let run = cli(&[
-        "evict",
-        "settings",
-        "--table",
-        &table,
-        "--key-attribute",
-        "pk",
-        "--sort-key-attribute",
-        "sk",
-        "--static-partition-key",
-        STATIC,
-    ]);
-    assert!(
-        exists(&store, STATIC, "settings").await,
-        "evict deleted an item that is not a record: {run:?}"
-    );
-    // Refused, nothing changed; the item is named for what it is.
-    assert_eq!(run.code, 1, "{run:?}");
-    assert!(
-        run.stderr.contains(concat!(
-            r#"refused: item "settings" is not a record "#,
-            r#"(malformed record "settings": no expiration)"#
-        )),
-        "{run:?}"
-    );
+        .unwrap()
+        .expect("the new record is kept");
+    assert_eq!(now_stored.status, Status::Completed);
+    assert_ne!(now_stored.expiration_secs, read.expiration_secs);
 }
 
 #[tokio::test]
