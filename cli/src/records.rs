@@ -62,8 +62,8 @@ pub async fn evict(store: &DynamoDbStore, id: &str) -> Result<Record, CliError> 
     match delete_as_read(store, &record).await? {
         Fenced::Applied => Ok(record),
         Fenced::LeaseLost => Err(CliError::Changed(format!(
-            "record {id:?} is no longer {} with the expiry read; run evict again to see it \
-             as it is now",
+            "record {id:?} is no longer {} with the owner, lease end and expiry read; run \
+             evict again to see it as it is now",
             record.status
         ))),
     }
@@ -133,9 +133,8 @@ pub async fn release(
 /// another owner, extended (without `force`), completed or deleted since it was read is left
 /// alone and reported as [`CliError::Changed`].
 ///
-/// A record without an owner (written by another tool) is deleted under
-/// `#status = :inprogress AND attribute_not_exists(#owner)` and its lease end and expiry as
-/// read.
+/// A record without an owner (written by another tool) is deleted, even with `force`, only
+/// while it is `INPROGRESS` with no owner and the lease end and expiry read.
 pub async fn release_held(
     store: &DynamoDbStore,
     record: &Record,
@@ -161,7 +160,8 @@ pub async fn release_held(
                 Err(err) => format!("re-reading it failed: {err}"),
             };
             Err(CliError::Changed(format!(
-                "record {:?} is no longer INPROGRESS under owner {} with the lease end read ({now})",
+                "record {:?} is no longer INPROGRESS under owner {} with the lease end and \
+                 expiry read ({now})",
                 record.key.as_str(),
                 record.owner.as_ref().map_or("(none)", |o| o.as_str()),
             )))
@@ -193,7 +193,13 @@ pub async fn delete_as_read(store: &DynamoDbStore, record: &Record) -> Result<Fe
             condition.push_str(" AND #owner = :owner");
             request = request.expression_attribute_values(":owner", s(owner.as_str()));
         }
-        None => condition.push_str(" AND attribute_not_exists(#owner)"),
+        // Read as no owner: absent, or not a string (the library reads only a string).
+        None => {
+            condition.push_str(
+                " AND (attribute_not_exists(#owner) OR NOT attribute_type(#owner, :text))",
+            );
+            request = request.expression_attribute_values(":text", s("S"));
+        }
     }
     match record.lease_expiration_ms {
         Some(ms) => {

@@ -2,6 +2,7 @@
 //! wrote (skipped without DynamoDB Local, failed when it is required: see
 //! `lambda_idempotency_test_support::dynamodb`).
 mod common;
+mod evict;
 mod key;
 mod layout;
 mod list;
