@@ -127,11 +127,10 @@ pub async fn release(
 
 /// Deletes `record` only if it is still `INPROGRESS` under the owner it was read with and,
 /// without `force`, with the lease end and expiry it was read with ([`delete_as_read`]): a
-/// holder whose heartbeat extended an
-/// elapsed lease after the read keeps it. With `force` the delete is the library's
-/// [`Store::release`] (`#status = :inprogress AND #owner = :owner`). A record taken over by
-/// another owner, extended (without `force`), completed or deleted since it was read is left
-/// alone and reported as [`CliError::Changed`].
+/// holder whose heartbeat extended an elapsed lease after the read keeps it. With `force`
+/// the delete is the library's [`Store::release`] (`#status = :inprogress AND #owner =
+/// :owner`). A record taken over by another owner, extended (without `force`), completed or
+/// deleted since it was read is left alone and reported as [`CliError::Changed`].
 ///
 /// A record without an owner (written by another tool) is deleted, even with `force`, only
 /// while it is `INPROGRESS` with no owner and the lease end and expiry read.
