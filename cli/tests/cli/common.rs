@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
+use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodb::Client;
 use lambda_idempotency::batch::BatchProcessor;
 use lambda_idempotency::key::IdempotencyKey;
@@ -89,6 +90,25 @@ pub fn cli(args: &[&str]) -> Run {
         stdout: String::from_utf8(output.stdout).unwrap(),
         stderr: String::from_utf8(output.stderr).unwrap(),
     }
+}
+
+/// A string attribute value.
+pub fn s(value: &str) -> AttributeValue {
+    AttributeValue::S(value.into())
+}
+
+/// Whether the item at `key` (its key attributes and string values) exists in `store`'s
+/// table, read strongly consistent.
+pub async fn item_exists(store: &DynamoDbStore, key: &[(&str, &str)]) -> bool {
+    let mut get = store
+        .client()
+        .get_item()
+        .table_name(store.table())
+        .consistent_read(true);
+    for (name, value) in key {
+        get = get.key(*name, s(value));
+    }
+    get.send().await.unwrap().item().is_some()
 }
 
 /// The stored id of messageId `id` under [`PREFIX`].

@@ -10,11 +10,7 @@ use lambda_idempotency::store::{
 };
 use lambda_idempotency_cli::records;
 
-use crate::common::{acquire, cli, completed, epoch_ms, key_of, rig, Rig};
-
-fn s(v: &str) -> AttributeValue {
-    AttributeValue::S(v.into())
-}
+use crate::common::{acquire, cli, completed, epoch_ms, item_exists, key_of, rig, s, Rig};
 
 fn n(v: &str) -> AttributeValue {
     AttributeValue::N(v.into())
@@ -34,16 +30,7 @@ async fn put(rig: &Rig, id: &str, attributes: &[(&str, AttributeValue)]) {
 }
 
 async fn present(rig: &Rig, id: &str) -> bool {
-    rig.client
-        .get_item()
-        .table_name(&rig.table)
-        .key("id", s(id))
-        .consistent_read(true)
-        .send()
-        .await
-        .unwrap()
-        .item()
-        .is_some()
+    item_exists(&rig.store, &[("id", id)]).await
 }
 
 #[tokio::test]

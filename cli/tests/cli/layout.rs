@@ -5,12 +5,11 @@
 
 use std::time::{Duration, SystemTime};
 
-use aws_sdk_dynamodb::types::AttributeValue;
 use lambda_idempotency::record::Status;
 use lambda_idempotency::store::Store;
 use lambda_idempotency_test_support as support;
 
-use crate::common::{acquire, cli, completed, key_of};
+use crate::common::{acquire, cli, completed, key_of, s};
 
 /// The flags of `support::dynamodb::fresh_single_table_store`'s layout.
 const LAYOUT: [&str; 6] = [
@@ -19,7 +18,7 @@ const LAYOUT: [&str; 6] = [
     "--sort-key-attribute",
     "sk",
     "--static-partition-key",
-    "idempotency#orders",
+    support::dynamodb::SINGLE_TABLE_STATIC,
 ];
 
 #[tokio::test]
@@ -28,7 +27,6 @@ async fn a_single_table_layout_is_operated_with_its_attribute_names() {
         return;
     };
     let table = store.table().to_string();
-    let s = |v: &str| AttributeValue::S(v.into());
     // Another item of the shared table: never read, never changed.
     store
         .client()

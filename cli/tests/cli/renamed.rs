@@ -12,20 +12,12 @@ use lambda_idempotency_cli::records;
 use lambda_idempotency_cli::CliError;
 use lambda_idempotency_test_support as support;
 
-use crate::common::{acquire, cli, completed, epoch_ms, key_of};
+use crate::common::{acquire, cli, completed, epoch_ms, item_exists, key_of, s};
 
-const STATIC: &str = "idempotency#orders";
+const STATIC: &str = support::dynamodb::SINGLE_TABLE_STATIC;
 
 /// A single-table store with every attribute renamed.
 async fn renamed_single_table() -> Option<DynamoDbStore> {
-    let client = support::dynamodb::client().await?;
-    let table = lambda_idempotency::testing::dynamodb::create_table_with_keys(
-        &client,
-        "renamed",
-        "pk",
-        Some("sk"),
-    )
-    .await;
     let names = AttributeNames::default()
         .with_key("pk")
         .with_status("st")
@@ -35,7 +27,7 @@ async fn renamed_single_table() -> Option<DynamoDbStore> {
         .with_data("result")
         .with_validation("hash")
         .with_sort_key("sk", STATIC);
-    Some(DynamoDbStore::new(client, table).with_attribute_names(names))
+    support::dynamodb::fresh_single_table_store_named(names).await
 }
 
 fn renamed_flags(table: &str) -> Vec<String> {
@@ -67,23 +59,8 @@ fn renamed_flags(table: &str) -> Vec<String> {
     .collect()
 }
 
-fn s(v: &str) -> AttributeValue {
-    AttributeValue::S(v.into())
-}
-
 async fn exists(store: &DynamoDbStore, pk: &str, sk: &str) -> bool {
-    store
-        .client()
-        .get_item()
-        .table_name(store.table())
-        .key("pk", s(pk))
-        .key("sk", s(sk))
-        .consistent_read(true)
-        .send()
-        .await
-        .unwrap()
-        .item()
-        .is_some()
+    item_exists(store, &[("pk", pk), ("sk", sk)]).await
 }
 
 /// An item's attributes beside its key.

@@ -337,9 +337,23 @@ pub async fn fresh_store() -> Option<DynamoDbStore> {
     Some(DynamoDbStore::new(client, table))
 }
 
+/// The static partition key value of [`fresh_single_table_store`]'s records.
+pub const SINGLE_TABLE_STATIC: &str = "idempotency#orders";
+
 /// A store on a fresh table with a single-table layout (partition key `pk` with the static
-/// value `idempotency#orders`, sort key `sk`), or `None` when skipped.
+/// value [`SINGLE_TABLE_STATIC`], sort key `sk`), or `None` when skipped.
 pub async fn fresh_single_table_store() -> Option<DynamoDbStore> {
+    let names = lambda_idempotency::store::AttributeNames::default()
+        .with_key("pk")
+        .with_sort_key("sk", SINGLE_TABLE_STATIC);
+    fresh_single_table_store_named(names).await
+}
+
+/// A store with `names` (which name the partition key `pk` and the sort key `sk`) on a fresh
+/// table keyed by `pk` and `sk`, or `None` when skipped.
+pub async fn fresh_single_table_store_named(
+    names: lambda_idempotency::store::AttributeNames,
+) -> Option<DynamoDbStore> {
     let client = client().await?;
     let table = lambda_idempotency::testing::dynamodb::create_table_with_keys(
         &client,
@@ -348,9 +362,6 @@ pub async fn fresh_single_table_store() -> Option<DynamoDbStore> {
         Some("sk"),
     )
     .await;
-    let names = lambda_idempotency::store::AttributeNames::default()
-        .with_key("pk")
-        .with_sort_key("sk", "idempotency#orders");
     Some(DynamoDbStore::new(client, table).with_attribute_names(names))
 }
 
