@@ -25,7 +25,9 @@ pub(crate) const MAX_DEPTH: usize = 128;
 
 /// The canonical form of the JSON text `raw` (one JSON value).
 pub(crate) fn canonical(raw: &str) -> Result<String, serde_json::Error> {
-    let mut out = String::with_capacity(raw.len());
+    // Room for a few exponents (`-3` becomes `-3e0`), so that a small body's form is
+    // written without growing the string.
+    let mut out = String::with_capacity(raw.len() + 16);
     write_value(raw, &mut out, 0)?;
     Ok(out)
 }

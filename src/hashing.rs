@@ -69,9 +69,17 @@ pub(crate) fn to_hex(prefix: &[&str], digest: &[u8]) -> String {
     for part in prefix {
         hex.push_str(part);
     }
-    for byte in digest.iter() {
-        hex.push(char::from(HEX[usize::from(byte >> 4)]));
-        hex.push(char::from(HEX[usize::from(byte & 0x0f)]));
+    // Two digits per byte, written as bytes in chunks (a `char` pushed at a time costs an
+    // encoding and a capacity check each).
+    let mut digits = [0u8; 64];
+    for chunk in digest.chunks(digits.len() / 2) {
+        let pairs = digits.chunks_exact_mut(2).zip(chunk);
+        for (pair, byte) in pairs {
+            pair[0] = HEX[usize::from(byte >> 4)];
+            pair[1] = HEX[usize::from(byte & 0x0f)];
+        }
+        let written = &digits[..2 * chunk.len()];
+        hex.push_str(std::str::from_utf8(written).expect("hex digits are ASCII"));
     }
     hex
 }

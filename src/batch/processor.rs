@@ -244,8 +244,11 @@ impl<S, C, E: BatchEvent> BatchProcessor<S, C, E> {
             BatchMode::Auto { .. } => unreachable!("resolved above"),
             BatchMode::Concurrent { limit } => {
                 // A new record starts as soon as any running one finishes (a slow record
-                // does not hold back the others); the reports keep the event's order.
-                let mut indexed = futures_util::stream::iter(records.into_iter().enumerate().map(
+                // does not hold back the others); each report goes to its record's place.
+                let mut reports: Vec<Option<RecordReport<T>>> = std::iter::repeat_with(|| None)
+                    .take(records.len())
+                    .collect();
+                let mut finished = futures_util::stream::iter(records.into_iter().enumerate().map(
                     |(index, record)| {
                         // Boxed once: the record's future (a few kilobytes) is not copied
                         // again as the stream hands it to its set of running futures.
@@ -253,11 +256,12 @@ impl<S, C, E: BatchEvent> BatchProcessor<S, C, E> {
                         async move { (index, report.await) }
                     },
                 ))
-                .buffer_unordered(limit.max(1))
-                .collect::<Vec<_>>()
-                .await;
-                indexed.sort_by_key(|(index, _)| *index);
-                indexed.into_iter().map(|(_, report)| report).collect()
+                .buffer_unordered(limit.max(1));
+                while let Some((index, report)) = finished.next().await {
+                    reports[index] = Some(report);
+                }
+                // The stream ends only when every record's future has answered.
+                reports.into_iter().flatten().collect()
             }
             BatchMode::Fifo {
                 skip_failed_group_only,

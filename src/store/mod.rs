@@ -169,10 +169,12 @@ pub(crate) fn read_together(
     let (mut found, mut failed, mut any_read) = (Vec::new(), None, false);
     for read in reads {
         match read {
-            Ok(records) => {
+            // The first read's records are kept as they are, not moved one by one.
+            Ok(records) if !any_read => {
                 any_read = true;
-                found.extend(records);
+                found = records;
             }
+            Ok(records) => found.extend(records),
             Err(err) => {
                 tracing::warn!(error = %err, "pre-check: a read failed; its records go on to their conditional writes");
                 failed = Some(err);
