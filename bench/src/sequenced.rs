@@ -83,13 +83,16 @@ pub async fn run_sequenced(scenario: &Scenario, batches: usize, target: Target<'
     for (b, (_, timed)) in plan.iter().enumerate() {
         // The toolkit and the raw requests take turns going first.
         for ours_turn in [b % 2 == 0, b % 2 == 1] {
-            let event = ours_turn.then(|| LambdaEvent::new(timed.clone(), context()));
+            // Each is handed its own copy of the event, and is done with it (drops it) within
+            // the timing.
+            let event = LambdaEvent::new(timed.clone(), context());
             let (started, cpu) = (Instant::now(), process_cpu());
-            if let Some(event) = event {
+            if ours_turn {
                 let report = ours.process(event).await;
                 assert!(report.response.batch_item_failures.is_empty(), "{report:?}");
             } else {
-                raw_sequenced(&raw_client, &raw_t.ledger, timed).await;
+                raw_sequenced(&raw_client, &raw_t.ledger, &event.payload).await;
+                drop(event);
             }
             let took = started.elapsed();
             let sample = if ours_turn { &mut s_ours } else { &mut s_raw };
