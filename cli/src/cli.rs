@@ -128,33 +128,78 @@ impl KeyArgs {
 #[command(next_help_heading = "Attribute names (when not the defaults)")]
 pub struct NamesArgs {
     /// The partition key (default `id`).
-    #[arg(long, global = true, value_name = "NAME")]
+    #[arg(
+        long,
+        global = true,
+        value_name = "NAME",
+        env = "IDEMPOTENCY_KEY_ATTRIBUTE"
+    )]
     pub key_attribute: Option<String>,
     /// The status (default `status`).
-    #[arg(long, global = true, value_name = "NAME")]
+    #[arg(
+        long,
+        global = true,
+        value_name = "NAME",
+        env = "IDEMPOTENCY_STATUS_ATTRIBUTE"
+    )]
     pub status_attribute: Option<String>,
     /// The record expiry, the TTL attribute (default `expiration`).
-    #[arg(long, global = true, value_name = "NAME")]
+    #[arg(
+        long,
+        global = true,
+        value_name = "NAME",
+        env = "IDEMPOTENCY_EXPIRATION_ATTRIBUTE"
+    )]
     pub expiration_attribute: Option<String>,
     /// The lease end (default `in_progress_expiration`).
-    #[arg(long, global = true, value_name = "NAME")]
+    #[arg(
+        long,
+        global = true,
+        value_name = "NAME",
+        env = "IDEMPOTENCY_IN_PROGRESS_EXPIRATION_ATTRIBUTE"
+    )]
     pub in_progress_expiration_attribute: Option<String>,
     /// The stored result (default `data`).
-    #[arg(long, global = true, value_name = "NAME")]
+    #[arg(
+        long,
+        global = true,
+        value_name = "NAME",
+        env = "IDEMPOTENCY_DATA_ATTRIBUTE"
+    )]
     pub data_attribute: Option<String>,
     /// The payload hash (default `validation`).
-    #[arg(long, global = true, value_name = "NAME")]
+    #[arg(
+        long,
+        global = true,
+        value_name = "NAME",
+        env = "IDEMPOTENCY_VALIDATION_ATTRIBUTE"
+    )]
     pub validation_attribute: Option<String>,
     /// The lease owner (default `lease_owner`).
-    #[arg(long, global = true, value_name = "NAME")]
+    #[arg(
+        long,
+        global = true,
+        value_name = "NAME",
+        env = "IDEMPOTENCY_OWNER_ATTRIBUTE"
+    )]
     pub owner_attribute: Option<String>,
     /// Single-table layout: the sort key, which holds the stored id (with
     /// --static-partition-key).
-    #[arg(long, global = true, value_name = "NAME")]
+    #[arg(
+        long,
+        global = true,
+        value_name = "NAME",
+        env = "IDEMPOTENCY_SORT_KEY_ATTRIBUTE"
+    )]
     pub sort_key_attribute: Option<String>,
     /// Single-table layout: the partition key value of every record (with
     /// --sort-key-attribute).
-    #[arg(long, global = true, value_name = "VALUE")]
+    #[arg(
+        long,
+        global = true,
+        value_name = "VALUE",
+        env = "IDEMPOTENCY_STATIC_PARTITION_KEY"
+    )]
     pub static_partition_key: Option<String>,
 }
 
@@ -192,7 +237,8 @@ impl NamesArgs {
             _ => {
                 return Err(CliError::Usage(
                     "a single-table layout needs both --sort-key-attribute and \
-                     --static-partition-key"
+                     --static-partition-key (or IDEMPOTENCY_SORT_KEY_ATTRIBUTE and \
+                     IDEMPOTENCY_STATIC_PARTITION_KEY)"
                         .into(),
                 ))
             }

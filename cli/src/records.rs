@@ -41,17 +41,7 @@ pub async fn get(store: &DynamoDbStore, id: &str) -> Result<Record, CliError> {
 /// - a record changed since it was read (taken over after it expired, evicted by someone
 ///   else) is left alone ([`CliError::Changed`]).
 pub async fn evict(store: &DynamoDbStore, id: &str) -> Result<Record, CliError> {
-    let record = match store.get(&IdempotencyKey::from_stored(id)).await {
-        Ok(Some(record)) => record,
-        Ok(None) => return Err(not_found(store, id)),
-        Err(StoreError::Malformed { reason, .. }) => {
-            return Err(CliError::Refused(format!(
-                "item {id:?} is not a record ({reason}): evict deletes only records; delete \
-                 another item with DynamoDB's own tools if it must go"
-            )))
-        }
-        Err(err) => return Err(err.into()),
-    };
+    let record = record_to_delete(store, id, "evict").await?;
     if record.status == Status::InProgress {
         return Err(CliError::Refused(format!(
             "record {id:?} is {}, not COMPLETED or FAILED: evict only deletes finished \
@@ -66,6 +56,25 @@ pub async fn evict(store: &DynamoDbStore, id: &str) -> Result<Record, CliError> 
              evict again to see it as it is now",
             record.status
         ))),
+    }
+}
+
+/// The record under `id` that `command` is to delete, as the library reads it: an absent one
+/// is [`CliError::NotFound`], and an item that is not a record is refused
+/// ([`CliError::Refused`]), so that only records are ever deleted.
+async fn record_to_delete(
+    store: &DynamoDbStore,
+    id: &str,
+    command: &str,
+) -> Result<Record, CliError> {
+    match store.get(&IdempotencyKey::from_stored(id)).await {
+        Ok(Some(record)) => Ok(record),
+        Ok(None) => Err(not_found(store, id)),
+        Err(StoreError::Malformed { reason, .. }) => Err(CliError::Refused(format!(
+            "item {id:?} is not a record ({reason}): {command} deletes only records; delete \
+             another item with DynamoDB's own tools if it must go"
+        ))),
+        Err(err) => Err(err.into()),
     }
 }
 
@@ -87,7 +96,8 @@ fn s(value: &str) -> AttributeValue {
 /// Releases the `INPROGRESS` record under `id` as the library's own release does: the
 /// record is deleted, so the next delivery takes a fresh lease and runs the handler.
 ///
-/// Reads the record first. Refused ([`CliError::Refused`]) when it is not `INPROGRESS`, or
+/// Reads the record first. Refused ([`CliError::Refused`]) when the item is not a record,
+/// when it is not `INPROGRESS`, or
 /// when its lease is live at `now` ([`view::lease_live`]) and `force` is false. The delete
 /// is then [`release_held`]: conditioned on the status, the owner and (without `force`) the
 /// lease end and expiry that were read.
@@ -97,7 +107,7 @@ pub async fn release(
     force: bool,
     now: SystemTime,
 ) -> Result<Record, CliError> {
-    let record = get(store, id).await?;
+    let record = record_to_delete(store, id, "release").await?;
     if record.status != Status::InProgress {
         return Err(CliError::Refused(format!(
             "record {id:?} is {}, not INPROGRESS: release only frees leases; to make a \

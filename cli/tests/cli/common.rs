@@ -68,11 +68,35 @@ impl Run {
     }
 }
 
+/// The environment variables the CLI reads for its table and attribute names.
+pub const CLI_VARIABLES: [&str; 10] = [
+    "IDEMPOTENCY_TABLE",
+    "IDEMPOTENCY_KEY_ATTRIBUTE",
+    "IDEMPOTENCY_STATUS_ATTRIBUTE",
+    "IDEMPOTENCY_EXPIRATION_ATTRIBUTE",
+    "IDEMPOTENCY_IN_PROGRESS_EXPIRATION_ATTRIBUTE",
+    "IDEMPOTENCY_DATA_ATTRIBUTE",
+    "IDEMPOTENCY_VALIDATION_ATTRIBUTE",
+    "IDEMPOTENCY_OWNER_ATTRIBUTE",
+    "IDEMPOTENCY_SORT_KEY_ATTRIBUTE",
+    "IDEMPOTENCY_STATIC_PARTITION_KEY",
+];
+
 /// Runs the binary with `args`, with DynamoDB Local's endpoint and credentials (region and
-/// keys default to the local ones when unset) and no `IDEMPOTENCY_TABLE`.
+/// keys default to the local ones when unset) and none of the CLI's own variables
+/// ([`CLI_VARIABLES`]).
 pub fn cli(args: &[&str]) -> Run {
+    cli_with(args, &[])
+}
+
+/// Runs the binary as [`cli`] does, with the environment variables `vars` set.
+pub fn cli_with(args: &[&str], vars: &[(&str, &str)]) -> Run {
     let mut command = Command::new(env!("CARGO_BIN_EXE_lambda-idempotency"));
-    command.args(args).env_remove("IDEMPOTENCY_TABLE");
+    command.args(args);
+    for name in CLI_VARIABLES {
+        command.env_remove(name);
+    }
+    command.envs(vars.iter().copied());
     for (name, default) in [
         ("AWS_REGION", "us-east-1"),
         ("AWS_ACCESS_KEY_ID", "local"),

@@ -1,7 +1,7 @@
 //! Attribute names of a table's own, every one renamed, in a single-table layout beside
 //! other items (found in review, helper-51): what `list` filters and pages, the fencing of
-//! `release`, `evict` of an item that is not a record, and the layout flags on either side of
-//! the subcommand.
+//! `release`, `evict` and `release` of an item that is not a record, the layout flags on
+//! either side of the subcommand, and the names from environment variables.
 
 use std::time::{Duration, SystemTime};
 
@@ -12,7 +12,7 @@ use lambda_idempotency_cli::records;
 use lambda_idempotency_cli::CliError;
 use lambda_idempotency_test_support as support;
 
-use crate::common::{acquire, cli, completed, epoch_ms, item_exists, key_of, s};
+use crate::common::{acquire, cli, cli_with, completed, epoch_ms, item_exists, key_of, s};
 
 const STATIC: &str = support::dynamodb::SINGLE_TABLE_STATIC;
 
@@ -114,30 +114,34 @@ async fn evict_leaves_an_item_that_is_not_a_record_alone() {
             put = put.item(name, value);
         }
         put.send().await.unwrap();
-        let run = cli(&[
-            "evict",
-            sk,
-            "--table",
-            &table,
-            "--key-attribute",
-            "pk",
-            "--sort-key-attribute",
-            "sk",
-            "--static-partition-key",
-            STATIC,
-        ]);
-        assert!(
-            exists(&store, STATIC, sk).await,
-            "evict deleted an item that is not a record: {run:?}"
-        );
-        // Refused, nothing changed; the item is named for what it is.
-        assert_eq!(run.code, 1, "{run:?}");
-        assert!(
-            run.stderr.contains(&format!(
-                "refused: item {sk:?} is not a record ({reason}): evict deletes only records"
-            )),
-            "{run:?}"
-        );
+        // `release` refuses such an item as `evict` does (it exited 3, a store error, before).
+        for command in ["evict", "release"] {
+            let run = cli(&[
+                command,
+                sk,
+                "--table",
+                &table,
+                "--key-attribute",
+                "pk",
+                "--sort-key-attribute",
+                "sk",
+                "--static-partition-key",
+                STATIC,
+            ]);
+            assert!(
+                exists(&store, STATIC, sk).await,
+                "{command} deleted an item that is not a record: {run:?}"
+            );
+            // Refused, nothing changed; the item is named for what it is.
+            assert_eq!(run.code, 1, "{command}: {run:?}");
+            assert!(
+                run.stderr.contains(&format!(
+                    "refused: item {sk:?} is not a record ({reason}): {command} deletes only \
+                     records"
+                )),
+                "{run:?}"
+            );
+        }
     }
 }
 
@@ -316,4 +320,61 @@ async fn layout_flags_split_around_the_subcommand_are_accepted() {
         STATIC,
     ]);
     assert_eq!(run.code, 0, "{run:?}");
+}
+
+#[tokio::test]
+async fn names_come_from_the_environment_and_a_flag_wins() {
+    let Some(store) = renamed_single_table().await else {
+        return;
+    };
+    let table = store.table().to_string();
+    let key = key_of("renamed-from-env");
+    completed(&store, &key, SystemTime::now() + Duration::from_secs(3600)).await;
+    let id = key.to_string();
+    let vars = [
+        ("IDEMPOTENCY_TABLE", table.as_str()),
+        ("IDEMPOTENCY_KEY_ATTRIBUTE", "pk"),
+        ("IDEMPOTENCY_STATUS_ATTRIBUTE", "st"),
+        ("IDEMPOTENCY_EXPIRATION_ATTRIBUTE", "ttl"),
+        ("IDEMPOTENCY_IN_PROGRESS_EXPIRATION_ATTRIBUTE", "lease_ms"),
+        ("IDEMPOTENCY_OWNER_ATTRIBUTE", "holder"),
+        ("IDEMPOTENCY_DATA_ATTRIBUTE", "result"),
+        ("IDEMPOTENCY_VALIDATION_ATTRIBUTE", "hash"),
+        ("IDEMPOTENCY_SORT_KEY_ATTRIBUTE", "sk"),
+        ("IDEMPOTENCY_STATIC_PARTITION_KEY", STATIC),
+    ];
+    // Every name from the environment: the record is read as the library stored it.
+    let run = cli_with(&["get", &id, "--json"], &vars).ok();
+    let got = &run.json_lines()[0];
+    assert_eq!(got["id"], id.as_str(), "{run:?}");
+    assert_eq!(got["status"], "COMPLETED", "{run:?}");
+    let run = cli_with(&["list", "--json"], &vars).ok();
+    let ids: Vec<String> = run
+        .json_lines()
+        .iter()
+        .map(|l| l["id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(ids, vec![id.clone()], "{run:?}");
+    // A flag wins over its variable: a wrong status name in the environment, the right one
+    // as a flag.
+    let mut wrong = vars;
+    wrong[2] = ("IDEMPOTENCY_STATUS_ATTRIBUTE", "status");
+    let run = cli_with(&["get", &id, "--json"], &wrong);
+    assert_eq!(
+        run.code, 3,
+        "the wrong name is read from the environment: {run:?}"
+    );
+    let run = cli_with(&["get", &id, "--json", "--status-attribute", "st"], &wrong).ok();
+    assert_eq!(run.json_lines()[0]["status"], "COMPLETED", "{run:?}");
+    // Half a layout from the environment is the same usage error as from the flags.
+    let half = [
+        ("IDEMPOTENCY_TABLE", table.as_str()),
+        ("IDEMPOTENCY_SORT_KEY_ATTRIBUTE", "sk"),
+    ];
+    let run = cli_with(&["get", &id], &half);
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(
+        run.stderr.contains("IDEMPOTENCY_STATIC_PARTITION_KEY"),
+        "{run:?}"
+    );
 }
