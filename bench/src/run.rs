@@ -133,11 +133,12 @@ pub async fn run_scenario(
                 s_ours.busy += took;
                 s_ours.records += timed.records.len();
             } else if raw_too {
-                // Its own copy of the event, dropped within the timing, as the toolkit's is:
-                // both are handed an event and are done with it when they answer.
-                let event = timed.clone();
+                // Its own copy of the event (and context), dropped within the timing, as the
+                // toolkit's is: both are handed an event and are done with it when they answer.
+                // The toolkit's answer, the batch report, is dropped after its timing.
+                let event = LambdaEvent::new(timed.clone(), context());
                 let (started, cpu) = (Instant::now(), process_cpu());
-                raw_batch(&raw_client, &raw_t, mode, &event).await;
+                raw_batch(&raw_client, &raw_t, mode, &event.payload).await;
                 drop(event);
                 let took = started.elapsed();
                 s_raw.cpu += process_cpu() - cpu;

@@ -97,10 +97,9 @@ fn s(value: &str) -> AttributeValue {
 /// record is deleted, so the next delivery takes a fresh lease and runs the handler.
 ///
 /// Reads the record first. Refused ([`CliError::Refused`]) when the item is not a record,
-/// when it is not `INPROGRESS`, or
-/// when its lease is live at `now` ([`view::lease_live`]) and `force` is false. The delete
-/// is then [`release_held`]: conditioned on the status, the owner and (without `force`) the
-/// lease end and expiry that were read.
+/// when it is not `INPROGRESS`, or when its lease is live at `now` ([`view::lease_live`])
+/// and `force` is false. The delete is then [`release_held`]: conditioned on the status, the
+/// owner and (without `force`) the lease end and expiry that were read.
 pub async fn release(
     store: &DynamoDbStore,
     id: &str,

@@ -260,8 +260,13 @@ impl<S, C, E: BatchEvent> BatchProcessor<S, C, E> {
                 while let Some((index, report)) = finished.next().await {
                     reports[index] = Some(report);
                 }
-                // The stream ends only when every record's future has answered.
-                reports.into_iter().flatten().collect()
+                // The stream ends only when every record's future has answered (a record
+                // stopped at the deadline answers too): a record without a report would be
+                // acknowledged, so it is a bug to stop at, not to pass over.
+                reports
+                    .into_iter()
+                    .map(|report| report.expect("every record's future answers"))
+                    .collect()
             }
             BatchMode::Fifo {
                 skip_failed_group_only,

@@ -77,12 +77,14 @@ async fn evict_leaves_an_item_that_is_not_a_record_alone() {
     // `status` attribute of their own (a common attribute name in a single-table design),
     // some even with a numeric `expiration` (a table has one TTL attribute): none is a
     // record the library reads.
-    let items: [(&str, Attributes, &str); 4] = [
+    let items: [(&str, Attributes, &str); 5] = [
         (
             "settings",
             vec![("status", s("COMPLETED"))],
             "no expiration",
         ),
+        // The status `release` acts on.
+        ("job", vec![("status", s("INPROGRESS"))], "no expiration"),
         (
             "negative",
             vec![("status", s("COMPLETED")), ("expiration", n("-5"))],
@@ -364,8 +366,13 @@ async fn names_come_from_the_environment_and_a_flag_wins() {
         run.code, 3,
         "the wrong name is read from the environment: {run:?}"
     );
-    let run = cli_with(&["get", &id, "--json", "--status-attribute", "st"], &wrong).ok();
-    assert_eq!(run.json_lines()[0]["status"], "COMPLETED", "{run:?}");
+    for args in [
+        ["get", &id, "--json", "--status-attribute", "st"],
+        ["--status-attribute", "st", "get", &id, "--json"],
+    ] {
+        let run = cli_with(&args, &wrong).ok();
+        assert_eq!(run.json_lines()[0]["status"], "COMPLETED", "{run:?}");
+    }
     // Half a layout from the environment is the same usage error as from the flags.
     let half = [
         ("IDEMPOTENCY_TABLE", table.as_str()),
