@@ -11,12 +11,14 @@
 //! `BENCH_PYTHON` (a python with aws-lambda-powertools; the Powertools baseline is skipped
 //! without it), `BENCH_ORDER_CONSUMER` (the order-consumer binary, for cold start and
 //! memory), `BENCH_OUT` (default BENCHMARKS.md), `BENCH_SCENARIOS` (comma-separated scenario
-//! names to run, default all: for profiling one scenario; the report then lacks the others).
+//! names to run, default all, `toolkit-alone` and `duplicate-layers` included: for profiling
+//! one scenario; the report then lacks the others).
 //!
 //! The toolkit runs as order-consumer runs it: its processor, from `order_consumer`.
 
 mod alone;
 mod latency;
+mod layers;
 mod python;
 mod raw;
 mod report;
@@ -85,6 +87,13 @@ async fn main() {
     // The toolkit's own work, without I/O.
     if chosen("toolkit-alone") {
         for line in alone::measure(batches * 50).await {
+            println!("{line}");
+            lines.push(line);
+        }
+    }
+    // A redelivered duplicate's client CPU on DynamoDB Local, layer by layer.
+    if chosen("duplicate-layers") {
+        for line in layers::measure(&local, batches * 5).await {
             println!("{line}");
             lines.push(line);
         }

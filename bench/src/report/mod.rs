@@ -141,10 +141,10 @@ pub fn report(lines: &[Value], batches: usize, took: Took) -> String {
         md,
         "| --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
     );
-    for l in lines
-        .iter()
-        .filter(|l| l["scenario"] != "cold-start" && l["scenario"] != "toolkit-alone")
-    {
+    for l in lines.iter().filter(|l| {
+        !["cold-start", "toolkit-alone", "duplicate-layers"]
+            .contains(&l["scenario"].as_str().unwrap_or_default())
+    }) {
         let _ = writeln!(
             md,
             "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
@@ -186,6 +186,7 @@ pub fn report(lines: &[Value], batches: usize, took: Took) -> String {
         }
     }
     alone(&mut md, lines);
+    layers(&mut md, lines);
     targets(&mut md, lines);
     let _ = writeln!(md, "\n## Reading the figures\n");
     let _ = writeln!(md, "- *raw-dynamodb* issues exactly the requests each mode must make (optimistic: one `TransactWriteItems` per fresh record; lease: a conditional `PutItem`, then the `TransactWriteItems`; a duplicate SQS marks as redelivered: its share of one strongly consistent `BatchGetItem`, the pre-check; an unmarked duplicate: the one refused request), with the same attributes (its keys as long as the toolkit's, its payload hash and owner the same size), the same conditions (taking over expired records and elapsed leases; the owner fence), `ALL_OLD` on refusal and a `ClientRequestToken`, at the same concurrency, with no toolkit logic (each body parsed once). The toolkit's overhead over it is key hashing, payload hashing, JSON, and decoding.");
@@ -229,4 +230,39 @@ fn alone(md: &mut String, lines: &[Value]) {
             l["cpu_us_per_record"]
         );
     }
+}
+
+/// A redelivered duplicate's client CPU on DynamoDB Local, layer by layer.
+fn layers(md: &mut String, lines: &[Value]) {
+    if !lines.iter().any(|l| l["scenario"] == "duplicate-layers") {
+        return;
+    }
+    let _ = writeln!(
+        md,
+        "\n## A redelivered duplicate on DynamoDB Local, layer by layer\n"
+    );
+    let _ = writeln!(md, "The same ten completed records read three ways, taking turns in this process: a bare strongly consistent `BatchGetItem` of their keys (as the raw requests read them), the toolkit's DynamoDB store reading the same keys (`get_many`: its request built, its records parsed), and the ten redelivered messages as a batch through the order-consumer's processor (pre-check, key and payload hash, admission, replay, report). Each includes the SDK's own cost of the one call; the differences are the toolkit's layers.\n");
+    let _ = writeln!(md, "| read | mode | CPU µs/record | over the bare read |");
+    let _ = writeln!(md, "| --- | --- | ---: | ---: |");
+    for mode in ["optimistic", "lease"] {
+        let bare = layer_us(lines, crate::layers::LAYERS[0], mode);
+        for what in crate::layers::LAYERS {
+            let Some(us) = layer_us(lines, what, mode) else {
+                continue;
+            };
+            let over = match bare {
+                Some(bare) if what != crate::layers::LAYERS[0] => format!("{:+.2}", us - bare),
+                _ => "-".to_string(),
+            };
+            let _ = writeln!(md, "| {what} | {mode} | {us} | {over} |");
+        }
+    }
+}
+
+/// The CPU per record of `what` in `mode` in the layer-by-layer measurement.
+pub(super) fn layer_us(lines: &[Value], what: &str, mode: &str) -> Option<f64> {
+    lines
+        .iter()
+        .find(|l| l["scenario"] == "duplicate-layers" && l["what"] == what && l["mode"] == mode)
+        .and_then(|l| l["cpu_us_per_record"].as_f64())
 }

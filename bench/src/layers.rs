@@ -1,0 +1,135 @@
+//! Where a redelivered duplicate's client CPU goes on DynamoDB, layer by layer: the same ten
+//! keys read by a bare `BatchGetItem` (as the raw limit reads them), by the toolkit's store
+//! (`get_many`: its request built, its records parsed), and the same ten records as a batch
+//! through the order-consumer's processor (pre-check, key and payload hash, admission, replay,
+//! report), taking turns against DynamoDB Local. Each difference is one layer's cost per
+//! record, with the SDK's own work in all three.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use aws_lambda_events::sqs::SqsEvent;
+use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
+use lambda_idempotency::key::{IdempotencyKey, KeyExtractor};
+use lambda_idempotency::store::{DynamoDbStore, Store};
+use lambda_idempotency::IdempotencyMode;
+use lambda_idempotency_test_support::dynamodb::{counted_client_at, CallCounter};
+use lambda_runtime::LambdaEvent;
+use order_consumer::{processor, Settings};
+use serde_json::{json, Value};
+
+use crate::run::{round, tables};
+use crate::scenario::{context, order_message, process_cpu};
+
+/// The three reads, in the order of the report.
+pub const LAYERS: [&str; 3] = [
+    "bare BatchGetItem of the ten keys",
+    "the toolkit's store reading the ten keys (get_many)",
+    "the ten records through the batch processor",
+];
+
+fn line(what: &str, mode: &str, cpu: Duration, records: usize) -> Value {
+    json!({
+        "scenario": "duplicate-layers",
+        "what": what,
+        "mode": mode,
+        "records": records,
+        "cpu_us_per_record": round(cpu.as_secs_f64() * 1e6 / records as f64),
+    })
+}
+
+/// The measurements over `rounds` rounds against `endpoint`, one JSON line per layer and mode.
+pub async fn measure(endpoint: &str, rounds: usize) -> Vec<Value> {
+    let rounds = rounds.max(1);
+    let mut lines = Vec::new();
+    for mode in [IdempotencyMode::Optimistic, IdempotencyMode::Lease] {
+        let name = match mode {
+            IdempotencyMode::Lease => "lease",
+            _ => "optimistic",
+        };
+        let client = counted_client_at(endpoint, &CallCounter::default()).await;
+        let t = tables(&client).await;
+        let mut settings = Settings::new(t.clone(), mode);
+        settings.local_cache = 0;
+        settings.deadline_margin = Duration::from_secs(1);
+        let ours = processor(client.clone(), &settings);
+        let mut fresh = SqsEvent::default();
+        fresh.records = (0..10)
+            .map(|i| order_message("layers", name, 0, i))
+            .collect();
+        let report = ours
+            .process(LambdaEvent::new(fresh.clone(), context()))
+            .await;
+        assert!(report.response.batch_item_failures.is_empty(), "{report:?}");
+        let mut redelivered = fresh;
+        for m in &mut redelivered.records {
+            m.attributes
+                .insert("ApproximateReceiveCount".into(), "2".into());
+        }
+        // The records' keys, as order-consumer derives them.
+        let extractor = order_consumer::order_key();
+        let keys: Vec<IdempotencyKey> = redelivered
+            .records
+            .iter()
+            .map(|m| {
+                let material = extractor.key_material(m).expect("key");
+                IdempotencyKey::derive(order_consumer::KEY_PREFIX, &material)
+            })
+            .collect();
+        let store = DynamoDbStore::new(client.clone(), t.idempotency.clone());
+        let mut cpu = [Duration::ZERO; 3];
+        for r in 0..rounds {
+            for turn in 0..3 {
+                let layer = (turn + r) % 3;
+                // The processor is handed its own copy of the event, made before the timing;
+                // its report is dropped after it (as in the scenarios).
+                let event = (layer == 2).then(|| LambdaEvent::new(redelivered.clone(), context()));
+                let mut report = None;
+                let started = process_cpu();
+                match event {
+                    None if layer == 0 => {
+                        let request = KeysAndAttributes::builder()
+                            .set_keys(Some(
+                                keys.iter()
+                                    .map(|k| {
+                                        HashMap::from([(
+                                            "id".to_string(),
+                                            AttributeValue::S(k.as_str().to_string()),
+                                        )])
+                                    })
+                                    .collect(),
+                            ))
+                            .consistent_read(true)
+                            .build()
+                            .expect("keys");
+                        let answer = client
+                            .batch_get_item()
+                            .request_items(&t.idempotency, request)
+                            .send()
+                            .await
+                            .expect("BatchGetItem");
+                        let found = answer
+                            .responses()
+                            .and_then(|r| r.get(&t.idempotency))
+                            .map_or(0, Vec::len);
+                        assert_eq!(found, 10);
+                    }
+                    None => {
+                        let found = store.get_many(&keys).await.expect("get_many");
+                        assert_eq!(found.len(), 10);
+                    }
+                    Some(event) => report = Some(ours.process(event).await),
+                }
+                cpu[layer] += process_cpu() - started;
+                if let Some(report) = report {
+                    assert!(report.response.batch_item_failures.is_empty());
+                    assert!(report.records.iter().all(|r| r.replayed), "{report:?}");
+                }
+            }
+        }
+        for (what, cpu) in LAYERS.iter().zip(cpu) {
+            lines.push(line(what, name, cpu, rounds * 10));
+        }
+    }
+    lines
+}
