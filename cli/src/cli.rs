@@ -211,22 +211,61 @@ impl NamesArgs {
     /// ([`AttributeNames::check`]): names that are empty or collide are a usage error, found
     /// before anything is sent.
     pub fn names(&self) -> Result<AttributeNames, CliError> {
-        let mut names = AttributeNames::default();
-        let renames: [(&Option<String>, Rename); 7] = [
-            (&self.key_attribute, AttributeNames::with_key),
-            (&self.status_attribute, AttributeNames::with_status),
-            (&self.expiration_attribute, AttributeNames::with_expiration),
+        // Each flag with its renaming builder (the single-table pair is set together below).
+        let flags: [(&Option<String>, &str, Option<Rename>); 9] = [
+            (
+                &self.key_attribute,
+                "key-attribute",
+                Some(AttributeNames::with_key),
+            ),
+            (
+                &self.status_attribute,
+                "status-attribute",
+                Some(AttributeNames::with_status),
+            ),
+            (
+                &self.expiration_attribute,
+                "expiration-attribute",
+                Some(AttributeNames::with_expiration),
+            ),
             (
                 &self.in_progress_expiration_attribute,
-                AttributeNames::with_in_progress_expiration,
+                "in-progress-expiration-attribute",
+                Some(AttributeNames::with_in_progress_expiration),
             ),
-            (&self.data_attribute, AttributeNames::with_data),
-            (&self.validation_attribute, AttributeNames::with_validation),
-            (&self.owner_attribute, AttributeNames::with_owner),
+            (
+                &self.data_attribute,
+                "data-attribute",
+                Some(AttributeNames::with_data),
+            ),
+            (
+                &self.validation_attribute,
+                "validation-attribute",
+                Some(AttributeNames::with_validation),
+            ),
+            (
+                &self.owner_attribute,
+                "owner-attribute",
+                Some(AttributeNames::with_owner),
+            ),
+            (&self.sort_key_attribute, "sort-key-attribute", None),
+            (&self.static_partition_key, "static-partition-key", None),
         ];
-        for (name, rename) in renames {
-            if let Some(name) = name {
-                names = rename(names, name.clone());
+        // An empty value is named by the flag and the variable it may have come from (clap
+        // does not say which), not only by the attribute, as the library's check would.
+        if let Some((_, flag, _)) = flags
+            .iter()
+            .find(|(value, ..)| value.as_deref() == Some(""))
+        {
+            let variable = format!("IDEMPOTENCY_{}", flag.to_uppercase().replace('-', "_"));
+            return Err(CliError::Usage(format!(
+                "--{flag} (or {variable}) is empty"
+            )));
+        }
+        let mut names = AttributeNames::default();
+        for (value, _, rename) in flags {
+            if let (Some(value), Some(rename)) = (value, rename) {
+                names = rename(names, value.clone());
             }
         }
         // Checked here, not by clap: its `requires` does not see a global flag given on the

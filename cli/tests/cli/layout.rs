@@ -9,7 +9,7 @@ use lambda_idempotency::record::Status;
 use lambda_idempotency::store::Store;
 use lambda_idempotency_test_support as support;
 
-use crate::common::{acquire, cli, completed, key_of, s};
+use crate::common::{acquire, cli, cli_with, completed, key_of, s};
 
 /// The flags of `support::dynamodb::fresh_single_table_store`'s layout.
 const LAYOUT: [&str; 6] = [
@@ -111,6 +111,40 @@ async fn unusable_attribute_names_are_a_usage_error_before_anything_is_sent() {
             .contains(r#"the key and owner attributes are both named "id""#),
         "{colliding:?}"
     );
+    // An empty name, from a flag or from its variable, names where it came from.
+    for flag in [
+        "key-attribute",
+        "status-attribute",
+        "expiration-attribute",
+        "in-progress-expiration-attribute",
+        "data-attribute",
+        "validation-attribute",
+        "owner-attribute",
+        "sort-key-attribute",
+        "static-partition-key",
+    ] {
+        let variable = format!("IDEMPOTENCY_{}", flag.to_uppercase().replace('-', "_"));
+        let from_flag = cli(&[
+            "get",
+            "x",
+            "--table",
+            "no-such-table",
+            &format!("--{flag}"),
+            "",
+        ]);
+        let from_variable = cli_with(
+            &["get", "x", "--table", "no-such-table"],
+            &[(variable.as_str(), "")],
+        );
+        for run in [from_flag, from_variable] {
+            assert_eq!(run.code, 2, "{flag}: {run:?}");
+            assert!(
+                run.stderr
+                    .contains(&format!("--{flag} (or {variable}) is empty")),
+                "{flag}: {run:?}"
+            );
+        }
+    }
     // Half a layout, on every command that reads the table, before or after the command.
     let commands: [&[&str]; 4] = [&["list"], &["get", "x"], &["evict", "x"], &["release", "x"]];
     for command in commands {
