@@ -72,14 +72,20 @@ pub(super) fn own_work(lines: &[Value], scenario: &str, mode: &str) -> String {
                 _ => String::new(),
             };
             let layers = match LAYERS.map(|what| layer_us(lines, what, mode)) {
-                [Some(bare), Some(store), Some(processor)] => format!(
-                    " On DynamoDB Local, layer by layer (the section above), the toolkit's store read costs {:.2} µs a \
-                     record more than a bare `BatchGetItem` of the same keys, and the processor's path above it (pre-check, \
-                     key and payload hash, admission, replay, report) {:.2} µs more, where the store's read waits for \
-                     DynamoDB (on the in-memory store, which answers at once, the whole path takes the figure above).",
-                    store - bare,
-                    processor - store
-                ),
+                [Some(bare), Some(store), Some(processor)] => {
+                    let at_once = alone_us(lines, "redelivered duplicate, pre-checked and replayed", mode)
+                        .map_or_else(String::new, |duplicate| {
+                            format!(" (on the in-memory store, which answers at once, the whole path takes {duplicate} µs)")
+                        });
+                    format!(
+                        " Measured on DynamoDB Local layer by layer (its own section), the toolkit's store read takes \
+                         {:+.2} µs a record against a bare `BatchGetItem` of the same keys, and the processor's path above \
+                         it (pre-check, key and payload hash, admission, replay, report) {:+.2} µs against the store's read, \
+                         which waits for DynamoDB{at_once}.",
+                        store - bare,
+                        processor - store
+                    )
+                }
                 _ => String::new(),
             };
             format!(
@@ -288,10 +294,27 @@ mod tests {
         ];
         let why = own_work(&lines, "duplicates-10", "lease");
         assert!(
-            why.contains("costs 1.50 µs a record more than a bare"),
+            why.contains("takes +1.50 µs a record against a bare"),
             "{why}"
         );
-        assert!(why.contains("report) 11.75 µs more"), "{why}");
+        assert!(
+            why.contains("report) +11.75 µs against the store's"),
+            "{why}"
+        );
+        // Without the in-memory measurement, no figure is cited for it.
+        assert!(!why.contains("in-memory"), "{why}");
+        // A store read cheaper than the bare one shows its sign.
+        let cheaper = [
+            layer(LAYERS[0], 50.0),
+            layer(LAYERS[1], 49.6),
+            layer(LAYERS[2], 60.0),
+        ];
+        let why = own_work(&cheaper, "duplicates-10", "lease");
+        assert!(why.contains("takes -0.40 µs a record"), "{why}");
+        let mut with_alone = lines.to_vec();
+        with_alone.push(json!({"scenario": "toolkit-alone", "what": "redelivered duplicate, pre-checked and replayed", "mode": "lease", "cpu_us_per_record": 4.5}));
+        let why = own_work(&with_alone, "duplicates-10", "lease");
+        assert!(why.contains("the whole path takes 4.5 µs)."), "{why}");
         // Another mode's figures are not borrowed, and other scenarios do not cite them.
         assert!(!own_work(&lines, "duplicates-10", "optimistic").contains("layer by layer"));
         assert!(!own_work(&lines, "fresh-10", "lease").contains("layer by layer"));
