@@ -266,3 +266,40 @@ pub(super) fn layer_us(lines: &[Value], what: &str, mode: &str) -> Option<f64> {
         .find(|l| l["scenario"] == "duplicate-layers" && l["what"] == what && l["mode"] == mode)
         .and_then(|l| l["cpu_us_per_record"].as_f64())
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::layers::LAYERS;
+
+    #[test]
+    fn the_layers_table_shows_each_read_against_the_bare_one_of_its_mode() {
+        let layer = |what: &str, mode: &str, us: f64| json!({"scenario": "duplicate-layers", "what": what, "mode": mode, "cpu_us_per_record": us});
+        let lines = [
+            layer(LAYERS[0], "optimistic", 50.0),
+            layer(LAYERS[1], "optimistic", 49.6),
+            layer(LAYERS[2], "optimistic", 60.0),
+            layer(LAYERS[0], "lease", 40.0),
+            layer(LAYERS[1], "lease", 41.0),
+            layer(LAYERS[2], "lease", 52.5),
+        ];
+        let mut md = String::new();
+        layers(&mut md, &lines);
+        for row in [
+            format!("| {} | optimistic | 50.00 | - |", LAYERS[0]),
+            format!("| {} | optimistic | 49.60 | -0.40 |", LAYERS[1]),
+            format!("| {} | optimistic | 60.00 | +10.00 |", LAYERS[2]),
+            format!("| {} | lease | 40.00 | - |", LAYERS[0]),
+            format!("| {} | lease | 41.00 | +1.00 |", LAYERS[1]),
+            format!("| {} | lease | 52.50 | +12.50 |", LAYERS[2]),
+        ] {
+            assert!(md.contains(&row), "{row} not in:\n{md}");
+        }
+        // Without the measurement, no section.
+        let mut md = String::new();
+        layers(&mut md, &[]);
+        assert!(md.is_empty());
+    }
+}
