@@ -1,15 +1,13 @@
 //! Where a redelivered duplicate's client CPU goes on DynamoDB, layer by layer: the same ten
-//! keys read by a bare `BatchGetItem` (as the raw limit reads them), by the toolkit's store
-//! (`get_many`: its request built, its records parsed), and the same ten records as a batch
-//! through the order-consumer's processor (pre-check, key and payload hash, admission, replay,
-//! report), taking turns against DynamoDB Local. Each difference is one layer's cost per
-//! record, with the SDK's own work in all three.
+//! keys read by a bare `BatchGetItem` (the raw limit's own read, [`read_ids`]), by the
+//! toolkit's store (`get_many`: its request built, its records parsed), and the same ten
+//! records as a batch through the order-consumer's processor (pre-check, key and payload
+//! hash, admission, replay, report), taking turns against DynamoDB Local. Each difference is
+//! one layer's cost per record, with the SDK's own work in all three.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use aws_lambda_events::sqs::SqsEvent;
-use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
 use lambda_idempotency::key::{IdempotencyKey, KeyExtractor};
 use lambda_idempotency::store::{DynamoDbStore, Store};
 use lambda_idempotency::IdempotencyMode;
@@ -18,6 +16,7 @@ use lambda_runtime::LambdaEvent;
 use order_consumer::{processor, Settings};
 use serde_json::{json, Value};
 
+use crate::raw::read_ids;
 use crate::run::{round, tables};
 use crate::scenario::{context, order_message, process_cpu};
 
@@ -93,31 +92,9 @@ pub async fn measure(endpoint: &str, rounds: usize) -> Vec<Value> {
                 let started = process_cpu();
                 match layer {
                     0 => {
-                        let request = KeysAndAttributes::builder()
-                            .set_keys(Some(
-                                keys.iter()
-                                    .map(|k| {
-                                        HashMap::from([(
-                                            "id".to_string(),
-                                            AttributeValue::S(k.as_str().to_string()),
-                                        )])
-                                    })
-                                    .collect(),
-                            ))
-                            .consistent_read(true)
-                            .build()
-                            .expect("keys");
-                        let answer = client
-                            .batch_get_item()
-                            .request_items(&t.idempotency, request)
-                            .send()
-                            .await
-                            .expect("BatchGetItem");
-                        let found = answer
-                            .responses()
-                            .and_then(|r| r.get(&t.idempotency))
-                            .map_or(0, Vec::len);
-                        assert_eq!(found, 10);
+                        let ids = keys.iter().map(|k| k.as_str().to_string());
+                        let found = read_ids(&client, &t.idempotency, ids).await;
+                        assert_eq!(found.len(), 10);
                         drop(event);
                     }
                     1 => {

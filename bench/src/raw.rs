@@ -79,31 +79,12 @@ pub async fn raw_batch(client: &Client, t: &Tables, mode: IdempotencyMode, event
                 (order, id)
             })
             .collect();
-        let keys = KeysAndAttributes::builder()
-            .set_keys(Some(
-                redelivered
-                    .iter()
-                    .map(|(_, id)| {
-                        HashMap::from([("id".to_string(), AttributeValue::S(id.clone()))])
-                    })
-                    .collect(),
-            ))
-            .consistent_read(true)
-            .build()
-            .unwrap();
-        let answer = client
-            .batch_get_item()
-            .request_items(&t.idempotency, keys)
-            .send()
-            .await
-            .unwrap();
-        let found: HashSet<String> = answer
-            .responses()
-            .and_then(|r| r.get(&t.idempotency))
-            .into_iter()
-            .flatten()
-            .filter_map(|item| item.get("id").and_then(|v| v.as_s().ok()).cloned())
-            .collect();
+        let found = read_ids(
+            client,
+            &t.idempotency,
+            redelivered.iter().map(|(_, id)| id.clone()),
+        )
+        .await;
         let rest = redelivered
             .into_iter()
             .filter(|(_, id)| !found.contains(id));
@@ -115,6 +96,36 @@ pub async fn raw_batch(client: &Client, t: &Tables, mode: IdempotencyMode, event
         (order, id)
     });
     tokio::join!(looked_up, raw_records(client, t, mode, fresh));
+}
+
+/// The raw pre-check's read: one strongly consistent `BatchGetItem` of `ids` (under the key
+/// attribute `id`) in `table`, answering the ids found.
+pub async fn read_ids(
+    client: &Client,
+    table: &str,
+    ids: impl Iterator<Item = String>,
+) -> HashSet<String> {
+    let keys = KeysAndAttributes::builder()
+        .set_keys(Some(
+            ids.map(|id| HashMap::from([("id".to_string(), AttributeValue::S(id))]))
+                .collect(),
+        ))
+        .consistent_read(true)
+        .build()
+        .unwrap();
+    let answer = client
+        .batch_get_item()
+        .request_items(table, keys)
+        .send()
+        .await
+        .unwrap();
+    answer
+        .responses()
+        .and_then(|r| r.get(table))
+        .into_iter()
+        .flatten()
+        .filter_map(|item| item.get("id").and_then(|v| v.as_s().ok()).cloned())
+        .collect()
 }
 
 /// The writes of `records` (each an order and its key).
