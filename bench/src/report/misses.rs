@@ -6,16 +6,13 @@ use std::fmt::Write as _;
 
 use serde_json::Value;
 
-use super::{find, layer_us, num};
+use super::{cpu_us, find, num};
 use crate::layers::LAYERS;
 use crate::scenario::{REALISTIC_MS, ROUND_TRIP_PROBE_MS};
 
 /// The toolkit's own CPU per record for `what` in `mode`, from the in-memory measurement.
 fn alone_us(lines: &[Value], what: &str, mode: &str) -> Option<f64> {
-    lines
-        .iter()
-        .find(|l| l["scenario"] == "toolkit-alone" && l["what"] == what && l["mode"] == mode)
-        .and_then(|l| l["cpu_us_per_record"].as_f64())
+    cpu_us(lines, "toolkit-alone", what, mode)
 }
 
 /// What the toolkit does for a scenario's records in a mode beyond the raw requests: decided
@@ -64,17 +61,17 @@ pub(super) fn own_work(lines: &[Value], scenario: &str, mode: &str) -> String {
         // Only the common part applies.
         Work::Sequenced => String::new(),
         Work::PreChecked => {
-            let measured = match (key, alone_us(lines, "redelivered duplicate, pre-checked and replayed", mode)) {
+            let duplicate = alone_us(lines, "redelivered duplicate, pre-checked and replayed", mode);
+            let measured = match (key, duplicate) {
                 (Some(key), Some(duplicate)) => format!(
                     " Measured without I/O (the section above), the key and payload hash alone take {key} µs a record and a \
                      whole pre-checked duplicate {duplicate} µs."
                 ),
                 _ => String::new(),
             };
-            let layers = match LAYERS.map(|what| layer_us(lines, what, mode)) {
+            let layers = match LAYERS.map(|what| cpu_us(lines, "duplicate-layers", what, mode)) {
                 [Some(bare), Some(store), Some(processor)] => {
-                    let at_once = alone_us(lines, "redelivered duplicate, pre-checked and replayed", mode)
-                        .map_or_else(String::new, |duplicate| {
+                    let at_once = duplicate.map_or_else(String::new, |duplicate| {
                             format!(" (on the in-memory store, which answers at once, the whole path takes {duplicate} µs)")
                         });
                     format!(

@@ -245,9 +245,9 @@ fn layers(md: &mut String, lines: &[Value]) {
     let _ = writeln!(md, "| read | mode | CPU µs/record | over the bare read |");
     let _ = writeln!(md, "| --- | --- | ---: | ---: |");
     for mode in ["optimistic", "lease"] {
-        let bare = layer_us(lines, crate::layers::LAYERS[0], mode);
+        let bare = cpu_us(lines, "duplicate-layers", crate::layers::LAYERS[0], mode);
         for what in crate::layers::LAYERS {
-            let Some(us) = layer_us(lines, what, mode) else {
+            let Some(us) = cpu_us(lines, "duplicate-layers", what, mode) else {
                 continue;
             };
             let over = match bare {
@@ -259,11 +259,12 @@ fn layers(md: &mut String, lines: &[Value]) {
     }
 }
 
-/// The CPU per record of `what` in `mode` in the layer-by-layer measurement.
-pub(super) fn layer_us(lines: &[Value], what: &str, mode: &str) -> Option<f64> {
+/// The CPU per record of `what` in `mode` in one of the measurements outside the scenarios
+/// (`toolkit-alone`, `duplicate-layers`).
+pub(super) fn cpu_us(lines: &[Value], measurement: &str, what: &str, mode: &str) -> Option<f64> {
     lines
         .iter()
-        .find(|l| l["scenario"] == "duplicate-layers" && l["what"] == what && l["mode"] == mode)
+        .find(|l| l["scenario"] == measurement && l["what"] == what && l["mode"] == mode)
         .and_then(|l| l["cpu_us_per_record"].as_f64())
 }
 
