@@ -50,6 +50,9 @@ struct Rig {
     client: aws_sdk_dynamodb::Client,
     ledger: String,
     runs: Arc<AtomicUsize>,
+    /// Whether the processor replays the pre-checked records together
+    /// (`with_batch_replay`).
+    together: bool,
 }
 
 async fn rig() -> Option<Rig> {
@@ -63,7 +66,22 @@ async fn rig() -> Option<Rig> {
         client,
         ledger,
         runs: Arc::default(),
+        together: false,
     })
+}
+
+/// A rig for each way to answer the pre-checked records: each through its own call, then
+/// together.
+async fn rigs() -> Vec<Rig> {
+    let mut rigs = Vec::new();
+    for together in [false, true] {
+        let Some(mut rig) = rig().await else {
+            return rigs;
+        };
+        rig.together = together;
+        rigs.push(rig);
+    }
+    rigs
 }
 
 impl Rig {
@@ -88,6 +106,11 @@ impl Rig {
             }
         }))
         .with_precheck(precheck);
+        let processor = if self.together {
+            processor.with_batch_replay()
+        } else {
+            processor
+        };
         self.counter.reset();
         let report = processor
             .process(invocation(event, SystemTime::now(), REMAINING))
@@ -111,48 +134,89 @@ fn calls(list: &[(&'static str, usize)]) -> BTreeMap<&'static str, usize> {
 #[tokio::test]
 async fn redelivered_duplicates_replay_from_one_batch_get_without_a_write() {
     for mode in MODES {
-        let Some(rig) = rig().await else { return };
-        let (first, _, _) = rig.deliver(mode, Precheck::default(), batch(10, 1)).await;
-        assert_eq!(first, [Outcome::Executed; 10], "{mode:?}");
-        assert_eq!(rig.runs(), 10);
-        // SQS delivers the batch again (the response was lost) to a new process.
-        let (again, failures, made) = rig.deliver(mode, Precheck::default(), batch(10, 2)).await;
-        assert_eq!(again, [Outcome::Replayed; 10], "{mode:?}");
-        assert!(failures.is_empty(), "{mode:?}");
-        assert_eq!(rig.runs(), 10, "{mode:?}: the handler did not run again");
-        assert_eq!(
-            made,
-            calls(&[("BatchGetItem", 1)]),
-            "{mode:?}: one read, no write"
-        );
-        assert_eq!(rig.balance().await, 50, "{mode:?}");
+        for rig in rigs().await {
+            let together = rig.together;
+            let (first, _, _) = rig.deliver(mode, Precheck::default(), batch(10, 1)).await;
+            assert_eq!(
+                first,
+                [Outcome::Executed; 10],
+                "{mode:?}, together: {together}"
+            );
+            assert_eq!(rig.runs(), 10);
+            // SQS delivers the batch again (the response was lost) to a new process.
+            let (again, failures, made) =
+                rig.deliver(mode, Precheck::default(), batch(10, 2)).await;
+            assert_eq!(
+                again,
+                [Outcome::Replayed; 10],
+                "{mode:?}, together: {together}"
+            );
+            assert!(failures.is_empty(), "{mode:?}, together: {together}");
+            assert_eq!(
+                rig.runs(),
+                10,
+                "{mode:?}, together: {together}: the handler did not run again"
+            );
+            assert_eq!(
+                made,
+                calls(&[("BatchGetItem", 1)]),
+                "{mode:?}, together: {together}: one read, no write"
+            );
+            assert_eq!(rig.balance().await, 50, "{mode:?}, together: {together}");
+        }
     }
 }
 
 #[tokio::test]
 async fn first_deliveries_make_no_lookup_by_default_and_always_looks_them_up() {
     for mode in MODES {
-        let Some(rig) = rig().await else { return };
-        let (first, _, made) = rig.deliver(mode, Precheck::default(), batch(3, 1)).await;
-        assert_eq!(first, [Outcome::Executed; 3], "{mode:?}");
-        assert_eq!(made.get("BatchGetItem"), None, "{mode:?}: {made:?}");
-        // Always: fresh records are looked up too (one call), then written as usual.
-        let mut fresh = batch(6, 1);
-        fresh.records.drain(..3);
-        let (second, _, made) = rig.deliver(mode, Precheck::Always, fresh).await;
-        assert_eq!(second, [Outcome::Executed; 3], "{mode:?}");
-        assert_eq!(made.get("BatchGetItem"), Some(&1), "{mode:?}: {made:?}");
-        assert_eq!(
-            made.get("TransactWriteItems"),
-            Some(&3),
-            "{mode:?}: {made:?}"
-        );
-        // Always answers duplicates SQS did not mark (a producer's retries).
-        let (third, _, made) = rig.deliver(mode, Precheck::Always, batch(6, 1)).await;
-        assert_eq!(third, [Outcome::Replayed; 6], "{mode:?}");
-        assert_eq!(made, calls(&[("BatchGetItem", 1)]), "{mode:?}");
-        assert_eq!(rig.runs(), 6, "{mode:?}");
-        assert_eq!(rig.balance().await, 30, "{mode:?}");
+        for rig in rigs().await {
+            let together = rig.together;
+            let (first, _, made) = rig.deliver(mode, Precheck::default(), batch(3, 1)).await;
+            assert_eq!(
+                first,
+                [Outcome::Executed; 3],
+                "{mode:?}, together: {together}"
+            );
+            assert_eq!(
+                made.get("BatchGetItem"),
+                None,
+                "{mode:?}, together: {together}: {made:?}"
+            );
+            // Always: fresh records are looked up too (one call), then written as usual.
+            let mut fresh = batch(6, 1);
+            fresh.records.drain(..3);
+            let (second, _, made) = rig.deliver(mode, Precheck::Always, fresh).await;
+            assert_eq!(
+                second,
+                [Outcome::Executed; 3],
+                "{mode:?}, together: {together}"
+            );
+            assert_eq!(
+                made.get("BatchGetItem"),
+                Some(&1),
+                "{mode:?}, together: {together}: {made:?}"
+            );
+            assert_eq!(
+                made.get("TransactWriteItems"),
+                Some(&3),
+                "{mode:?}, together: {together}: {made:?}"
+            );
+            // Always answers duplicates SQS did not mark (a producer's retries).
+            let (third, _, made) = rig.deliver(mode, Precheck::Always, batch(6, 1)).await;
+            assert_eq!(
+                third,
+                [Outcome::Replayed; 6],
+                "{mode:?}, together: {together}"
+            );
+            assert_eq!(
+                made,
+                calls(&[("BatchGetItem", 1)]),
+                "{mode:?}, together: {together}"
+            );
+            assert_eq!(rig.runs(), 6, "{mode:?}, together: {together}");
+            assert_eq!(rig.balance().await, 30, "{mode:?}, together: {together}");
+        }
     }
 }
 
@@ -178,21 +242,28 @@ async fn off_sends_every_redelivered_record_to_its_conditional_write() {
 #[tokio::test]
 async fn a_mixed_redelivery_looks_up_once_and_runs_only_the_records_not_found() {
     for mode in MODES {
-        let Some(rig) = rig().await else { return };
-        let mut earlier = batch(10, 1);
-        earlier.records.truncate(5);
-        rig.deliver(mode, Precheck::default(), earlier).await;
-        let (again, failures, made) = rig.deliver(mode, Precheck::default(), batch(10, 2)).await;
-        let mut expected = vec![Outcome::Replayed; 5];
-        expected.extend([Outcome::Executed; 5]);
-        assert_eq!(again, expected, "{mode:?}");
-        assert!(failures.is_empty());
-        assert_eq!(rig.runs(), 10, "{mode:?}");
-        assert_eq!(made.get("BatchGetItem"), Some(&1), "{mode:?}: {made:?}");
-        assert_eq!(rig.balance().await, 50, "{mode:?}");
-        for i in 0..10 {
-            let record = rig.store.get(&key(&format!("m-{i}"))).await.unwrap();
-            assert_eq!(record.map(|r| r.status), Some(Status::Completed), "m-{i}");
+        for rig in rigs().await {
+            let together = rig.together;
+            let mut earlier = batch(10, 1);
+            earlier.records.truncate(5);
+            rig.deliver(mode, Precheck::default(), earlier).await;
+            let (again, failures, made) =
+                rig.deliver(mode, Precheck::default(), batch(10, 2)).await;
+            let mut expected = vec![Outcome::Replayed; 5];
+            expected.extend([Outcome::Executed; 5]);
+            assert_eq!(again, expected, "{mode:?}, together: {together}");
+            assert!(failures.is_empty());
+            assert_eq!(rig.runs(), 10, "{mode:?}, together: {together}");
+            assert_eq!(
+                made.get("BatchGetItem"),
+                Some(&1),
+                "{mode:?}, together: {together}: {made:?}"
+            );
+            assert_eq!(rig.balance().await, 50, "{mode:?}, together: {together}");
+            for i in 0..10 {
+                let record = rig.store.get(&key(&format!("m-{i}"))).await.unwrap();
+                assert_eq!(record.map(|r| r.status), Some(Status::Completed), "m-{i}");
+            }
         }
     }
 }

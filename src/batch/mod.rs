@@ -7,6 +7,7 @@ mod error;
 mod event;
 mod mode;
 mod processor;
+mod replay;
 mod report;
 
 pub use error::BatchError;
@@ -15,4 +16,5 @@ pub use mode::BatchMode;
 pub use processor::{
     BatchFuture, BatchProcessor, Precheck, ANSWER_MARGIN, DEFAULT_DEADLINE_MARGIN,
 };
+pub use replay::{BatchReplay, BatchReplayer};
 pub use report::{BatchReport, RecordReport};

@@ -6,8 +6,9 @@ use aws_lambda_events::sqs::SqsBatchResponse;
 
 use super::error::BatchError;
 use super::event::BatchEvent;
-use crate::error::Error;
+use crate::error::{error_chain, Error};
 use crate::outcome::Outcome;
+use crate::processed::Processed;
 
 /// How one record ended.
 #[derive(Debug)]
@@ -28,6 +29,57 @@ pub struct RecordReport<T> {
     pub value: Option<T>,
     /// The error, for outcomes that are not successes (none for FIFO-skipped records).
     pub error: Option<Error>,
+}
+
+impl<T> RecordReport<T> {
+    /// The report of the record `item_identifier` that ended with `result`.
+    pub(crate) fn of(item_identifier: Option<String>, result: Result<Processed<T>, Error>) -> Self {
+        match result {
+            Ok(processed) => RecordReport {
+                item_identifier,
+                outcome: processed.outcome(),
+                replayed: processed.is_replay(),
+                value: processed.into_value(),
+                error: None,
+            },
+            Err(error) => RecordReport {
+                item_identifier,
+                outcome: error.outcome(),
+                replayed: error.is_replay(),
+                value: None,
+                error: Some(error),
+            },
+        }
+    }
+
+    /// Logs how the record ended: its error's text too when `error_text` (see
+    /// [`BatchProcessor::with_error_text_logged`](super::BatchProcessor::with_error_text_logged)).
+    pub(crate) fn log(&self, error_text: bool) {
+        let id = self.item_identifier.as_deref().unwrap_or("<none>");
+        match &self.error {
+            None => tracing::info!(
+                item_identifier = id,
+                outcome = %self.outcome,
+                replayed = self.replayed,
+                "record processed"
+            ),
+            Some(error) if error_text => tracing::warn!(
+                item_identifier = id,
+                outcome = %self.outcome,
+                replayed = self.replayed,
+                error_type = error.error_type(),
+                error = %error_chain(error),
+                "record not processed"
+            ),
+            Some(error) => tracing::warn!(
+                item_identifier = id,
+                outcome = %self.outcome,
+                replayed = self.replayed,
+                error_type = error.error_type(),
+                "record not processed"
+            ),
+        }
+    }
 }
 
 /// How a batch ended: one report per record, in event order, and the response for Lambda

@@ -13,7 +13,7 @@ use super::in_flight::{self, FlightGuard, FlightResult, Join};
 use super::invoke::catch_panic;
 use super::precheck::BatchLookup;
 use super::protocol::Protocol;
-use super::stored_result::{replay_failure, replay_with};
+use super::stored_result::{replay_failure, replay_with, replayed};
 use crate::clock::{Clock, Deadline};
 use crate::config::{Config, MissingKey};
 use crate::error::Error;
@@ -116,11 +116,12 @@ impl Claim {
         let key = self.key.clone();
         match decide(&existing, now, self.validation.as_ref()) {
             Decision::Replay { data } => {
-                let about = Replay {
-                    key: &key,
-                    source: ReplaySource::Store,
-                };
-                let replayed = replay_with(data.as_deref(), &protocol.config.hooks, &about);
+                let replayed = replayed(
+                    &protocol.config.hooks,
+                    &key,
+                    data.as_deref(),
+                    ReplaySource::Store,
+                );
                 self.finish(FlightResult::Completed {
                     data: data.unwrap_or_else(|| "null".into()),
                     validation: existing.validation.clone(),
@@ -235,12 +236,13 @@ where
     if let Some(record) = protocol.local.cached(&key, now) {
         match decide(&record, now, validation.as_ref()) {
             Decision::Replay { data } => {
-                let about = Replay {
-                    key: &key,
-                    source: ReplaySource::LocalCache,
-                };
-                let hooks = &protocol.config.hooks;
-                return Admission::Answered(Ok(replay_with(data.as_deref(), hooks, &about)));
+                let replayed = replayed(
+                    &protocol.config.hooks,
+                    &key,
+                    data.as_deref(),
+                    ReplaySource::LocalCache,
+                );
+                return Admission::Answered(Ok(replayed));
             }
             Decision::ReplayFailure { data } => {
                 return Admission::Answered(Err(replay_failure(data.as_deref())))
@@ -281,7 +283,10 @@ where
 
 /// The error of a record whose key's handler failed earlier in this batch: rejected when its
 /// payload differs from the one that failed.
-fn failed_in_this_batch(key: &IdempotencyKey, validation: Option<&PayloadHash>) -> Option<Error> {
+pub(crate) fn failed_in_this_batch(
+    key: &IdempotencyKey,
+    validation: Option<&PayloadHash>,
+) -> Option<Error> {
     let stored = in_flight::failed_earlier(key)?;
     let key = key.clone();
     Some(if mismatched(stored.as_deref(), validation) {
@@ -361,13 +366,12 @@ fn answer_found<St, K, C, T: DeserializeOwned>(
 ) -> Option<Result<Processed<T>, Error>> {
     let answer = match decide(stored, now, validation) {
         Decision::Retry => return None,
-        Decision::Replay { data } => {
-            let about = Replay {
-                key,
-                source: ReplaySource::Store,
-            };
-            Ok(replay_with(data.as_deref(), &protocol.config.hooks, &about))
-        }
+        Decision::Replay { data } => Ok(replayed(
+            &protocol.config.hooks,
+            key,
+            data.as_deref(),
+            ReplaySource::Store,
+        )),
         Decision::ReplayFailure { data } => Err(replay_failure(data.as_deref())),
         Decision::PayloadMismatch => Err(Error::PayloadMismatch { key: key.clone() }),
         Decision::InProgress => Err(Error::InProgress {

@@ -15,13 +15,19 @@ use std::sync::{Arc, Mutex};
 
 use futures_util::FutureExt;
 use lambda_runtime::Context;
+use serde::de::DeserializeOwned;
 use tokio::sync::OnceCell;
 
-use super::admission::derive;
+use super::admission::{derive, failed_in_this_batch};
 use super::invoke::panic_message;
 use super::protocol::Protocol;
+use super::stored_result::replay_of;
+use crate::batch::BatchReplayer;
+use crate::clock::Clock;
+use crate::hooks::ReplaySource;
 use crate::input::Input;
 use crate::key::{IdempotencyKey, KeyExtractor};
+use crate::processed::Processed;
 use crate::record::Record;
 use crate::store::{Store, StoreError};
 use crate::validation::PayloadHash;
@@ -50,6 +56,17 @@ struct Lookup {
     /// The derived keys, sorted, each once.
     keys: Vec<IdempotencyKey>,
     found: OnceCell<Found>,
+}
+
+impl Lookup {
+    /// What the store holds of the offered keys: read by the first to ask, once.
+    async fn read<St: Store>(&self, store: &St) -> &Found {
+        self.found
+            // Boxed: the store's read (an SDK call, kilobytes of future) is built by the one
+            // record that does the lookup, not carried in every record's future.
+            .get_or_init(|| Box::pin(look_up(store, &self.keys)))
+            .await
+    }
 }
 
 /// The records a batch offers to the pre-check, and each protocol's lookup of them (one per
@@ -204,15 +221,118 @@ where
         let protocol = self.protocol;
         let (lookup, _) = self.lookup()?;
         lookup.keys.binary_search(key).ok()?;
-        let found = lookup
-            .found
-            // Boxed: the store's read (an SDK call, kilobytes of future) is built by the one
-            // record that does the lookup, not carried in every record's future.
-            .get_or_init(|| Box::pin(look_up(&protocol.store, &lookup.keys)))
-            .await;
-        let at = found.binary_search_by(|record| record.key.cmp(key)).ok()?;
-        Some(Arc::clone(&found[at]))
+        let found = lookup.read(&protocol.store).await;
+        find(found, key).map(Arc::clone)
     }
+}
+
+/// The record found for `key`.
+fn find<'a>(found: &'a Found, key: &IdempotencyKey) -> Option<&'a Arc<Record>> {
+    let at = found.binary_search_by(|record| record.key.cmp(key)).ok()?;
+    Some(&found[at])
+}
+
+/// The [`BatchReplayer`] of `protocol` for records `I` and results `T`: [`replay_offered`].
+pub(crate) fn replayer<St, K, C, I, T>(protocol: Arc<Protocol<St, K, C>>) -> BatchReplayer
+where
+    St: Store,
+    K: KeyExtractor<I>,
+    C: Clock,
+    I: Input + Send + Sync + 'static,
+    T: DeserializeOwned + Send + 'static,
+{
+    BatchReplayer::new(move |context: Context| {
+        let protocol = Arc::clone(&protocol);
+        async move { replay_offered::<St, K, C, I, T>(&protocol, &context).await }.boxed()
+    })
+}
+
+/// The replays of the current batch's offered records (of this protocol's record type) that
+/// need no call of the service, by offered position: a record whose key the local cache or
+/// the store holds completed, for the same payload, replays as its own admission would
+/// replay it (the response hook called, the record cached). Every other record (not found,
+/// found in progress or failed, for another payload, without a key, or whose key failed
+/// earlier in this batch) is `None`, and goes through the service as usual, which finds
+/// what was read here without reading it again. The store is read once, and only when the
+/// cache does not answer every record. Empty when the batch offered no records of this type.
+pub(crate) async fn replay_offered<St, K, C, I, T>(
+    protocol: &Protocol<St, K, C>,
+    context: &Context,
+) -> Vec<Option<Processed<T>>>
+where
+    St: Store,
+    K: KeyExtractor<I>,
+    C: Clock,
+    I: Input + Send + Sync + 'static,
+    T: DeserializeOwned,
+{
+    let Some((lookup, _)) = lookup_of::<St, K, C, I>(protocol, context) else {
+        return Vec::new();
+    };
+    // Taken, not copied; what is not replayed here is put back for its record to take. A
+    // record that looks for its key meanwhile derives it again.
+    let derived: Vec<Option<Derived>> = lookup
+        .derived
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter_mut()
+        .map(Option::take)
+        .collect();
+    let hooks = &protocol.config.hooks;
+    let mut replays: Vec<Option<Processed<T>>> = derived.iter().map(|_| None).collect();
+    let now = protocol.clock.now();
+    let mut to_read = false;
+    for (replay, (key, validation)) in replays
+        .iter_mut()
+        .zip(&derived)
+        .filter_map(|(r, d)| Some((r, d.as_ref()?)))
+    {
+        *replay = protocol.local.cached(key, now).and_then(|record| {
+            replay_of(
+                hooks,
+                key,
+                validation.as_ref(),
+                &record,
+                now,
+                ReplaySource::LocalCache,
+            )
+        });
+        to_read |= replay.is_none();
+    }
+    if to_read {
+        let found = lookup.read(&protocol.store).await;
+        let now = protocol.clock.now();
+        for (replay, (key, validation)) in replays
+            .iter_mut()
+            .zip(&derived)
+            .filter_map(|(r, d)| Some((r, d.as_ref()?)))
+        {
+            if replay.is_some() || failed_in_this_batch(key, validation.as_ref()).is_some() {
+                continue;
+            }
+            let Some(stored) = find(found, key) else {
+                continue;
+            };
+            *replay = replay_of(
+                hooks,
+                key,
+                validation.as_ref(),
+                stored,
+                now,
+                ReplaySource::Store,
+            );
+            if replay.is_some() {
+                protocol.local.remember_copy(stored);
+            }
+        }
+    }
+    let mut slots = lookup.derived.lock().unwrap_or_else(|p| p.into_inner());
+    for ((slot, derived), replay) in slots.iter_mut().zip(derived).zip(&replays) {
+        if replay.is_none() {
+            *slot = derived;
+        }
+    }
+    replays
 }
 
 /// Reads `keys` (sorted, each once) from the store: what it holds of them, sorted by key. A

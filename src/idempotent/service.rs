@@ -16,7 +16,8 @@ use super::finish::{ResultAndWrites, ResultOnly};
 use super::in_transaction::{self, InTransaction, TransactionEvent};
 use super::protocol::Protocol;
 use super::sequenced::{self, PositionOf, Sequence, Sequenced};
-use super::{lease, optimistic};
+use super::{lease, optimistic, precheck};
+use crate::batch::{BatchReplay, BatchReplayer};
 use crate::clock::{Clock, SystemClock};
 use crate::config::IdempotencyMode;
 use crate::error::Error;
@@ -146,6 +147,13 @@ pub trait Mode<S, St, K, C, I>: sealed::Sealed + Sized {
         service: &mut Idempotent<S, St, K, C, Self>,
         event: LambdaEvent<I>,
     ) -> ResponseFuture<Self::Value>;
+
+    /// The replayer of a batch's pre-checked records, for the modes whose admission reads
+    /// the pre-check.
+    #[doc(hidden)]
+    fn batch_replayer(_service: &Idempotent<S, St, K, C, Self>) -> Option<BatchReplayer> {
+        None
+    }
 }
 
 impl<S, St, K, C, I, T> Mode<S, St, K, C, I> for ResultOnly
@@ -171,6 +179,12 @@ where
     ) -> ResponseFuture<T> {
         let (ready, protocol) = service.take_ready();
         Box::pin(lease::run::<Self, _, _, _, _, _>(protocol, ready, event))
+    }
+
+    fn batch_replayer(service: &Idempotent<S, St, K, C, Self>) -> Option<BatchReplayer> {
+        Some(precheck::replayer::<St, K, C, I, T>(Arc::clone(
+            &service.protocol,
+        )))
     }
 }
 
@@ -203,6 +217,12 @@ where
             IdempotencyMode::Optimistic => Box::pin(optimistic::run(protocol, ready, event)),
         }
     }
+
+    fn batch_replayer(service: &Idempotent<S, St, K, C, Self>) -> Option<BatchReplayer> {
+        Some(precheck::replayer::<St, K, C, I, T>(Arc::clone(
+            &service.protocol,
+        )))
+    }
 }
 
 impl<S, St, K, C, I, T> Mode<S, St, K, C, I> for InTransaction
@@ -229,6 +249,12 @@ where
     ) -> ResponseFuture<T> {
         let (ready, protocol) = service.take_ready();
         Box::pin(in_transaction::run(protocol, ready, event))
+    }
+
+    fn batch_replayer(service: &Idempotent<S, St, K, C, Self>) -> Option<BatchReplayer> {
+        Some(precheck::replayer::<St, K, C, I, T>(Arc::clone(
+            &service.protocol,
+        )))
     }
 }
 
@@ -272,5 +298,14 @@ where
 
     fn call(&mut self, event: LambdaEvent<I>) -> Self::Future {
         M::call(self, event)
+    }
+}
+
+impl<S, St, K, C, M, I> BatchReplay<I> for Idempotent<S, St, K, C, M>
+where
+    M: Mode<S, St, K, C, I>,
+{
+    fn batch_replayer(&self) -> Option<BatchReplayer> {
+        M::batch_replayer(self)
     }
 }

@@ -10,6 +10,7 @@
 //! confused.
 
 use std::io::{Read, Write as _};
+use std::time::SystemTime;
 
 use base64::Engine as _;
 use flate2::read::DeflateDecoder;
@@ -20,8 +21,11 @@ use serde::Serialize;
 
 use super::invoke::catch_panic;
 use crate::error::Error;
-use crate::hooks::{Hooks, Replay};
+use crate::hooks::{Hooks, Replay, ReplaySource};
+use crate::key::IdempotencyKey;
 use crate::processed::Processed;
+use crate::record::{decide, Decision, Record};
+use crate::validation::PayloadHash;
 
 const COMPRESSED_TAG: &str = "~deflate:";
 const OMITTED_TAG: &str = "~omitted:";
@@ -100,6 +104,34 @@ pub(crate) fn replay_with<T: DeserializeOwned>(
             }
         }
         _ => Processed::ReplayedWithoutResult,
+    }
+}
+
+/// The replay of a stored result `data` for `key`, found in `source`, through the response
+/// hook.
+pub(crate) fn replayed<T: DeserializeOwned>(
+    hooks: &Hooks,
+    key: &IdempotencyKey,
+    data: Option<&str>,
+    source: ReplaySource,
+) -> Processed<T> {
+    replay_with(data, hooks, &Replay { key, source })
+}
+
+/// The replay of `record`, found in `source` for `key`, when it is completed for the same
+/// payload (and can no longer be taken over); `None` for anything else, which admission
+/// answers on its own path.
+pub(crate) fn replay_of<T: DeserializeOwned>(
+    hooks: &Hooks,
+    key: &IdempotencyKey,
+    validation: Option<&PayloadHash>,
+    record: &Record,
+    now: SystemTime,
+    source: ReplaySource,
+) -> Option<Processed<T>> {
+    match decide(record, now, validation) {
+        Decision::Replay { data } => Some(replayed(hooks, key, data.as_deref(), source)),
+        _ => None,
     }
 }
 

@@ -8,17 +8,19 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use aws_lambda_events::sqs::SqsEvent;
-use futures_util::StreamExt;
 use lambda_runtime::LambdaEvent;
 use tower::{Service, ServiceExt};
 use tracing::Instrument;
 
+mod schedule;
+
 use super::error::BatchError;
 use super::event::BatchEvent;
-use super::mode::{BatchMode, Stops};
-use super::report::{skipped, summarize, BatchReport, RecordReport};
+use super::mode::BatchMode;
+use super::replay::{BatchReplay, BatchReplayer};
+use super::report::{summarize, BatchReport, RecordReport};
 use crate::clock::{epoch_ms, Clock, Deadline, SystemClock};
-use crate::error::{error_chain, Error};
+use crate::error::Error;
 use crate::processed::Processed;
 
 /// Which records of a batch are looked up in the store together before they run (one
@@ -80,6 +82,7 @@ pub struct BatchProcessor<S, C = SystemClock, E = SqsEvent> {
     clock: C,
     log_error_text: bool,
     precheck: Precheck,
+    replayer: Option<BatchReplayer>,
     event: PhantomData<fn(E)>,
 }
 
@@ -92,6 +95,7 @@ impl<S: Clone, C: Clone, E> Clone for BatchProcessor<S, C, E> {
             clock: self.clock.clone(),
             log_error_text: self.log_error_text,
             precheck: self.precheck,
+            replayer: self.replayer.clone(),
             event: PhantomData,
         }
     }
@@ -132,6 +136,7 @@ impl<S, E> BatchProcessor<S, SystemClock, E> {
             clock: SystemClock,
             log_error_text: false,
             precheck: Precheck::default(),
+            replayer: None,
             event: PhantomData,
         }
     }
@@ -174,8 +179,30 @@ impl<S, C, E> BatchProcessor<S, C, E> {
             clock,
             log_error_text: self.log_error_text,
             precheck: self.precheck,
+            replayer: self.replayer,
             event: PhantomData,
         }
+    }
+
+    /// Replays the pre-checked records found completed together, in one pass over the batch
+    /// before the others run, instead of each through its own call of the service: the
+    /// cheapest answer to a redelivered batch. Each such record is answered as its own call
+    /// would answer it (its key and payload hash derived, the record's expiry, lease and
+    /// payload checked, the response hook called, the local cache filled), without its own
+    /// span, deadline timer or panic guard. Every other record goes through the service as
+    /// usual, and finds the pre-check's read without reading again.
+    ///
+    /// For a service that is an [`Idempotent`](crate::Idempotent) one itself (or either of
+    /// two), whose answer is the record's answer: a layer around it (one that maps responses
+    /// or counts calls) would not see the replayed records. Records that are not
+    /// [pre-checked](Self::with_precheck) are never replayed this way.
+    pub fn with_batch_replay(mut self) -> Self
+    where
+        E: BatchEvent,
+        S: BatchReplay<E::Record>,
+    {
+        self.replayer = self.service.batch_replayer();
+        self
     }
 }
 
@@ -185,6 +212,7 @@ impl<S, C, E: BatchEvent> BatchProcessor<S, C, E> {
     where
         S: Service<LambdaEvent<E::Record>, Response = Processed<T>, Error = Error> + Clone,
         C: Clock,
+        T: 'static,
     {
         let started = self.clock.now();
         // What this batch learns about failed keys stays with this batch.
@@ -198,6 +226,7 @@ impl<S, C, E: BatchEvent> BatchProcessor<S, C, E> {
     where
         S: Service<LambdaEvent<E::Record>, Response = Processed<T>, Error = Error> + Clone,
         C: Clock,
+        T: 'static,
     {
         let LambdaEvent {
             payload,
@@ -213,84 +242,23 @@ impl<S, C, E: BatchEvent> BatchProcessor<S, C, E> {
             now_ms = epoch_ms(self.clock.now()),
             "batch received"
         );
-        let offered: Vec<E::Record> = match self.precheck {
+        // The positions in the batch of the records offered to the pre-check.
+        let offered_at: Vec<usize> = match self.precheck {
             Precheck::Off => Vec::new(),
-            Precheck::Redelivered => records
-                .iter()
-                .filter(|record| crate::input::Input::delivered_before(*record))
-                .cloned()
+            Precheck::Redelivered => (0..records.len())
+                .filter(|&i| crate::input::Input::delivered_before(&records[i]))
                 .collect(),
-            Precheck::Always => records.clone(),
+            Precheck::Always => (0..records.len()).collect(),
         };
+        let offered: Vec<E::Record> = offered_at.iter().map(|&i| records[i].clone()).collect();
         // Boxed: the records' scheduling makes a future of kilobytes, which the layers around
         // it (the pre-check's offer, the batch's failure memo) would otherwise each copy.
-        let schedule = Box::pin(self.schedule::<T>(records, &context, deadline));
+        let schedule = Box::pin(self.schedule::<T>(records, offered_at, &context, deadline));
         let reports = crate::idempotent::offering(offered, schedule).await;
         summarize::<T, E>(reports)
     }
 
-    /// Runs the records as the batch mode says; the reports keep the event's order.
-    async fn schedule<T>(
-        &self,
-        records: Vec<E::Record>,
-        context: &lambda_runtime::Context,
-        deadline: Deadline,
-    ) -> Vec<RecordReport<T>>
-    where
-        S: Service<LambdaEvent<E::Record>, Response = Processed<T>, Error = Error> + Clone,
-        C: Clock,
-    {
-        match self.mode.resolve::<E>(&records) {
-            BatchMode::Auto { .. } => unreachable!("resolved above"),
-            BatchMode::Concurrent { limit } => {
-                // A new record starts as soon as any running one finishes (a slow record
-                // does not hold back the others); each report goes to its record's place.
-                let mut reports: Vec<Option<RecordReport<T>>> = std::iter::repeat_with(|| None)
-                    .take(records.len())
-                    .collect();
-                let mut finished = futures_util::stream::iter(records.into_iter().enumerate().map(
-                    |(index, record)| {
-                        // Boxed once: the record's future (a few kilobytes) is not copied
-                        // again as the stream hands it to its set of running futures.
-                        let report = Box::pin(self.process_record::<T>(record, context, deadline));
-                        async move { (index, report.await) }
-                    },
-                ))
-                .buffer_unordered(limit.max(1));
-                while let Some((index, report)) = finished.next().await {
-                    reports[index] = Some(report);
-                }
-                // The stream ends only when every record's future has answered (a record
-                // stopped at the deadline answers too): a record without a report would be
-                // acknowledged, so it is a bug to stop at, not to pass over.
-                reports
-                    .into_iter()
-                    .map(|report| report.expect("every record's future answers"))
-                    .collect()
-            }
-            BatchMode::Fifo {
-                skip_failed_group_only,
-            } => {
-                let mut reports = Vec::with_capacity(records.len());
-                let mut stops = Stops::new(skip_failed_group_only);
-                for record in records {
-                    let group = E::group(&record);
-                    let report = if stops.skips(group.as_deref()) {
-                        skipped(E::item_identifier(&record))
-                    } else {
-                        self.process_record::<T>(record, context, deadline).await
-                    };
-                    if !report.outcome.is_acknowledged() {
-                        stops.failed(group);
-                    }
-                    reports.push(report);
-                }
-                reports
-            }
-        }
-    }
-
-    async fn process_record<T>(
+    pub(super) async fn process_record<T>(
         &self,
         record: E::Record,
         context: &lambda_runtime::Context,
@@ -325,47 +293,9 @@ impl<S, C, E: BatchEvent> BatchProcessor<S, C, E> {
         }
         .instrument(span.clone())
         .await;
-        let report = match result {
-            Ok(processed) => RecordReport {
-                item_identifier,
-                outcome: processed.outcome(),
-                replayed: processed.is_replay(),
-                value: processed.into_value(),
-                error: None,
-            },
-            Err(error) => RecordReport {
-                item_identifier,
-                outcome: error.outcome(),
-                replayed: error.is_replay(),
-                value: None,
-                error: Some(error),
-            },
-        };
+        let report = RecordReport::of(item_identifier, result);
         span.record("outcome", report.outcome.as_str());
-        let id = report.item_identifier.as_deref().unwrap_or("<none>");
-        span.in_scope(|| match &report.error {
-            None => tracing::info!(
-                item_identifier = id,
-                outcome = %report.outcome,
-                replayed = report.replayed,
-                "record processed"
-            ),
-            Some(error) if self.log_error_text => tracing::warn!(
-                item_identifier = id,
-                outcome = %report.outcome,
-                replayed = report.replayed,
-                error_type = error.error_type(),
-                error = %error_chain(error),
-                "record not processed"
-            ),
-            Some(error) => tracing::warn!(
-                item_identifier = id,
-                outcome = %report.outcome,
-                replayed = report.replayed,
-                error_type = error.error_type(),
-                "record not processed"
-            ),
-        });
+        span.in_scope(|| report.log(self.log_error_text));
         report
     }
 }

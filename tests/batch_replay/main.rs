@@ -1,0 +1,369 @@
+//! Replaying a batch's pre-checked duplicates together (`BatchProcessor::with_batch_replay`),
+//! on the embedded store. Each delivery is checked: outcomes, values, handler runs, store
+//! calls, `batchItemFailures`, and which records went through their own service call (a
+//! `batch_record` span in the logs). A record the batch cannot replay must end exactly as it
+//! ends without batch replay.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
+use lambda_idempotency::batch::{BatchMode, BatchProcessor, BatchReport, Precheck};
+use lambda_idempotency::clock::{epoch_ms, Clock, ManualClock};
+use lambda_idempotency::hooks::ReplaySource;
+use lambda_idempotency::key::IdempotencyKey;
+use lambda_idempotency::record::{OwnerToken, Record, Status};
+use lambda_idempotency::store::InMemoryStore;
+use lambda_idempotency::validation::PayloadValidation;
+use lambda_idempotency::{Config, Error, IdempotencyLayer, Outcome, Processed};
+use lambda_idempotency_test_support::faulty_store::FaultyStore;
+use lambda_idempotency_test_support::{invocation, outcomes, reported};
+use lambda_runtime::LambdaEvent;
+use tower::Service;
+
+mod edges;
+
+const REMAINING: Duration = Duration::from_secs(30);
+
+/// Message `id` with `body`, received `receive_count` times so far, in group `g` of a FIFO
+/// queue when `fifo`.
+fn message(id: &str, body: &str, receive_count: u32, fifo: bool) -> SqsMessage {
+    let mut message = SqsMessage::default();
+    message.message_id = Some(id.into());
+    message.body = Some(body.into());
+    message
+        .attributes
+        .insert("ApproximateReceiveCount".into(), receive_count.to_string());
+    if fifo {
+        message.event_source_arn = Some("arn:aws:sqs:us-east-1:1:orders.fifo".into());
+        message
+            .attributes
+            .insert("MessageGroupId".into(), "g".into());
+    }
+    message
+}
+
+fn batch(messages: Vec<SqsMessage>) -> SqsEvent {
+    let mut event = SqsEvent::default();
+    event.records = messages;
+    event
+}
+
+/// Collects what the log subscriber writes.
+#[derive(Clone, Default)]
+struct Logs(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Logs {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Logs {
+    /// The lines saying how message `id` ended ("record processed", "record not processed"):
+    /// whether each was written within the record's own `batch_record` span (its own call of
+    /// the service).
+    fn processed(&self, id: &str) -> Vec<bool> {
+        let text = String::from_utf8(self.0.lock().unwrap().clone()).unwrap();
+        let id = format!("item_identifier=\"{id}\"");
+        text.lines()
+            .filter(|l| {
+                (l.contains("record processed") || l.contains("record not processed"))
+                    && l.contains(&id)
+            })
+            .map(|l| l.contains("batch_record{"))
+            .collect()
+    }
+}
+
+struct Rig {
+    store: FaultyStore<InMemoryStore>,
+    clock: ManualClock,
+    runs: Arc<AtomicUsize>,
+    hooked: Arc<Mutex<Vec<ReplaySource>>>,
+    logs: Logs,
+}
+
+impl Rig {
+    fn new() -> Self {
+        Self {
+            store: FaultyStore::new(InMemoryStore::new()),
+            clock: ManualClock::starting_now(),
+            runs: Arc::default(),
+            hooked: Arc::default(),
+            logs: Logs::default(),
+        }
+    }
+
+    /// A processor over a new layer (a new process: nothing known locally), replaying
+    /// together when `together`. The handler answers the body's length, and fails for a
+    /// body of "fail".
+    fn processor(
+        &self,
+        together: bool,
+        cache: usize,
+        mode: BatchMode,
+    ) -> BatchProcessor<
+        impl Service<LambdaEvent<SqsMessage>, Response = Processed<usize>, Error = Error> + Clone,
+        ManualClock,
+    > {
+        let hooked = self.hooked.clone();
+        let layer = IdempotencyLayer::new(self.store.clone())
+            .with_clock(self.clock.clone())
+            .with_config(
+                Config::new()
+                    .with_key_prefix("replay")
+                    .with_payload_validation(PayloadValidation::Body)
+                    .with_local_cache(cache)
+                    .with_response_hook(move |value, replay| {
+                        hooked.lock().unwrap().push(replay.source);
+                        // A hook with a bug, for the result of a body of 13 bytes.
+                        assert_ne!(value, serde_json::json!(13), "the hook's bug");
+                        value
+                    }),
+            );
+        let runs = self.runs.clone();
+        let handler = layer.handler(move |message: SqsMessage| {
+            runs.fetch_add(1, Ordering::SeqCst);
+            let body = message.body.unwrap_or_default();
+            std::future::ready(match body.as_str() {
+                "fail" => Err(std::io::Error::other("the handler failed")),
+                _ => Ok(body.len()),
+            })
+        });
+        let mut processor = BatchProcessor::new(handler)
+            .with_clock(self.clock.clone())
+            .with_precheck(Precheck::Redelivered)
+            .with_mode(mode);
+        if together {
+            processor = processor.with_batch_replay();
+        }
+        processor
+    }
+
+    /// `event` through `processor`, its logs collected.
+    async fn run<S>(
+        &self,
+        processor: &BatchProcessor<S, ManualClock>,
+        event: SqsEvent,
+    ) -> BatchReport<usize>
+    where
+        S: Service<LambdaEvent<SqsMessage>, Response = Processed<usize>, Error = Error> + Clone,
+    {
+        self.run_with(processor, event, REMAINING).await
+    }
+
+    /// `event` through `processor` with `remaining` before the deadline.
+    async fn run_with<S>(
+        &self,
+        processor: &BatchProcessor<S, ManualClock>,
+        event: SqsEvent,
+        remaining: Duration,
+    ) -> BatchReport<usize>
+    where
+        S: Service<LambdaEvent<SqsMessage>, Response = Processed<usize>, Error = Error> + Clone,
+    {
+        let logs = self.logs.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || logs.clone())
+            .with_ansi(false)
+            .finish();
+        let _guard = tracing::subscriber::set_default(subscriber);
+        processor
+            .process(invocation(event, self.clock.now(), remaining))
+            .await
+    }
+
+    async fn deliver(&self, together: bool, messages: Vec<SqsMessage>) -> BatchReport<usize> {
+        let processor = self.processor(together, 0, BatchMode::default());
+        self.run(&processor, batch(messages)).await
+    }
+
+    /// The stored record of message `id`.
+    fn stored(&self, id: &str) -> Record {
+        let key = IdempotencyKey::derive("replay", id.as_bytes());
+        let records = self.store.inner.records();
+        records.into_iter().find(|r| r.key == key).expect("stored")
+    }
+
+    /// (`get_many`, `acquire`) calls so far.
+    fn calls(&self) -> (usize, usize) {
+        let calls = &self.store.calls;
+        (
+            calls.get_many.load(Ordering::SeqCst),
+            calls.acquire.load(Ordering::SeqCst),
+        )
+    }
+
+    fn runs(&self) -> usize {
+        self.runs.load(Ordering::SeqCst)
+    }
+}
+
+fn values(report: &BatchReport<usize>) -> Vec<Option<usize>> {
+    report.records.iter().map(|r| r.value).collect()
+}
+
+#[tokio::test]
+async fn a_redelivered_batch_replays_together_without_a_call_per_record() {
+    let rig = Rig::new();
+    let first = ["m-1", "m-2", "m-3"].map(|id| message(id, "{\"a\":1}", 1, false));
+    let report = rig.deliver(true, first.to_vec()).await;
+    assert_eq!(outcomes(&report), [Outcome::Executed; 3]);
+    assert_eq!(
+        (rig.runs(), rig.calls()),
+        (3, (0, 3)),
+        "first deliveries are not looked up"
+    );
+    let stored = ["m-1", "m-2", "m-3"].map(|id| rig.stored(id));
+    let again = ["m-1", "m-2", "m-3"].map(|id| message(id, "{\"a\":1}", 2, false));
+    let report = rig.deliver(true, again.to_vec()).await;
+    assert_eq!(outcomes(&report), [Outcome::Replayed; 3]);
+    assert!(report
+        .records
+        .iter()
+        .all(|r| r.replayed && r.error.is_none()));
+    assert_eq!(values(&report), [Some(7); 3]);
+    assert!(reported(&report).is_empty());
+    assert_eq!(rig.runs(), 3, "no handler ran again");
+    assert_eq!(rig.calls(), (1, 3), "one lookup, no write");
+    assert_eq!(*rig.hooked.lock().unwrap(), [ReplaySource::Store; 3]);
+    for id in ["m-1", "m-2", "m-3"] {
+        // Its own call the first time, the batch's replay the second.
+        assert_eq!(rig.logs.processed(id), [true, false], "{id}");
+    }
+    for (id, before) in ["m-1", "m-2", "m-3"].into_iter().zip(stored) {
+        assert_eq!(before.status, Status::Completed);
+        assert_eq!(rig.stored(id), before, "{id}: left as it was");
+    }
+}
+
+/// A batch with one record of each kind the batch cannot replay, on a store where m-1 is
+/// completed, m-4 is held by another invocation's live lease, and m-5 completed for another
+/// payload.
+async fn mixed(rig: &Rig, together: bool, mode: BatchMode) -> BatchReport<usize> {
+    let now_ms = epoch_ms(rig.clock.now());
+    rig.deliver(
+        together,
+        vec![
+            message("m-1", "{}", 1, false),
+            message("m-5", "{\"b\":2}", 1, false),
+        ],
+    )
+    .await;
+    rig.store.inner.insert_record(Record {
+        key: IdempotencyKey::derive("replay", b"m-4"),
+        status: Status::InProgress,
+        expiration_secs: now_ms / 1000 + 3600,
+        lease_expiration_ms: Some(now_ms + 60_000),
+        owner: Some(OwnerToken::new("another-invocation")),
+        data: None,
+        validation: None,
+    });
+    let processor = rig.processor(together, 0, mode);
+    rig.run(
+        &processor,
+        batch(vec![
+            message("m-1", "{}", 2, false),
+            message("m-2", "{\"c\":3}", 2, false),
+            message("m-3", "{\"d\":4}", 1, false),
+            message("m-4", "{}", 2, false),
+            message("m-5", "{\"b\":3}", 2, false),
+            message("m-6", "fail", 2, false),
+        ]),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn records_the_batch_cannot_replay_end_as_they_do_without_it() {
+    let (alone, together) = (Rig::new(), Rig::new());
+    let without = mixed(&alone, false, BatchMode::default()).await;
+    let with = mixed(&together, true, BatchMode::default()).await;
+    let expected = [
+        Outcome::Replayed,
+        Outcome::Executed,
+        Outcome::Executed,
+        Outcome::Locked,
+        Outcome::Rejected,
+        Outcome::Failed,
+    ];
+    assert_eq!(outcomes(&without), expected);
+    assert_eq!(outcomes(&with), expected);
+    assert_eq!(values(&with), values(&without));
+    assert_eq!(reported(&with), reported(&without));
+    assert_eq!(reported(&with), ["m-4", "m-5", "m-6"]);
+    // m-1 and m-5 on the first delivery; m-2, m-3 and m-6 on the second.
+    assert_eq!((together.runs(), alone.runs()), (5, 5));
+    assert_eq!(together.calls(), alone.calls());
+    assert_eq!(
+        together.calls(),
+        (1, 5),
+        "one lookup; an acquire for m-2, m-3, m-6"
+    );
+    // Only m-1 was replayed together; every other record had its own call.
+    assert_eq!(together.logs.processed("m-1"), [true, false]);
+    for id in ["m-2", "m-3", "m-4", "m-6"] {
+        assert_eq!(together.logs.processed(id), [true], "{id}");
+    }
+    let held = together.stored("m-4");
+    assert_eq!(
+        held.owner,
+        Some(OwnerToken::new("another-invocation")),
+        "the lease stays its holder's"
+    );
+}
+
+#[tokio::test]
+async fn records_beyond_the_concurrency_limit_end_as_they_do_without_it() {
+    let (alone, together) = (Rig::new(), Rig::new());
+    let mode = BatchMode::Concurrent { limit: 2 };
+    let without = mixed(&alone, false, mode).await;
+    let with = mixed(&together, true, mode).await;
+    assert_eq!(outcomes(&with), outcomes(&without));
+    assert_eq!(values(&with), values(&without));
+    assert_eq!(reported(&with), reported(&without));
+    assert_eq!(
+        (together.runs(), together.calls()),
+        (alone.runs(), alone.calls())
+    );
+    assert_eq!(together.logs.processed("m-1"), [true, false]);
+}
+
+#[tokio::test]
+async fn a_fifo_batch_replays_nothing_past_a_failed_record() {
+    for together in [false, true] {
+        let rig = Rig::new();
+        let fifo = BatchMode::Fifo {
+            skip_failed_group_only: false,
+        };
+        let processor = rig.processor(together, 0, fifo);
+        let first = vec![message("m-2", "{}", 1, true), message("m-4", "{}", 1, true)];
+        let report = rig.run(&processor, batch(first)).await;
+        assert_eq!(outcomes(&report), [Outcome::Executed; 2]);
+        // m-2 replays; m-3 fails; m-4 would replay, but comes after the failure.
+        let again = vec![
+            message("m-2", "{}", 2, true),
+            message("m-3", "fail", 1, true),
+            message("m-4", "{}", 2, true),
+        ];
+        let report = rig.run(&processor, batch(again)).await;
+        assert_eq!(
+            outcomes(&report),
+            [Outcome::Replayed, Outcome::Failed, Outcome::FifoSkipped],
+            "together: {together}"
+        );
+        assert_eq!(reported(&report), ["m-3", "m-4"]);
+        assert_eq!(
+            (rig.runs(), rig.calls()),
+            (3, (1, 3)),
+            "together: {together}"
+        );
+        assert_eq!(rig.logs.processed("m-2"), [true, !together]);
+    }
+}
