@@ -374,7 +374,9 @@ pub fn processor(
     } else {
         Either::Left(layer.with_writes().handler(apply))
     };
-    BatchProcessor::new(handler).with_deadline_margin(settings.deadline_margin)
+    BatchProcessor::new(handler)
+        .with_deadline_margin(settings.deadline_margin)
+        .with_batch_replay()
 }
 
 #[cfg(test)]
