@@ -3,8 +3,9 @@
 //! toolkit's store (`get_many`: its request built, its records parsed), the store's read
 //! followed by the processor's per-record work done in one loop ([`replay_in_one_loop`]: each
 //! record's key and payload hash, the decision on its record, its result decoded), and the
-//! same ten records as a batch through the order-consumer's processor (pre-check, key and
-//! payload hash, admission, replay, report), taking turns against DynamoDB Local. Each
+//! same ten records as a batch through the order-consumer's processor (its pre-check, and
+//! the records found completed replayed together; the report), taking turns against
+//! DynamoDB Local. Each
 //! difference is one layer's cost per record, with the SDK's own work in all four.
 
 use std::time::{Duration, SystemTime};

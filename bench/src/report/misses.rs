@@ -77,12 +77,12 @@ pub(super) fn own_work(lines: &[Value], scenario: &str, mode: &str) -> String {
                     format!(
                         " Measured on DynamoDB Local layer by layer (its own section), the toolkit's store read takes \
                          {:+.2} µs a record against a bare `BatchGetItem` of the same keys, and the processor's path above \
-                         it (pre-check, key and payload hash, admission, replay, report) {:+.2} µs against the store's read, \
-                         which waits for DynamoDB{at_once}. The same per-record work done in one loop over the store's read \
-                         (key and payload hash, the decision on the record, its result decoded) takes {:+.2} µs against it, \
-                         {:+.2} µs against the bare read: the rest of the processor's figure, {:+.2} µs, is each record's \
-                         own path through the service (its future, span, deadline timer and panic guard, its admission), \
-                         which a batch-wide answer to the pre-checked records would save.",
+                         it (the batch's pre-check and replay: key and payload hash, decision, replay; the report) {:+.2} µs \
+                         against the store's read, which waits for DynamoDB{at_once}. The same per-record work done in one \
+                         loop over the store's read (key and payload hash, the decision on the record, its result decoded) \
+                         takes {:+.2} µs against it, {:+.2} µs against the bare read: the rest of the processor's figure, \
+                         {:+.2} µs, is its batch's own work (the copies of the offered records, the lookup shared with the \
+                         records' own calls, the reports, logs and metrics).",
                         store - bare,
                         processor - store,
                         looped - store,
@@ -126,7 +126,7 @@ pub(super) fn extra_steps(scenario: &str, mode: &str) -> String {
                 .into();
         }
         Work::PreChecked => {
-            "decodes the records it reads and the results it replays, and tracks each record's deadline"
+            "decodes the records it reads and the results it replays, within the batch's deadline"
         }
         Work::RefusedAcquire => {
             "decodes the records it reads and the results it replays, and tracks each record's flight and deadline"
@@ -303,7 +303,7 @@ mod tests {
             "{why}"
         );
         assert!(
-            why.contains("report) +11.75 µs against the store's"),
+            why.contains("the report) +11.75 µs against the store's"),
             "{why}"
         );
         assert!(
