@@ -21,14 +21,14 @@ use tokio::sync::OnceCell;
 use super::admission::{derive, failed_in_this_batch};
 use super::invoke::panic_message;
 use super::protocol::Protocol;
-use super::stored_result::replay_of;
+use super::stored_result::{replay_of, replayed};
 use crate::batch::BatchReplayer;
 use crate::clock::Clock;
 use crate::hooks::ReplaySource;
 use crate::input::Input;
 use crate::key::{IdempotencyKey, KeyExtractor};
 use crate::processed::Processed;
-use crate::record::Record;
+use crate::record::{decide, Decision, Record};
 use crate::store::{Store, StoreError};
 use crate::validation::PayloadHash;
 
@@ -253,8 +253,11 @@ where
 /// replay it (the response hook called, the record cached). Every other record (not found,
 /// found in progress or failed, for another payload, without a key, or whose key failed
 /// earlier in this batch) is `None`, and goes through the service as usual, which finds
-/// what was read here without reading it again. The store is read once, and only when the
-/// cache does not answer every record. Empty when the batch offered no records of this type.
+/// what was read here without reading it again. The store is read once, and only when some
+/// record needs it (the cache answers a record's own path too when it holds its key
+/// completed, failed or for another payload). Empty when the batch offered no records of
+/// this type, or when the protocol's key may depend on more than the event
+/// ([`KeyExtractor::reads_event_only`]).
 pub(crate) async fn replay_offered<St, K, C, I, T>(
     protocol: &Protocol<St, K, C>,
     context: &Context,
@@ -266,6 +269,10 @@ where
     I: Input + Send + Sync + 'static,
     T: DeserializeOwned,
 {
+    // A key that may depend on more than the event is derived in each record's own call.
+    if !protocol.key.reads_event_only() {
+        return Vec::new();
+    }
     let Some((lookup, _)) = lookup_of::<St, K, C, I>(protocol, context) else {
         return Vec::new();
     };
@@ -287,17 +294,16 @@ where
         .zip(&derived)
         .filter_map(|(r, d)| Some((r, d.as_ref()?)))
     {
-        *replay = protocol.local.cached(key, now).and_then(|record| {
-            replay_of(
-                hooks,
-                key,
-                validation.as_ref(),
-                &record,
-                now,
-                ReplaySource::LocalCache,
-            )
-        });
-        to_read |= replay.is_none();
+        let cached = protocol.local.cached(key, now);
+        match cached.map(|record| decide(&record, now, validation.as_ref())) {
+            Some(Decision::Replay { data }) => {
+                let source = ReplaySource::LocalCache;
+                *replay = Some(replayed(hooks, key, data.as_deref(), source));
+            }
+            // The record's own path answers these from the cache, without the read.
+            Some(Decision::ReplayFailure { .. } | Decision::PayloadMismatch) => {}
+            Some(Decision::InProgress | Decision::Retry) | None => to_read = true,
+        }
     }
     if to_read {
         let found = lookup.read(&protocol.store).await;

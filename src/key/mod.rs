@@ -127,9 +127,11 @@ pub trait KeyExtractor<I: ?Sized>: Send + Sync + 'static {
     /// task- or thread-local a layer sets per record, a clock, a counter). The batch
     /// [pre-check](crate::batch::Precheck) derives the keys of the records it looks up
     /// together, within the first record's call; with a key from the event alone, each of
-    /// those records then reuses its key instead of deriving it again. `false` by default (a
-    /// closure: each record derives its own key, in its own call); `true` for the built-in
-    /// extractors, and for [`or`](KeyExtractor::or) of two that are.
+    /// those records then reuses its key instead of deriving it again, and
+    /// [batch replay](crate::batch::BatchProcessor::with_batch_replay) replays them under it.
+    /// `false` by default (a closure: each record derives its own key, in its own call, and
+    /// none is replayed together); `true` for the built-in extractors, and for
+    /// [`or`](KeyExtractor::or) of two that are.
     fn reads_event_only(&self) -> bool {
         false
     }

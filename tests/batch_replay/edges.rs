@@ -181,3 +181,32 @@ async fn either_of_two_idempotent_services_replays_together() {
     assert_eq!((rig.runs(), rig.calls()), (1, (1, 1)));
     assert_eq!(rig.logs.processed("m-1"), [true, false]);
 }
+
+#[tokio::test]
+async fn a_key_from_more_than_the_event_is_never_replayed_together() {
+    let rig = Rig::new();
+    rig.deliver(true, vec![message("m-1", "{}", 1, false)])
+        .await;
+    // A closure: its key may depend on more than the event, so each record derives it in
+    // its own call.
+    let layer = IdempotencyLayer::new(rig.store.clone())
+        .with_clock(rig.clock.clone())
+        .with_key(|m: &SqsMessage| {
+            m.message_id
+                .clone()
+                .ok_or(lambda_idempotency::key::KeyError::MissingMessageId)
+        })
+        .with_config(Config::new().with_key_prefix("replay"));
+    let handler =
+        layer.handler(|_m: SqsMessage| std::future::ready(Ok::<usize, std::io::Error>(0)));
+    let processor = BatchProcessor::new(handler)
+        .with_clock(rig.clock.clone())
+        .with_batch_replay();
+    let report = rig
+        .run(&processor, batch(vec![message("m-1", "{}", 2, false)]))
+        .await;
+    assert_eq!(outcomes(&report), [Outcome::Replayed]);
+    assert_eq!(values(&report), [Some(2)]);
+    assert_eq!((rig.runs(), rig.calls()), (1, (1, 1)));
+    assert_eq!(rig.logs.processed("m-1"), [true, true], "its own call");
+}

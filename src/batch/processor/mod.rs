@@ -184,18 +184,25 @@ impl<S, C, E> BatchProcessor<S, C, E> {
         }
     }
 
-    /// Replays the pre-checked records found completed together, in one pass over the batch
-    /// before the others run, instead of each through its own call of the service: the
-    /// cheapest answer to a redelivered batch. Each such record is answered as its own call
+    /// Replays the pre-checked records found completed together, in one pass over a
+    /// concurrent batch, instead of each through its own call of the service: the cheapest
+    /// answer to a redelivered batch. The first pre-checked record to start works the
+    /// replays out for all of them (one lookup), after asking the service once whether it is
+    /// ready, as each record's call would. Each replayed record is answered as its own call
     /// would answer it (its key and payload hash derived, the record's expiry, lease and
     /// payload checked, the response hook called, the local cache filled), without its own
-    /// span, deadline timer or panic guard. Every other record goes through the service as
-    /// usual, and finds the pre-check's read without reading again.
+    /// span, deadline timer, panic guard and admission. The records still start in the
+    /// event's order; every record not replayed goes through the service as usual, finds
+    /// the lookup without reading again, and ends as it would without batch replay.
+    ///
+    /// A batch that runs in order (a FIFO queue, a stream) is not replayed together: each of
+    /// its records answers at its own turn. Nor are records whose key may depend on more
+    /// than the event ([`KeyExtractor::reads_event_only`](crate::key::KeyExtractor::reads_event_only)),
+    /// or records that are not [pre-checked](Self::with_precheck).
     ///
     /// For a service that is an [`Idempotent`](crate::Idempotent) one itself (or either of
     /// two), whose answer is the record's answer: a layer around it (one that maps responses
-    /// or counts calls) would not see the replayed records. Records that are not
-    /// [pre-checked](Self::with_precheck) are never replayed this way.
+    /// or counts calls) would not see the replayed records.
     pub fn with_batch_replay(mut self) -> Self
     where
         E: BatchEvent,

@@ -1,0 +1,312 @@
+//! Cases an adversarial review found ending differently with batch replay than without it
+//! (each failed before its fix): every record must end, and the store be read, as without
+//! it.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use aws_lambda_events::sqs::SqsMessage;
+use lambda_idempotency::batch::{BatchMode, BatchProcessor, Precheck};
+use lambda_idempotency::clock::Clock;
+use lambda_idempotency::hooks::ReplaySource;
+use lambda_idempotency::key::JsonPointer;
+use lambda_idempotency::validation::PayloadValidation;
+use lambda_idempotency::{Config, IdempotencyLayer, Outcome};
+use lambda_idempotency_test_support::{outcomes, reported};
+use lambda_runtime::LambdaEvent;
+use tower::{Layer, Service};
+
+use super::{batch, message, Rig};
+
+/// The cache answers m-1 (a payload mismatch) without a read on the record's own path; the
+/// batch's replay must not read for it either.
+#[tokio::test]
+async fn a_batch_the_cache_rejects_reads_nothing() {
+    for together in [false, true] {
+        let rig = Rig::new();
+        let processor = rig.processor(together, 100, BatchMode::default());
+        rig.run(&processor, batch(vec![message("m-1", "{}", 1, false)]))
+            .await;
+        let report = rig
+            .run(
+                &processor,
+                batch(vec![message("m-1", "{\"x\":1}", 2, false)]),
+            )
+            .await;
+        assert_eq!(
+            outcomes(&report),
+            [Outcome::Rejected],
+            "together: {together}"
+        );
+        assert_eq!(rig.calls(), (0, 1), "no lookup: together: {together}");
+    }
+}
+
+/// A FIFO record skipped after a failure in its group: its own call would never happen, so
+/// its response hook should not be called either.
+#[tokio::test]
+async fn a_skipped_fifo_record_calls_no_response_hook() {
+    for together in [false, true] {
+        let rig = Rig::new();
+        let fifo = BatchMode::Fifo {
+            skip_failed_group_only: false,
+        };
+        let processor = rig.processor(together, 0, fifo);
+        let first = vec![message("m-2", "{}", 1, true), message("m-4", "{}", 1, true)];
+        rig.run(&processor, batch(first)).await;
+        let again = vec![
+            message("m-2", "{}", 2, true),
+            message("m-3", "fail", 1, true),
+            message("m-4", "{}", 2, true),
+        ];
+        let report = rig.run(&processor, batch(again)).await;
+        assert_eq!(
+            outcomes(&report),
+            [Outcome::Replayed, Outcome::Failed, Outcome::FifoSkipped]
+        );
+        assert_eq!(
+            *rig.hooked.lock().unwrap(),
+            [ReplaySource::Store],
+            "only m-2's hook: together: {together}"
+        );
+    }
+}
+
+/// Two messages with one key (a body field) and different payloads: a redelivered one (a,
+/// not found in the store: its earlier attempt did not complete) and a first delivery (b).
+/// a, first in the batch, runs and b is rejected, with batch replay too (the records start
+/// in the event's order).
+#[tokio::test]
+async fn a_record_not_replayed_ends_as_without_batch_replay() {
+    let mut ends = Vec::new();
+    for together in [false, true] {
+        let rig = Rig::new();
+        let layer = IdempotencyLayer::new(rig.store.clone())
+            .with_clock(rig.clock.clone())
+            .with_key(JsonPointer::new("/k"))
+            .with_config(
+                Config::new()
+                    .with_key_prefix("review")
+                    .with_payload_validation(PayloadValidation::Body),
+            );
+        let handler = layer.handler(|m: SqsMessage| {
+            std::future::ready(Ok::<_, std::io::Error>(m.body.unwrap_or_default().len()))
+        });
+        let mut processor = BatchProcessor::new(handler)
+            .with_clock(rig.clock.clone())
+            .with_precheck(Precheck::Redelivered);
+        if together {
+            processor = processor.with_batch_replay();
+        }
+        let report = rig
+            .run(
+                &processor,
+                batch(vec![
+                    message("a", r#"{"k":1,"v":"aa"}"#, 2, false),
+                    message("b", r#"{"k":1,"v":"b"}"#, 1, false),
+                ]),
+            )
+            .await;
+        ends.push((outcomes(&report), reported(&report)));
+    }
+    assert_eq!(ends[1], ends[0], "[without, with]: {ends:?}");
+}
+
+/// A FIFO batch whose first record's handler takes the batch past its deadline margin: the
+/// records after it end DeadlineNear (reported), with batch replay too (nothing is replayed
+/// ahead of a FIFO record's turn).
+#[tokio::test]
+async fn a_fifo_replay_after_the_deadline_margin() {
+    let mut ends = Vec::new();
+    for together in [false, true] {
+        let rig = Rig::new();
+        let layer = IdempotencyLayer::new(rig.store.clone())
+            .with_clock(rig.clock.clone())
+            .with_config(Config::new().with_key_prefix("review"));
+        let clock = rig.clock.clone();
+        let slow = Arc::new(AtomicBool::new(false));
+        let is_slow = slow.clone();
+        let handler = layer.handler(move |m: SqsMessage| {
+            if is_slow.load(Ordering::SeqCst) && m.message_id.as_deref() == Some("m-1") {
+                // 800 ms left: within the 1 s deadline margin, beyond the answer margin.
+                clock.advance(Duration::from_millis(29_200));
+            }
+            std::future::ready(Ok::<_, std::io::Error>(m.body.unwrap_or_default().len()))
+        });
+        let mut processor = BatchProcessor::new(handler)
+            .with_clock(rig.clock.clone())
+            .with_mode(BatchMode::Fifo {
+                skip_failed_group_only: false,
+            });
+        if together {
+            processor = processor.with_batch_replay();
+        }
+        rig.run(&processor, batch(vec![message("m-2", "{}", 1, true)]))
+            .await;
+        slow.store(true, Ordering::SeqCst);
+        let report = rig
+            .run(
+                &processor,
+                batch(vec![
+                    message("m-1", "{}", 1, true),
+                    message("m-2", "{}", 2, true),
+                ]),
+            )
+            .await;
+        ends.push((outcomes(&report), reported(&report)));
+    }
+    assert_eq!(ends[1], ends[0], "[without, with]: {ends:?}");
+}
+
+/// A handler that is not ready (a load shedder's answer).
+#[derive(Clone)]
+struct Gate(Arc<AtomicBool>);
+
+impl Service<LambdaEvent<SqsMessage>> for Gate {
+    type Response = usize;
+    type Error = std::io::Error;
+    type Future = std::future::Ready<Result<usize, std::io::Error>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), std::io::Error>> {
+        if self.0.load(Ordering::SeqCst) {
+            Poll::Ready(Ok(()))
+        } else {
+            Poll::Ready(Err(std::io::Error::other("overloaded")))
+        }
+    }
+
+    fn call(&mut self, event: LambdaEvent<SqsMessage>) -> Self::Future {
+        std::future::ready(Ok(event.payload.body.unwrap_or_default().len()))
+    }
+}
+
+/// Each record's own call asks the Idempotent service (and so its handler) whether it is
+/// ready; so does the batch's replay, once.
+#[tokio::test]
+async fn a_replay_asks_the_handler_whether_it_is_ready() {
+    let mut ends = Vec::new();
+    for together in [false, true] {
+        let rig = Rig::new();
+        let layer = IdempotencyLayer::new(rig.store.clone())
+            .with_clock(rig.clock.clone())
+            .with_config(Config::new().with_key_prefix("review"));
+        let open = Arc::new(AtomicBool::new(true));
+        let service = layer.layer(Gate(open.clone()));
+        let mut processor = BatchProcessor::new(service).with_clock(rig.clock.clone());
+        if together {
+            processor = processor.with_batch_replay();
+        }
+        rig.run(&processor, batch(vec![message("m-1", "{}", 1, false)]))
+            .await;
+        open.store(false, Ordering::SeqCst);
+        let report = rig
+            .run(&processor, batch(vec![message("m-1", "{}", 2, false)]))
+            .await;
+        ends.push((outcomes(&report), reported(&report)));
+    }
+    assert_eq!(ends[1], ends[0], "[without, with]: {ends:?}");
+}
+
+/// A FIFO batch: m-2 is held by another invocation's live lease when the batch begins, and
+/// that invocation completes it while m-1 (a first delivery, before it in the group) runs.
+/// m-2 is looked up at its turn, finds it completed and replays, with batch replay too (a
+/// lookup at the batch's start would have found the lease, "in progress").
+#[tokio::test]
+async fn a_fifo_record_decides_on_the_lookup_of_its_turn() {
+    use lambda_idempotency::clock::epoch_ms;
+    use lambda_idempotency::key::IdempotencyKey;
+    use lambda_idempotency::record::{OwnerToken, Record, Status};
+    let mut ends = Vec::new();
+    for together in [false, true] {
+        let rig = Rig::new();
+        let now_ms = epoch_ms(rig.clock.now());
+        let held = Record {
+            key: IdempotencyKey::derive("review", b"m-2"),
+            status: Status::InProgress,
+            expiration_secs: now_ms / 1000 + 3600,
+            lease_expiration_ms: Some(now_ms + 60_000),
+            owner: Some(OwnerToken::new("another-invocation")),
+            data: None,
+            validation: None,
+        };
+        rig.store.inner.insert_record(held.clone());
+        let layer = IdempotencyLayer::new(rig.store.clone())
+            .with_clock(rig.clock.clone())
+            .with_config(Config::new().with_key_prefix("review"));
+        let (clock, store) = (rig.clock.clone(), rig.store.inner.clone());
+        let handler = layer.handler(move |m: SqsMessage| {
+            if m.message_id.as_deref() == Some("m-1") {
+                // m-1 takes 5 s, while the other invocation completes m-2.
+                clock.advance(Duration::from_secs(5));
+                store.insert_record(Record {
+                    status: Status::Completed,
+                    lease_expiration_ms: None,
+                    owner: None,
+                    data: Some("2".into()),
+                    ..held.clone()
+                });
+            }
+            std::future::ready(Ok::<_, std::io::Error>(m.body.unwrap_or_default().len()))
+        });
+        let mut processor = BatchProcessor::new(handler)
+            .with_clock(rig.clock.clone())
+            .with_mode(BatchMode::Fifo {
+                skip_failed_group_only: false,
+            });
+        if together {
+            processor = processor.with_batch_replay();
+        }
+        let report = rig
+            .run(
+                &processor,
+                batch(vec![
+                    message("m-1", "{}", 1, true),
+                    message("m-2", "{}", 2, true),
+                    message("m-3", "{}", 1, true),
+                ]),
+            )
+            .await;
+        ends.push((outcomes(&report), reported(&report)));
+    }
+    assert_eq!(ends[1], ends[0], "[without, with]: {ends:?}");
+}
+
+/// Duplicates within one batch (the same message twice; two messages of one key), the store
+/// holding the key completed or not: the same ends both ways.
+#[tokio::test]
+async fn duplicates_within_a_batch_end_alike() {
+    for limit in [1, 10] {
+        for seeded in [false, true] {
+            let mut ends = Vec::new();
+            for together in [false, true] {
+                let rig = Rig::new();
+                let processor = rig.processor(together, 0, BatchMode::Concurrent { limit });
+                if seeded {
+                    rig.run(&processor, batch(vec![message("m-1", "{}", 1, false)]))
+                        .await;
+                }
+                let report = rig
+                    .run(
+                        &processor,
+                        batch(vec![
+                            message("m-1", "{}", 2, false),
+                            message("m-2", "{}", 1, false),
+                            message("m-1", "{}", 2, false),
+                            message("m-1", "{\"x\":1}", 2, false),
+                        ]),
+                    )
+                    .await;
+                ends.push((
+                    outcomes(&report),
+                    reported(&report),
+                    super::values(&report),
+                    rig.runs(),
+                    rig.calls(),
+                ));
+            }
+            assert_eq!(ends[1], ends[0], "limit {limit} seeded {seeded}: {ends:?}");
+        }
+    }
+}
