@@ -16,5 +16,6 @@ pub use mode::BatchMode;
 pub use processor::{
     BatchFuture, BatchProcessor, Precheck, ANSWER_MARGIN, DEFAULT_DEADLINE_MARGIN,
 };
+pub(crate) use replay::Candidate;
 pub use replay::{BatchReplay, BatchReplayer};
 pub use report::{BatchReport, RecordReport};

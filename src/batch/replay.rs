@@ -1,12 +1,11 @@
 //! Replaying a batch's pre-checked duplicates together ([`BatchProcessor::with_batch_replay`]):
-//! the records the pre-check finds completed are answered in one pass over the batch, before
-//! the others run, instead of each through its own call of the service.
+//! the records of a concurrent batch that the pre-check finds completed are answered at their
+//! turn from one replay phase, instead of each through its own call of the service.
 //!
 //! [`BatchProcessor::with_batch_replay`]: super::BatchProcessor::with_batch_replay
 
 use std::any::Any;
 use std::fmt;
-use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
@@ -14,12 +13,16 @@ use futures_util::FutureExt;
 use lambda_runtime::Context;
 use tower::util::Either;
 
-use crate::clock::{Clock, Deadline};
 use crate::processed::Processed;
 
-/// The type-erased replays of one protocol: given the batch's context, the replays of the
-/// records the batch offered to the pre-check, by offered position, each a boxed
-/// `Processed<T>` of the protocol's result type.
+/// One offered record's replay, decided at the record's turn (its expiry, lease and payload
+/// checked against what was read then, the response hook called, the local cache filled):
+/// `None` when its own call answers it instead.
+pub(crate) type Candidate<T> = Box<dyn FnOnce() -> Option<Processed<T>> + Send>;
+
+/// The type-erased replays of one protocol: given the batch's context, a candidate for each
+/// record the batch offered to the pre-check, by offered position, each a boxed
+/// [`Candidate`] of the protocol's result type.
 type Replays =
     dyn Fn(Context) -> BoxFuture<'static, Vec<Option<Box<dyn Any + Send>>>> + Send + Sync;
 
@@ -38,43 +41,30 @@ impl BatchReplayer {
     pub(crate) fn new<T, F>(replays: F) -> Self
     where
         T: Send + 'static,
-        F: Fn(Context) -> BoxFuture<'static, Vec<Option<Processed<T>>>> + Send + Sync + 'static,
+        F: Fn(Context) -> BoxFuture<'static, Vec<Option<Candidate<T>>>> + Send + Sync + 'static,
     {
         Self(Arc::new(move |context| {
             replays(context)
-                .map(|replays| {
-                    replays
+                .map(|candidates| {
+                    candidates
                         .into_iter()
-                        .map(|replay| replay.map(|p| Box::new(p) as Box<dyn Any + Send>))
+                        .map(|candidate| candidate.map(|c| Box::new(c) as Box<dyn Any + Send>))
                         .collect()
                 })
                 .boxed()
         }))
     }
 
-    /// The replays of the current batch's offered records, by offered position: none when the
-    /// deadline comes first (less than `margin` left before it at the start, or
-    /// [`ANSWER_MARGIN`](super::ANSWER_MARGIN) left at the end), when the replays panic (a
-    /// user's hook or store: each record then meets it on its own path, and fails alone), or
-    /// when a replay is not of the processor's result type `T`.
-    pub(crate) async fn replays<T: 'static, C: Clock>(
+    /// The candidates of the current batch's offered records, by offered position: none
+    /// for a candidate not of the processor's result type `T`.
+    pub(crate) async fn candidates<T: 'static>(
         &self,
         context: &Context,
-        deadline: Deadline,
-        margin: std::time::Duration,
-        clock: &C,
-    ) -> Vec<Option<Processed<T>>> {
-        if deadline.is_within(margin, clock.now()) {
-            return Vec::new();
-        }
-        let replays = AssertUnwindSafe((self.0)(context.clone())).catch_unwind();
-        let replays = tokio::select! {
-            replays = replays => replays.unwrap_or_default(),
-            () = clock.sleep_until(deadline.before(super::ANSWER_MARGIN)) => Vec::new(),
-        };
-        replays
+    ) -> Vec<Option<Candidate<T>>> {
+        (self.0)(context.clone())
+            .await
             .into_iter()
-            .map(|replay| Some(*replay?.downcast::<Processed<T>>().ok()?))
+            .map(|candidate| Some(*candidate?.downcast::<Candidate<T>>().ok()?))
             .collect()
     }
 }

@@ -22,7 +22,7 @@ use super::admission::{derive, failed_in_this_batch};
 use super::invoke::panic_message;
 use super::protocol::Protocol;
 use super::stored_result::{replay_of, replayed};
-use crate::batch::BatchReplayer;
+use crate::batch::{BatchReplayer, Candidate};
 use crate::clock::Clock;
 use crate::hooks::ReplaySource;
 use crate::input::Input;
@@ -247,27 +247,24 @@ where
     })
 }
 
-/// The replays of the current batch's offered records (of this protocol's record type) that
-/// need no call of the service, by offered position: a record whose key the local cache or
-/// the store holds completed, for the same payload, replays as its own admission would
-/// replay it (the response hook called, the record cached). Every other record (not found,
-/// found in progress or failed, for another payload, without a key, or whose key failed
-/// earlier in this batch) is `None`, and goes through the service as usual, which finds
-/// what was read here without reading it again. The store is read once, and only when some
-/// record needs it (the cache answers a record's own path too when it holds its key
-/// completed, failed or for another payload). Empty when the batch offered no records of
-/// this type, or when the protocol's key may depend on more than the event
+/// The current batch's offered records (of this protocol's record type) ready to be replayed
+/// at their turn, by offered position: their keys and payload hashes derived (the lookup's),
+/// and the store's answer for them read once, unless the local cache answers every record's
+/// own path. Each record's [`Candidate`] then decides at its turn as the record's admission
+/// would ([`replay_at_turn`]); one that does not replay puts its key back for its own call.
+/// A record without a key has no candidate. Empty when the batch offered no records of this
+/// type, or when the protocol's key may depend on more than the event
 /// ([`KeyExtractor::reads_event_only`]).
 pub(crate) async fn replay_offered<St, K, C, I, T>(
-    protocol: &Protocol<St, K, C>,
+    protocol: &Arc<Protocol<St, K, C>>,
     context: &Context,
-) -> Vec<Option<Processed<T>>>
+) -> Vec<Option<Candidate<T>>>
 where
     St: Store,
     K: KeyExtractor<I>,
     C: Clock,
     I: Input + Send + Sync + 'static,
-    T: DeserializeOwned,
+    T: DeserializeOwned + Send + 'static,
 {
     // A key that may depend on more than the event is derived in each record's own call.
     if !protocol.key.reads_event_only() {
@@ -276,7 +273,7 @@ where
     let Some((lookup, _)) = lookup_of::<St, K, C, I>(protocol, context) else {
         return Vec::new();
     };
-    // Taken, not copied; what is not replayed here is put back for its record to take. A
+    // Taken, not copied: each candidate puts its key back if its record goes its own way. A
     // record that looks for its key meanwhile derives it again.
     let derived: Vec<Option<Derived>> = lookup
         .derived
@@ -285,60 +282,78 @@ where
         .iter_mut()
         .map(Option::take)
         .collect();
-    let hooks = &protocol.config.hooks;
-    let mut replays: Vec<Option<Processed<T>>> = derived.iter().map(|_| None).collect();
+    // The record's own path reads unless the cache answers it (completed, failed, or for
+    // another payload).
     let now = protocol.clock.now();
-    let mut to_read = false;
-    for (replay, (key, validation)) in replays
-        .iter_mut()
-        .zip(&derived)
-        .filter_map(|(r, d)| Some((r, d.as_ref()?)))
-    {
+    let to_read = derived.iter().flatten().any(|(key, validation)| {
         let cached = protocol.local.cached(key, now);
-        match cached.map(|record| decide(&record, now, validation.as_ref())) {
-            Some(Decision::Replay { data }) => {
-                let source = ReplaySource::LocalCache;
-                *replay = Some(replayed(hooks, key, data.as_deref(), source));
+        !matches!(
+            cached.map(|record| decide(&record, now, validation.as_ref())),
+            Some(
+                Decision::Replay { .. }
+                    | Decision::ReplayFailure { .. }
+                    | Decision::PayloadMismatch
+            )
+        )
+    });
+    let found = match to_read {
+        true => Some(lookup.read(&protocol.store).await),
+        false => None,
+    };
+    derived
+        .into_iter()
+        .enumerate()
+        .map(|(index, derived)| {
+            let (key, validation) = derived?;
+            let stored = found.and_then(|found| find(found, &key)).cloned();
+            let (protocol, lookup) = (Arc::clone(protocol), Arc::clone(&lookup));
+            let candidate: Candidate<T> = Box::new(move || {
+                let replay =
+                    replay_at_turn(&protocol, &key, validation.as_ref(), stored.as_deref());
+                if replay.is_none() {
+                    let mut slots = lookup.derived.lock().unwrap_or_else(|p| p.into_inner());
+                    slots[index] = Some((key, validation));
+                }
+                replay
+            });
+            Some(candidate)
+        })
+        .collect()
+}
+
+/// The replay of an offered record at its turn, decided as its admission would decide it
+/// with the pre-check's answer `stored`: the local cache first, then a failure of its key
+/// earlier in this batch, then the record found. `None` for anything but a replay: the
+/// record's own call answers it.
+fn replay_at_turn<St, K, C: Clock, T: DeserializeOwned>(
+    protocol: &Protocol<St, K, C>,
+    key: &IdempotencyKey,
+    validation: Option<&PayloadHash>,
+    stored: Option<&Record>,
+) -> Option<Processed<T>> {
+    let now = protocol.clock.now();
+    let hooks = &protocol.config.hooks;
+    if let Some(cached) = protocol.local.cached(key, now) {
+        match decide(&cached, now, validation) {
+            Decision::Replay { data } => {
+                return Some(replayed(
+                    hooks,
+                    key,
+                    data.as_deref(),
+                    ReplaySource::LocalCache,
+                ));
             }
-            // The record's own path answers these from the cache, without the read.
-            Some(Decision::ReplayFailure { .. } | Decision::PayloadMismatch) => {}
-            Some(Decision::InProgress | Decision::Retry) | None => to_read = true,
+            Decision::ReplayFailure { .. } | Decision::PayloadMismatch => return None,
+            Decision::InProgress | Decision::Retry => {}
         }
     }
-    if to_read {
-        let found = lookup.read(&protocol.store).await;
-        let now = protocol.clock.now();
-        for (replay, (key, validation)) in replays
-            .iter_mut()
-            .zip(&derived)
-            .filter_map(|(r, d)| Some((r, d.as_ref()?)))
-        {
-            if replay.is_some() || failed_in_this_batch(key, validation.as_ref()).is_some() {
-                continue;
-            }
-            let Some(stored) = find(found, key) else {
-                continue;
-            };
-            *replay = replay_of(
-                hooks,
-                key,
-                validation.as_ref(),
-                stored,
-                now,
-                ReplaySource::Store,
-            );
-            if replay.is_some() {
-                protocol.local.remember_copy(stored);
-            }
-        }
+    if failed_in_this_batch(key, validation).is_some() {
+        return None;
     }
-    let mut slots = lookup.derived.lock().unwrap_or_else(|p| p.into_inner());
-    for ((slot, derived), replay) in slots.iter_mut().zip(derived).zip(&replays) {
-        if replay.is_none() {
-            *slot = derived;
-        }
-    }
-    replays
+    let stored = stored?;
+    let replay = replay_of(hooks, key, validation, stored, now, ReplaySource::Store)?;
+    protocol.local.remember_copy(stored);
+    Some(replay)
 }
 
 /// Reads `keys` (sorted, each once) from the store: what it holds of them, sorted by key. A

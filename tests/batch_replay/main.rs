@@ -24,8 +24,9 @@ use tower::Service;
 
 mod alike;
 mod edges;
+mod turns;
 
-const REMAINING: Duration = Duration::from_secs(30);
+pub(crate) const REMAINING: Duration = Duration::from_secs(30);
 
 /// Message `id` with `body`, received `receive_count` times so far, in group `g` of a FIFO
 /// queue when `fifo`.

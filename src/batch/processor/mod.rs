@@ -186,14 +186,16 @@ impl<S, C, E> BatchProcessor<S, C, E> {
 
     /// Replays the pre-checked records found completed together, in one pass over a
     /// concurrent batch, instead of each through its own call of the service: the cheapest
-    /// answer to a redelivered batch. The first pre-checked record to start works the
-    /// replays out for all of them (one lookup), after asking the service once whether it is
-    /// ready, as each record's call would. Each replayed record is answered as its own call
-    /// would answer it (its key and payload hash derived, the record's expiry, lease and
-    /// payload checked, the response hook called, the local cache filled), without its own
-    /// span, deadline timer, panic guard and admission. The records still start in the
-    /// event's order; every record not replayed goes through the service as usual, finds
-    /// the lookup without reading again, and ends as it would without batch replay.
+    /// answer to a redelivered batch. The first pre-checked record to start runs the replay
+    /// phase for all of them: it asks the service once whether it is ready (as each record's
+    /// call would), derives their keys and payload hashes, and reads them (the one lookup),
+    /// under the records' own guards (stopped at [`ANSWER_MARGIN`], a panic replaying
+    /// nothing). Each record then decides at its own turn as its call would (the local cache,
+    /// a failure of its key earlier in the batch, the record's expiry, lease and payload),
+    /// and a replay calls the response hook and fills the local cache, without the record's
+    /// own span, deadline timer, panic guard and admission. The records still start in the
+    /// event's order; every record not replayed goes through the service as usual, finds the
+    /// lookup without reading again, and ends as it would without batch replay.
     ///
     /// A batch that runs in order (a FIFO queue, a stream) is not replayed together: each of
     /// its records answers at its own turn. Nor are records whose key may depend on more
@@ -265,11 +267,15 @@ impl<S, C, E: BatchEvent> BatchProcessor<S, C, E> {
         summarize::<T, E>(reports)
     }
 
+    /// Runs `record` through its own call of the service. `margin_checked`: the deadline
+    /// margin was checked when the record started (it waited for the batch's replays since),
+    /// so its call starts whatever time is left, as it would have then.
     pub(super) async fn process_record<T>(
         &self,
         record: E::Record,
         context: &lambda_runtime::Context,
         deadline: Deadline,
+        margin_checked: bool,
     ) -> RecordReport<T>
     where
         S: Service<LambdaEvent<E::Record>, Response = Processed<T>, Error = Error> + Clone,
@@ -283,7 +289,7 @@ impl<S, C, E: BatchEvent> BatchProcessor<S, C, E> {
             outcome = tracing::field::Empty,
         );
         let result = async {
-            if deadline.is_within(self.deadline_margin, self.clock.now()) {
+            if !margin_checked && deadline.is_within(self.deadline_margin, self.clock.now()) {
                 return Err(Error::DeadlineNear);
             }
             let event = LambdaEvent::new(record, context.clone());

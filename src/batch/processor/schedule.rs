@@ -2,24 +2,37 @@
 //! [batch replay](BatchProcessor::with_batch_replay), the pre-checked records of a
 //! concurrent batch replayed together.
 
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Mutex, PoisonError};
 
-use futures_util::StreamExt;
+use futures_util::{FutureExt, StreamExt};
 use lambda_runtime::LambdaEvent;
 use tokio::sync::OnceCell;
 use tower::{Service, ServiceExt};
 
-use super::BatchProcessor;
+use super::{BatchProcessor, ANSWER_MARGIN};
 use crate::batch::event::BatchEvent;
 use crate::batch::mode::{BatchMode, Stops};
+use crate::batch::replay::Candidate;
 use crate::batch::report::{skipped, RecordReport};
 use crate::clock::{Clock, Deadline};
 use crate::error::Error;
 use crate::processed::Processed;
 
-/// A concurrent batch's replays, by position in the batch, each taken by its record: worked
-/// out once, by the first offered record to start.
-type Replays<T> = OnceCell<Mutex<Vec<Option<Processed<T>>>>>;
+/// What a concurrent batch's replay phase left each offered record, by position in the
+/// batch, each taken by its record: worked out once, by the first offered record to start;
+/// `None` when the phase was stopped at the answer margin.
+type Replays<T> = OnceCell<Option<Mutex<Vec<Option<Candidate<T>>>>>>;
+
+/// How an offered record of a concurrent batch goes on after the replay phase.
+enum Turn<T> {
+    /// Replayed at its turn.
+    Replayed(Processed<T>),
+    /// Through its own call of the service, which answers it.
+    Own,
+    /// The phase was stopped at the answer margin, as the record's own call would have been.
+    Stopped,
+}
 
 impl<S, C, E: BatchEvent> BatchProcessor<S, C, E> {
     /// Runs the records as the batch mode says; the reports keep the event's order. With
@@ -56,14 +69,22 @@ impl<S, C, E: BatchEvent> BatchProcessor<S, C, E> {
                         // Boxed once: the record's future (a few kilobytes) is not copied
                         // again as the stream hands it to its set of running futures.
                         let report = Box::pin(async move {
-                            if offered {
-                                let replay =
-                                    self.replay_at(index, replays, offered_at, context, deadline);
-                                if let Some(replay) = replay.await {
-                                    return self.replayed(record, replay);
-                                }
+                            // A record not started within the deadline margin answers so on
+                            // its own path, as it would without the replays.
+                            let margin = self.deadline_margin;
+                            if !offered || deadline.is_within(margin, self.clock.now()) {
+                                return self.process_record(record, context, deadline, false).await;
                             }
-                            self.process_record::<T>(record, context, deadline).await
+                            match self
+                                .replay_at(index, replays, offered_at, context, deadline)
+                                .await
+                            {
+                                Turn::Replayed(replay) => self.answered(record, Ok(replay)),
+                                Turn::Own => {
+                                    self.process_record(record, context, deadline, true).await
+                                }
+                                Turn::Stopped => self.answered(record, Err(Error::DeadlineReached)),
+                            }
                         });
                         async move { (index, report.await) }
                     },
@@ -93,7 +114,8 @@ impl<S, C, E: BatchEvent> BatchProcessor<S, C, E> {
                     let report = if stops.skips(group.as_deref()) {
                         skipped(E::item_identifier(&record))
                     } else {
-                        self.process_record::<T>(record, context, deadline).await
+                        self.process_record::<T>(record, context, deadline, false)
+                            .await
                     };
                     if !report.outcome.is_acknowledged() {
                         stops.failed(group);
@@ -105,10 +127,10 @@ impl<S, C, E: BatchEvent> BatchProcessor<S, C, E> {
         }
     }
 
-    /// The replay of the offered record at `index` of a concurrent batch, if the batch's
-    /// replays have one for it; the first offered record to ask works them out for all. None
-    /// when less than the deadline margin remains (the record's own path then answers
-    /// that), as the record's own call would not start.
+    /// How the offered record at `index` of a concurrent batch goes on: the first offered
+    /// record to ask runs the replay phase for all of them, and each takes its candidate and
+    /// decides at its turn. A panic in that decision (a user's clock) leaves the record to its
+    /// own call, where it fails alone.
     async fn replay_at<T: 'static>(
         &self,
         index: usize,
@@ -116,61 +138,77 @@ impl<S, C, E: BatchEvent> BatchProcessor<S, C, E> {
         offered_at: &[usize],
         context: &lambda_runtime::Context,
         deadline: Deadline,
-    ) -> Option<Processed<T>>
+    ) -> Turn<T>
     where
         S: Service<LambdaEvent<E::Record>, Response = Processed<T>, Error = Error> + Clone,
         C: Clock,
     {
-        if deadline.is_within(self.deadline_margin, self.clock.now()) {
-            return None;
-        }
         let replays = replays
-            .get_or_init(|| async { Mutex::new(self.replays(offered_at, context, deadline).await) })
+            .get_or_init(|| async {
+                let replays = self.replays(offered_at, context, deadline).await;
+                replays.map(Mutex::new)
+            })
             .await;
-        let mut replays = replays.lock().unwrap_or_else(PoisonError::into_inner);
-        replays.get_mut(index).and_then(Option::take)
+        let Some(replays) = replays else {
+            return Turn::Stopped;
+        };
+        let candidate = replays
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get_mut(index)
+            .and_then(Option::take);
+        match candidate.map(|candidate| catch_unwind(AssertUnwindSafe(candidate))) {
+            Some(Ok(Some(replay))) => Turn::Replayed(replay),
+            _ => Turn::Own,
+        }
     }
 
-    /// The replays of the records offered to the pre-check (`offered_at`, positions in the
-    /// batch), by position in the batch: none without [batch
-    /// replay](Self::with_batch_replay).
+    /// The replay phase: the candidates of the records offered to the pre-check
+    /// (`offered_at`, positions in the batch), by position in the batch, after asking the
+    /// service once whether it is ready (each record's own call asks first: a service that
+    /// is not, a load shedder's error, replays nothing). It runs under the records' own
+    /// guards: stopped at the answer margin (`None`), and a panic in it (a user's service or
+    /// clock) replays nothing, each record then going its own way.
     async fn replays<T: 'static>(
         &self,
         offered_at: &[usize],
         context: &lambda_runtime::Context,
         deadline: Deadline,
-    ) -> Vec<Option<Processed<T>>>
+    ) -> Option<Vec<Option<Candidate<T>>>>
     where
         S: Service<LambdaEvent<E::Record>, Response = Processed<T>, Error = Error> + Clone,
         C: Clock,
     {
         let Some(replayer) = self.replayer.as_ref() else {
-            return Vec::new();
+            return Some(Vec::new());
         };
-        // Each record's own call asks the service whether it is ready first: a service that
-        // is not (a load shedder's error) replays nothing, and each record goes its own way.
-        let mut service = self.service.clone();
-        if ServiceExt::<LambdaEvent<E::Record>>::ready(&mut service)
-            .await
-            .is_err()
-        {
-            return Vec::new();
-        }
-        let mut replays = replayer
-            .replays::<T, C>(context, deadline, self.deadline_margin, &self.clock)
-            .await
-            .into_iter();
-        let mut by_position: Vec<Option<Processed<T>>> = Vec::new();
+        let phase = AssertUnwindSafe(async {
+            let mut service = self.service.clone();
+            match ServiceExt::<LambdaEvent<E::Record>>::ready(&mut service).await {
+                Ok(_) => replayer.candidates::<T>(context).await,
+                Err(_) => Vec::new(),
+            }
+        });
+        let mut candidates = tokio::select! {
+            candidates = phase.catch_unwind() => candidates.unwrap_or_default().into_iter(),
+            () = self.clock.sleep_until(deadline.before(ANSWER_MARGIN)) => return None,
+        };
+        let mut by_position: Vec<Option<Candidate<T>>> = Vec::new();
         for &at in offered_at {
             by_position.resize_with(at + 1, || None);
-            by_position[at] = replays.next().flatten();
+            by_position[at] = candidates.next().flatten();
         }
-        by_position
+        Some(by_position)
     }
 
-    /// The report of `record`, replayed with the batch's pre-checked records.
-    fn replayed<T>(&self, record: E::Record, replay: Processed<T>) -> RecordReport<T> {
-        let report = RecordReport::of(E::item_identifier(&record), Ok(replay));
+    /// The report of `record`, answered without its own call (replayed, or stopped at the
+    /// answer margin while it waited for the replay phase).
+    fn answered<T>(
+        &self,
+        record: E::Record,
+        result: Result<Processed<T>, Error>,
+    ) -> RecordReport<T> {
+        let report = RecordReport::of(E::item_identifier(&record), result);
         report.log(self.log_error_text);
         report
     }
