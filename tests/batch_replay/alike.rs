@@ -18,7 +18,7 @@ use lambda_idempotency_test_support::{outcomes, reported};
 use lambda_runtime::LambdaEvent;
 use tower::{Layer, Service};
 
-use super::{batch, message, Rig};
+use super::{batch, message, replaying, Rig};
 
 /// The cache answers m-1 (a payload mismatch) without a read on the record's own path; the
 /// batch's replay must not read for it either.
@@ -88,18 +88,18 @@ async fn a_record_not_replayed_ends_as_without_batch_replay() {
             .with_key(JsonPointer::new("/k"))
             .with_config(
                 Config::new()
-                    .with_key_prefix("review")
+                    .with_key_prefix("replay")
                     .with_payload_validation(PayloadValidation::Body),
             );
         let handler = layer.handler(|m: SqsMessage| {
             std::future::ready(Ok::<_, std::io::Error>(m.body.unwrap_or_default().len()))
         });
-        let mut processor = BatchProcessor::new(handler)
-            .with_clock(rig.clock.clone())
-            .with_precheck(Precheck::Redelivered);
-        if together {
-            processor = processor.with_batch_replay();
-        }
+        let processor = replaying(
+            BatchProcessor::new(handler)
+                .with_clock(rig.clock.clone())
+                .with_precheck(Precheck::Redelivered),
+            together,
+        );
         let report = rig
             .run(
                 &processor,
@@ -122,9 +122,7 @@ async fn a_fifo_replay_after_the_deadline_margin() {
     let mut ends = Vec::new();
     for together in [false, true] {
         let rig = Rig::new();
-        let layer = IdempotencyLayer::new(rig.store.clone())
-            .with_clock(rig.clock.clone())
-            .with_config(Config::new().with_key_prefix("review"));
+        let layer = rig.layer();
         let clock = rig.clock.clone();
         let slow = Arc::new(AtomicBool::new(false));
         let is_slow = slow.clone();
@@ -135,14 +133,14 @@ async fn a_fifo_replay_after_the_deadline_margin() {
             }
             std::future::ready(Ok::<_, std::io::Error>(m.body.unwrap_or_default().len()))
         });
-        let mut processor = BatchProcessor::new(handler)
-            .with_clock(rig.clock.clone())
-            .with_mode(BatchMode::Fifo {
-                skip_failed_group_only: false,
-            });
-        if together {
-            processor = processor.with_batch_replay();
-        }
+        let processor = replaying(
+            BatchProcessor::new(handler)
+                .with_clock(rig.clock.clone())
+                .with_mode(BatchMode::Fifo {
+                    skip_failed_group_only: false,
+                }),
+            together,
+        );
         rig.run(&processor, batch(vec![message("m-2", "{}", 1, true)]))
             .await;
         slow.store(true, Ordering::SeqCst);
@@ -189,15 +187,13 @@ async fn a_replay_asks_the_handler_whether_it_is_ready() {
     let mut ends = Vec::new();
     for together in [false, true] {
         let rig = Rig::new();
-        let layer = IdempotencyLayer::new(rig.store.clone())
-            .with_clock(rig.clock.clone())
-            .with_config(Config::new().with_key_prefix("review"));
+        let layer = rig.layer();
         let open = Arc::new(AtomicBool::new(true));
         let service = layer.layer(Gate(open.clone()));
-        let mut processor = BatchProcessor::new(service).with_clock(rig.clock.clone());
-        if together {
-            processor = processor.with_batch_replay();
-        }
+        let processor = replaying(
+            BatchProcessor::new(service).with_clock(rig.clock.clone()),
+            together,
+        );
         rig.run(&processor, batch(vec![message("m-1", "{}", 1, false)]))
             .await;
         open.store(false, Ordering::SeqCst);
@@ -223,7 +219,7 @@ async fn a_fifo_record_decides_on_the_lookup_of_its_turn() {
         let rig = Rig::new();
         let now_ms = epoch_ms(rig.clock.now());
         let held = Record {
-            key: IdempotencyKey::derive("review", b"m-2"),
+            key: IdempotencyKey::derive("replay", b"m-2"),
             status: Status::InProgress,
             expiration_secs: now_ms / 1000 + 3600,
             lease_expiration_ms: Some(now_ms + 60_000),
@@ -232,9 +228,7 @@ async fn a_fifo_record_decides_on_the_lookup_of_its_turn() {
             validation: None,
         };
         rig.store.inner.insert_record(held.clone());
-        let layer = IdempotencyLayer::new(rig.store.clone())
-            .with_clock(rig.clock.clone())
-            .with_config(Config::new().with_key_prefix("review"));
+        let layer = rig.layer();
         let (clock, store) = (rig.clock.clone(), rig.store.inner.clone());
         let handler = layer.handler(move |m: SqsMessage| {
             if m.message_id.as_deref() == Some("m-1") {
@@ -250,14 +244,14 @@ async fn a_fifo_record_decides_on_the_lookup_of_its_turn() {
             }
             std::future::ready(Ok::<_, std::io::Error>(m.body.unwrap_or_default().len()))
         });
-        let mut processor = BatchProcessor::new(handler)
-            .with_clock(rig.clock.clone())
-            .with_mode(BatchMode::Fifo {
-                skip_failed_group_only: false,
-            });
-        if together {
-            processor = processor.with_batch_replay();
-        }
+        let processor = replaying(
+            BatchProcessor::new(handler)
+                .with_clock(rig.clock.clone())
+                .with_mode(BatchMode::Fifo {
+                    skip_failed_group_only: false,
+                }),
+            together,
+        );
         let report = rig
             .run(
                 &processor,

@@ -12,7 +12,7 @@ use lambda_idempotency::hooks::ReplaySource;
 use lambda_idempotency::{Config, IdempotencyLayer, Outcome};
 use lambda_idempotency_test_support::{outcomes, reported};
 
-use super::{batch, message, values, Rig};
+use super::{batch, message, replaying, values, Rig};
 
 #[tokio::test]
 async fn the_local_cache_answers_before_the_store_is_read() {
@@ -129,10 +129,10 @@ async fn a_replay_that_panics_fails_each_record_alone() {
                 message.body.unwrap_or_default().len(),
             ))
         });
-        let mut processor = BatchProcessor::new(handler).with_clock(rig.clock.clone());
-        if together {
-            processor = processor.with_batch_replay();
-        }
+        let processor = replaying(
+            BatchProcessor::new(handler).with_clock(rig.clock.clone()),
+            together,
+        );
         let ids = ["m-1", "m-2"];
         let deliver = |count| batch(ids.map(|id| message(id, "{}", count, false)).to_vec());
         let report = rig.run(&processor, deliver(1)).await;
@@ -158,9 +158,7 @@ async fn either_of_two_idempotent_services_replays_together() {
     let rig = Rig::new();
     rig.deliver(true, vec![message("m-1", "{}", 1, false)])
         .await;
-    let layer = IdempotencyLayer::new(rig.store.clone())
-        .with_clock(rig.clock.clone())
-        .with_config(Config::new().with_key_prefix("replay"));
+    let layer = rig.layer();
     let runs = rig.runs.clone();
     let handler = layer.handler(move |_message: SqsMessage| {
         runs.fetch_add(1, Ordering::SeqCst);

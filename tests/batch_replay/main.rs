@@ -12,7 +12,7 @@ use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
 use lambda_idempotency::batch::{BatchMode, BatchProcessor, BatchReport, Precheck};
 use lambda_idempotency::clock::{epoch_ms, Clock, ManualClock};
 use lambda_idempotency::hooks::ReplaySource;
-use lambda_idempotency::key::IdempotencyKey;
+use lambda_idempotency::key::{IdempotencyKey, MessageId};
 use lambda_idempotency::record::{OwnerToken, Record, Status};
 use lambda_idempotency::store::InMemoryStore;
 use lambda_idempotency::validation::PayloadValidation;
@@ -138,14 +138,18 @@ impl Rig {
                 _ => Ok(body.len()),
             })
         });
-        let mut processor = BatchProcessor::new(handler)
+        let processor = BatchProcessor::new(handler)
             .with_clock(self.clock.clone())
             .with_precheck(Precheck::Redelivered)
             .with_mode(mode);
-        if together {
-            processor = processor.with_batch_replay();
-        }
-        processor
+        replaying(processor, together)
+    }
+
+    /// A layer over this rig's store and clock, keys prefixed "replay".
+    fn layer(&self) -> IdempotencyLayer<FaultyStore<InMemoryStore>, MessageId, ManualClock> {
+        IdempotencyLayer::new(self.store.clone())
+            .with_clock(self.clock.clone())
+            .with_config(Config::new().with_key_prefix("replay"))
     }
 
     /// `event` through `processor`, its logs collected.
@@ -204,6 +208,18 @@ impl Rig {
 
     fn runs(&self) -> usize {
         self.runs.load(Ordering::SeqCst)
+    }
+}
+
+/// `processor`, replaying its batches' pre-checked records together when `together`.
+fn replaying<S, C>(processor: BatchProcessor<S, C>, together: bool) -> BatchProcessor<S, C>
+where
+    S: lambda_idempotency::batch::BatchReplay<SqsMessage>,
+{
+    if together {
+        processor.with_batch_replay()
+    } else {
+        processor
     }
 }
 

@@ -19,7 +19,7 @@ use lambda_idempotency_test_support::{error_types, outcomes, reported};
 use lambda_runtime::LambdaEvent;
 use tower::{Layer, Service};
 
-use super::{batch, message, Rig, REMAINING};
+use super::{batch, message, replaying, Rig, REMAINING};
 
 /// A handler whose readiness panics once `armed` (a user's service with a bug).
 #[derive(Clone)]
@@ -50,15 +50,13 @@ async fn a_panicking_readiness_fails_each_record_alone() {
     let mut ends = Vec::new();
     for together in [false, true] {
         let rig = Rig::new();
-        let layer = IdempotencyLayer::new(rig.store.clone())
-            .with_clock(rig.clock.clone())
-            .with_config(Config::new().with_key_prefix("review"));
+        let layer = rig.layer();
         let armed = Arc::new(AtomicBool::new(false));
         let service = layer.layer(PanickyReadiness(armed.clone()));
-        let mut processor = BatchProcessor::new(service).with_clock(rig.clock.clone());
-        if together {
-            processor = processor.with_batch_replay();
-        }
+        let processor = replaying(
+            BatchProcessor::new(service).with_clock(rig.clock.clone()),
+            together,
+        );
         rig.run(&processor, batch(vec![message("m-1", "{}", 1, false)]))
             .await;
         armed.store(true, Ordering::SeqCst);
@@ -118,18 +116,16 @@ async fn a_handler_not_ready_does_not_hold_the_batch_past_its_deadline() {
     let mut ends = Vec::new();
     for together in [false, true] {
         let rig = Rig::new();
-        let layer = IdempotencyLayer::new(rig.store.clone())
-            .with_clock(rig.clock.clone())
-            .with_config(Config::new().with_key_prefix("review"));
+        let layer = rig.layer();
         let ready_at_ms = Arc::new(AtomicU64::new(0));
         let service = layer.layer(ReadyAt {
             clock: rig.clock.clone(),
             ready_at_ms: ready_at_ms.clone(),
         });
-        let mut processor = BatchProcessor::new(service).with_clock(rig.clock.clone());
-        if together {
-            processor = processor.with_batch_replay();
-        }
+        let processor = replaying(
+            BatchProcessor::new(service).with_clock(rig.clock.clone()),
+            together,
+        );
         rig.run(&processor, batch(vec![message("m-1", "{}", 1, false)]))
             .await;
         let deadline_ms = epoch_ms(rig.clock.now()) + REMAINING.as_millis() as u64;
@@ -196,7 +192,7 @@ fn slow_processor(
     let hooked = rig.hooked.clone();
     let layer = IdempotencyLayer::new(rig.store.clone())
         .with_clock(rig.clock.clone())
-        .with_config(Config::new().with_key_prefix("review").with_response_hook(
+        .with_config(Config::new().with_key_prefix("replay").with_response_hook(
             move |value, replay| {
                 hooked.lock().unwrap().push(replay.source);
                 value
@@ -211,14 +207,13 @@ fn slow_processor(
         }
         std::future::ready(Ok::<_, std::io::Error>(body.len()))
     });
-    let mut processor = BatchProcessor::new(handler)
-        .with_clock(rig.clock.clone())
-        .with_precheck(Precheck::Redelivered)
-        .with_mode(BatchMode::Concurrent { limit });
-    if together {
-        processor = processor.with_batch_replay();
-    }
-    processor
+    replaying(
+        BatchProcessor::new(handler)
+            .with_clock(rig.clock.clone())
+            .with_precheck(Precheck::Redelivered)
+            .with_mode(BatchMode::Concurrent { limit }),
+        together,
+    )
 }
 
 /// Limit 1: m-3's record expires while m-2 runs. Its own call decides at its start (the
@@ -245,7 +240,7 @@ async fn a_record_that_expires_before_its_turn_is_decided_at_its_turn() {
             .inner
             .records()
             .into_iter()
-            .find(|r| r.key == lambda_idempotency::key::IdempotencyKey::derive("review", b"m-3"))
+            .find(|r| r.key == lambda_idempotency::key::IdempotencyKey::derive("replay", b"m-3"))
             .unwrap();
         assert_eq!(m3.status, Status::Completed);
         m3.expiration_secs = now_secs;
