@@ -1,9 +1,10 @@
 //! The pre-check of a batch's records: the records a batch offers (by default those its
 //! source delivered before, as SQS's `ApproximateReceiveCount` tells) are looked up in the
 //! store together, once per batch ([`Store::get_many`]: one `BatchGetItem` per 100 keys on
-//! DynamoDB), the first time one of the batch's records reaches admission. A record found
-//! completed then replays without a write (and, in optimistic mode, without running the
-//! handler again); one held under a live lease is answered "in progress" without a write.
+//! DynamoDB), the first time one of the batch's records reaches admission (or, with batch
+//! replay, the batch's replay phase: [`replay_offered`]). A record found completed then
+//! replays without a write (and, in optimistic mode, without running the handler again);
+//! one held under a live lease is answered "in progress" without a write.
 //! Whatever the pre-check did not find, or could not read, goes on to the conditional
 //! write, which stays the only judge of a record's lease: the pre-check can only save calls.
 
