@@ -4,7 +4,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::Poll;
 use std::time::Duration;
 
 use aws_lambda_events::sqs::SqsMessage;
@@ -15,10 +15,9 @@ use lambda_idempotency::key::JsonPointer;
 use lambda_idempotency::validation::PayloadValidation;
 use lambda_idempotency::{Config, IdempotencyLayer, Outcome};
 use lambda_idempotency_test_support::{outcomes, reported};
-use lambda_runtime::LambdaEvent;
-use tower::{Layer, Service};
+use tower::Layer;
 
-use super::{batch, message, replaying, Rig};
+use super::{batch, message, replaying, Readiness, Rig};
 
 /// The cache answers m-1 (a payload mismatch) without a read on the record's own path; the
 /// batch's replay must not read for it either.
@@ -158,28 +157,6 @@ async fn a_fifo_replay_after_the_deadline_margin() {
     assert_eq!(ends[1], ends[0], "[without, with]: {ends:?}");
 }
 
-/// A handler that is not ready (a load shedder's answer).
-#[derive(Clone)]
-struct Gate(Arc<AtomicBool>);
-
-impl Service<LambdaEvent<SqsMessage>> for Gate {
-    type Response = usize;
-    type Error = std::io::Error;
-    type Future = std::future::Ready<Result<usize, std::io::Error>>;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), std::io::Error>> {
-        if self.0.load(Ordering::SeqCst) {
-            Poll::Ready(Ok(()))
-        } else {
-            Poll::Ready(Err(std::io::Error::other("overloaded")))
-        }
-    }
-
-    fn call(&mut self, event: LambdaEvent<SqsMessage>) -> Self::Future {
-        std::future::ready(Ok(event.payload.body.unwrap_or_default().len()))
-    }
-}
-
 /// Each record's own call asks the Idempotent service (and so its handler) whether it is
 /// ready; so does the batch's replay, once.
 #[tokio::test]
@@ -189,7 +166,14 @@ async fn a_replay_asks_the_handler_whether_it_is_ready() {
         let rig = Rig::new();
         let layer = rig.layer();
         let open = Arc::new(AtomicBool::new(true));
-        let service = layer.layer(Gate(open.clone()));
+        let gate = open.clone();
+        // Not ready: a load shedder's answer.
+        let service = layer.layer(Readiness::new(move |_cx| {
+            Poll::Ready(match gate.load(Ordering::SeqCst) {
+                true => Ok(()),
+                false => Err(std::io::Error::other("overloaded")),
+            })
+        }));
         let processor = replaying(
             BatchProcessor::new(service).with_clock(rig.clock.clone()),
             together,

@@ -4,7 +4,7 @@
 //! `batch_record` span in the logs). A record the batch cannot replay must end exactly as it
 //! ends without batch replay.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -220,6 +220,69 @@ where
         processor.with_batch_replay()
     } else {
         processor
+    }
+}
+
+/// Whether a handler is ready, asked on each `poll_ready`.
+type ReadyWhen =
+    dyn Fn(&mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> + Send + Sync;
+
+/// A handler answering the body's length, ready when its `ReadyWhen` says (a load shedder, a
+/// limiter, a service with a bug).
+#[derive(Clone)]
+struct Readiness(Arc<ReadyWhen>);
+
+impl Readiness {
+    fn new(
+        when: impl Fn(&mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>>
+            + Send
+            + Sync
+            + 'static,
+    ) -> Self {
+        Self(Arc::new(when))
+    }
+}
+
+impl Service<LambdaEvent<SqsMessage>> for Readiness {
+    type Response = usize;
+    type Error = std::io::Error;
+    type Future = std::future::Ready<Result<usize, std::io::Error>>;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        (self.0)(cx)
+    }
+
+    fn call(&mut self, event: LambdaEvent<SqsMessage>) -> Self::Future {
+        std::future::ready(Ok(event.payload.body.unwrap_or_default().len()))
+    }
+}
+
+/// Moves `clock` 10 ms per real millisecond until dropped.
+struct Ticking(Arc<AtomicBool>, Option<std::thread::JoinHandle<()>>);
+
+impl Ticking {
+    fn start(clock: &ManualClock) -> Self {
+        let (clock, stop) = (clock.clone(), Arc::new(AtomicBool::new(false)));
+        let stopped = stop.clone();
+        let thread = std::thread::spawn(move || {
+            while !stopped.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(1));
+                clock.advance(Duration::from_millis(10));
+            }
+        });
+        Self(stop, Some(thread))
+    }
+}
+
+impl Drop for Ticking {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+        if let Some(thread) = self.1.take() {
+            let _ = thread.join();
+        }
     }
 }
 

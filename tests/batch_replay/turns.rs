@@ -5,7 +5,7 @@
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::Poll;
 use std::time::Duration;
 
 use aws_lambda_events::sqs::SqsMessage;
@@ -19,29 +19,7 @@ use lambda_idempotency_test_support::{error_types, outcomes, reported};
 use lambda_runtime::LambdaEvent;
 use tower::{Layer, Service};
 
-use super::{batch, message, replaying, Rig, REMAINING};
-
-/// A handler whose readiness panics once `armed` (a user's service with a bug).
-#[derive(Clone)]
-struct PanickyReadiness(Arc<AtomicBool>);
-
-impl Service<LambdaEvent<SqsMessage>> for PanickyReadiness {
-    type Response = usize;
-    type Error = std::io::Error;
-    type Future = std::future::Ready<Result<usize, std::io::Error>>;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), std::io::Error>> {
-        assert!(
-            !self.0.load(Ordering::SeqCst),
-            "the handler's readiness bug"
-        );
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, event: LambdaEvent<SqsMessage>) -> Self::Future {
-        std::future::ready(Ok(event.payload.body.unwrap_or_default().len()))
-    }
-}
+use super::{batch, message, replaying, Readiness, Rig, Ticking, REMAINING};
 
 /// A panic in the handler's readiness fails each record alone (the per-record panic guard
 /// around `oneshot`), with batch replay too (the replay phase asks readiness under a guard).
@@ -52,7 +30,12 @@ async fn a_panicking_readiness_fails_each_record_alone() {
         let rig = Rig::new();
         let layer = rig.layer();
         let armed = Arc::new(AtomicBool::new(false));
-        let service = layer.layer(PanickyReadiness(armed.clone()));
+        let bug = armed.clone();
+        // A user's service with a bug in its readiness.
+        let service = layer.layer(Readiness::new(move |_cx| {
+            assert!(!bug.load(Ordering::SeqCst), "the handler's readiness bug");
+            Poll::Ready(Ok(()))
+        }));
         let processor = replaying(
             BatchProcessor::new(service).with_clock(rig.clock.clone()),
             together,
@@ -81,33 +64,6 @@ async fn a_panicking_readiness_fails_each_record_alone() {
     assert_eq!(ends[1], ends[0], "[without, with]: {ends:?}");
 }
 
-/// A handler that is not ready until the clock reaches `ready_at_ms` (a limiter whose
-/// permits another invocation of the process holds).
-#[derive(Clone)]
-struct ReadyAt {
-    clock: ManualClock,
-    ready_at_ms: Arc<AtomicU64>,
-}
-
-impl Service<LambdaEvent<SqsMessage>> for ReadyAt {
-    type Response = usize;
-    type Error = std::io::Error;
-    type Future = std::future::Ready<Result<usize, std::io::Error>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), std::io::Error>> {
-        if epoch_ms(self.clock.now()) >= self.ready_at_ms.load(Ordering::SeqCst) {
-            Poll::Ready(Ok(()))
-        } else {
-            cx.waker().wake_by_ref();
-            Poll::Pending
-        }
-    }
-
-    fn call(&mut self, event: LambdaEvent<SqsMessage>) -> Self::Future {
-        std::future::ready(Ok(event.payload.body.unwrap_or_default().len()))
-    }
-}
-
 /// A handler not ready until 2 s after the invocation's deadline: each record's call is
 /// stopped at the answer margin (DeadlineReached) and the batch answers in time, with batch
 /// replay too (the replay phase, readiness included, is stopped there).
@@ -118,10 +74,16 @@ async fn a_handler_not_ready_does_not_hold_the_batch_past_its_deadline() {
         let rig = Rig::new();
         let layer = rig.layer();
         let ready_at_ms = Arc::new(AtomicU64::new(0));
-        let service = layer.layer(ReadyAt {
-            clock: rig.clock.clone(),
-            ready_at_ms: ready_at_ms.clone(),
-        });
+        let (clock, ready_at) = (rig.clock.clone(), ready_at_ms.clone());
+        // A limiter whose permits another invocation of the process holds.
+        let service = layer.layer(Readiness::new(move |cx| {
+            if epoch_ms(clock.now()) >= ready_at.load(Ordering::SeqCst) {
+                Poll::Ready(Ok(()))
+            } else {
+                cx.waker().wake_by_ref();
+                Poll::Pending
+            }
+        }));
         let processor = replaying(
             BatchProcessor::new(service).with_clock(rig.clock.clone()),
             together,
@@ -131,16 +93,7 @@ async fn a_handler_not_ready_does_not_hold_the_batch_past_its_deadline() {
         let deadline_ms = epoch_ms(rig.clock.now()) + REMAINING.as_millis() as u64;
         ready_at_ms.store(deadline_ms + 2_000, Ordering::SeqCst);
         // Time passes: 10 ms of the clock per real millisecond.
-        let stop = Arc::new(AtomicBool::new(false));
-        let ticker = {
-            let (clock, stop) = (rig.clock.clone(), stop.clone());
-            std::thread::spawn(move || {
-                while !stop.load(Ordering::SeqCst) {
-                    std::thread::sleep(Duration::from_millis(1));
-                    clock.advance(Duration::from_millis(10));
-                }
-            })
-        };
+        let ticking = Ticking::start(&rig.clock);
         let report = rig
             .run(
                 &processor,
@@ -151,8 +104,7 @@ async fn a_handler_not_ready_does_not_hold_the_batch_past_its_deadline() {
             )
             .await;
         let answered_ms = epoch_ms(rig.clock.now());
-        stop.store(true, Ordering::SeqCst);
-        ticker.join().unwrap();
+        drop(ticking);
         ends.push((
             outcomes(&report),
             error_types(&report),
@@ -331,21 +283,11 @@ async fn a_hanging_read_ends_the_record_as_without_batch_replay() {
             .await;
         rig.store
             .inject(Inject::GetManySlow(Duration::from_secs(20)));
-        let stop = Arc::new(AtomicBool::new(false));
-        let ticker = {
-            let (clock, stop) = (rig.clock.clone(), stop.clone());
-            std::thread::spawn(move || {
-                while !stop.load(Ordering::SeqCst) {
-                    std::thread::sleep(Duration::from_millis(1));
-                    clock.advance(Duration::from_millis(10));
-                }
-            })
-        };
+        let ticking = Ticking::start(&rig.clock);
         let report = rig
             .deliver(together, vec![message("m-1", "{}", 2, false)])
             .await;
-        stop.store(true, Ordering::SeqCst);
-        ticker.join().unwrap();
+        drop(ticking);
         ends.push((outcomes(&report), error_types(&report), rig.calls()));
     }
     assert_eq!(ends[1], ends[0], "[without, with]: {ends:?}");
