@@ -13,11 +13,11 @@ use super::in_flight::{self, FlightGuard, FlightResult, Join};
 use super::invoke::catch_panic;
 use super::precheck::BatchLookup;
 use super::protocol::Protocol;
-use super::stored_result::{replay_failure, replay_with, replayed};
+use super::stored_result::{replay_failure, replayed};
 use crate::clock::{Clock, Deadline};
 use crate::config::{Config, MissingKey};
 use crate::error::Error;
-use crate::hooks::{Replay, ReplaySource};
+use crate::hooks::ReplaySource;
 use crate::input::Input;
 use crate::key::{IdempotencyKey, KeyError, KeyExtractor, MAX_KEY_BYTES};
 use crate::processed::Processed;
@@ -233,28 +233,8 @@ where
     };
     tracing::Span::current().record("idempotency_key", key.as_str());
     let now = protocol.clock.now();
-    if let Some(record) = protocol.local.cached(&key, now) {
-        match decide(&record, now, validation.as_ref()) {
-            Decision::Replay { data } => {
-                let replayed = replayed(
-                    &protocol.config.hooks,
-                    &key,
-                    data.as_deref(),
-                    ReplaySource::LocalCache,
-                );
-                return Admission::Answered(Ok(replayed));
-            }
-            Decision::ReplayFailure { data } => {
-                return Admission::Answered(Err(replay_failure(data.as_deref())))
-            }
-            Decision::PayloadMismatch => {
-                return Admission::Answered(Err(Error::PayloadMismatch { key }))
-            }
-            Decision::InProgress | Decision::Retry => {}
-        }
-    }
-    if let Some(failed) = failed_in_this_batch(&key, validation.as_ref()) {
-        return Admission::Answered(Err(failed));
+    if let Some(answer) = answer_known(protocol, &key, validation.as_ref(), now) {
+        return Admission::Answered(answer);
     }
     // Records the source delivered before were looked up together when the batch began. A
     // lease found there may be held by another invocation of this process: that one is
@@ -279,6 +259,35 @@ where
         deadline,
         flight,
     })
+}
+
+/// The answer this process knows for `key` without the store, in the order admission asks:
+/// the local cache (a completed record replays, a failed one replays its failure), then a
+/// failure of the key earlier in this batch. `None`: the store (or the flight) decides.
+pub(crate) fn answer_known<St, K, C, T: DeserializeOwned>(
+    protocol: &Protocol<St, K, C>,
+    key: &IdempotencyKey,
+    validation: Option<&PayloadHash>,
+    now: SystemTime,
+) -> Option<Result<Processed<T>, Error>> {
+    if let Some(record) = protocol.local.cached(key, now) {
+        match decide(&record, now, validation) {
+            Decision::Replay { data } => {
+                return Some(Ok(replayed(
+                    &protocol.config.hooks,
+                    key,
+                    data.as_deref(),
+                    ReplaySource::LocalCache,
+                )))
+            }
+            Decision::ReplayFailure { data } => return Some(Err(replay_failure(data.as_deref()))),
+            Decision::PayloadMismatch => {
+                return Some(Err(Error::PayloadMismatch { key: key.clone() }))
+            }
+            Decision::InProgress | Decision::Retry => {}
+        }
+    }
+    failed_in_this_batch(key, validation).map(Err)
 }
 
 /// The error of a record whose key's handler failed earlier in this batch: rejected when its
@@ -409,13 +418,12 @@ fn follow<T: DeserializeOwned>(
         {
             Some(Err(Error::PayloadMismatch { key: key.clone() }))
         }
-        FlightResult::Completed { data, .. } => {
-            let about = Replay {
-                key,
-                source: ReplaySource::SameProcess,
-            };
-            Some(Ok(replay_with(Some(&data), &config.hooks, &about)))
-        }
+        FlightResult::Completed { data, .. } => Some(Ok(replayed(
+            &config.hooks,
+            key,
+            Some(&data),
+            ReplaySource::SameProcess,
+        ))),
         FlightResult::FailedPermanently { data, .. } => Some(Err(replay_failure(Some(&data)))),
         FlightResult::HandlerFailed { .. } => Some(Err(Error::SameKeyFailed { key: key.clone() })),
     }

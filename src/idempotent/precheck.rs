@@ -19,10 +19,10 @@ use lambda_runtime::Context;
 use serde::de::DeserializeOwned;
 use tokio::sync::OnceCell;
 
-use super::admission::{derive, failed_in_this_batch};
+use super::admission::{answer_known, derive};
 use super::invoke::panic_message;
 use super::protocol::Protocol;
-use super::stored_result::{replay_of, replayed};
+use super::stored_result::replay_of;
 use crate::batch::{BatchReplayer, Candidate};
 use crate::clock::Clock;
 use crate::hooks::ReplaySource;
@@ -333,25 +333,13 @@ fn replay_at_turn<St, K, C: Clock, T: DeserializeOwned>(
     stored: Option<&Record>,
 ) -> Option<Processed<T>> {
     let now = protocol.clock.now();
-    let hooks = &protocol.config.hooks;
-    if let Some(cached) = protocol.local.cached(key, now) {
-        match decide(&cached, now, validation) {
-            Decision::Replay { data } => {
-                return Some(replayed(
-                    hooks,
-                    key,
-                    data.as_deref(),
-                    ReplaySource::LocalCache,
-                ));
-            }
-            Decision::ReplayFailure { .. } | Decision::PayloadMismatch => return None,
-            Decision::InProgress | Decision::Retry => {}
-        }
-    }
-    if failed_in_this_batch(key, validation).is_some() {
-        return None;
+    match answer_known(protocol, key, validation, now) {
+        Some(Ok(replay)) => return Some(replay),
+        Some(Err(_)) => return None,
+        None => {}
     }
     let stored = stored?;
+    let hooks = &protocol.config.hooks;
     let replay = replay_of(hooks, key, validation, stored, now, ReplaySource::Store)?;
     protocol.local.remember_copy(stored);
     Some(replay)
