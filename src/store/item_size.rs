@@ -2,7 +2,7 @@
 //! works on DynamoDB) and the one way sizes are counted against them: a record's item, and a
 //! transaction of a record with a handler's writes.
 
-use crate::record::Record;
+use crate::record::{Record, Status};
 use crate::store::{Attr, AttributeNames, CommitRequest, CompleteRequest, Item, StoreError, Write};
 
 /// The largest item, in bytes (DynamoDB's limit): every store refuses records and items
@@ -16,37 +16,67 @@ const NUMBER_BYTES: usize = 21;
 /// the record had one, since the stores do not read the record before updating it.
 const PAYLOAD_HASH_MAX_BYTES: usize = 67;
 
-/// The size of `record` as an item with these attribute names, as DynamoDB counts it
-/// (attribute names and values in UTF-8 bytes; numbers at their largest).
-pub(crate) fn record_size_bytes(names: &AttributeNames, record: &Record) -> usize {
+/// A record's attributes as their size is counted, borrowed from a record or a request (the
+/// expiry is always there, a number at its largest).
+pub(crate) struct RecordShape<'a> {
+    pub(crate) key: &'a str,
+    pub(crate) status: Status,
+    pub(crate) leased: bool,
+    pub(crate) owner: Option<&'a str>,
+    pub(crate) data: Option<&'a str>,
+    pub(crate) validation: Option<&'a str>,
+}
+
+impl<'a> RecordShape<'a> {
+    /// The shape of a stored `record`.
+    pub(crate) fn of(record: &'a Record) -> Self {
+        Self {
+            key: record.key.as_str(),
+            status: record.status,
+            leased: record.lease_expiration_ms.is_some(),
+            owner: record.owner.as_ref().map(|o| o.as_str()),
+            data: record.data.as_deref(),
+            validation: record.validation.as_deref(),
+        }
+    }
+}
+
+/// The size of a record of this `shape` as an item with these attribute names, as DynamoDB
+/// counts it (attribute names and values in UTF-8 bytes; numbers at their largest).
+pub(crate) fn record_size_bytes(names: &AttributeNames, shape: &RecordShape<'_>) -> usize {
     let text = |name: &str, value: Option<&str>| value.map_or(0, |v| name.len() + v.len());
-    let number = |name: &str, value: Option<u64>| value.map_or(0, |_| name.len() + NUMBER_BYTES);
+    let number = |name: &str, present: bool| {
+        if present {
+            name.len() + NUMBER_BYTES
+        } else {
+            0
+        }
+    };
     names
-        .item_key(record.key.as_str())
+        .item_key(shape.key)
         .into_iter()
         .map(|(name, value)| text(name, Some(value)))
         .sum::<usize>()
-        + text(&names.status, Some(record.status.as_str()))
-        + number(&names.expiration, Some(record.expiration_secs))
-        + number(&names.in_progress_expiration, record.lease_expiration_ms)
-        + text(&names.owner, record.owner.as_ref().map(|o| o.as_str()))
-        + text(&names.data, record.data.as_deref())
-        + text(&names.validation, record.validation.as_deref())
+        + text(&names.status, Some(shape.status.as_str()))
+        + number(&names.expiration, true)
+        + number(&names.in_progress_expiration, shape.leased)
+        + text(&names.owner, shape.owner)
+        + text(&names.data, shape.data)
+        + text(&names.validation, shape.validation)
 }
 
 /// The size of a record completed (or failed) in place with `data`: the record's payload
 /// hash is counted at its largest, since the update does not read it.
 pub(crate) fn completed_size_bytes(names: &AttributeNames, request: &CompleteRequest) -> usize {
-    let record = Record {
-        key: request.key.clone(),
+    let shape = RecordShape {
+        key: request.key.as_str(),
         status: request.status,
-        expiration_secs: request.expiration_secs,
-        lease_expiration_ms: None,
-        owner: Some(request.owner.clone()),
-        data: Some(request.data.clone()),
+        leased: false,
+        owner: Some(request.owner.as_str()),
+        data: Some(&request.data),
         validation: None,
     };
-    record_size_bytes(names, &record) + names.validation.len() + PAYLOAD_HASH_MAX_BYTES
+    record_size_bytes(names, &shape) + names.validation.len() + PAYLOAD_HASH_MAX_BYTES
 }
 
 /// Refuses a record over [`MAX_ITEM_BYTES`].
@@ -82,7 +112,7 @@ pub(crate) fn check_commit_size(
             .into(),
         });
     }
-    let record_bytes = record_size_bytes(names, &request.record(request.validation.clone()));
+    let record_bytes = record_size_bytes(names, &request.shape());
     check_item_size(record_bytes)?;
     let items = request.writes.len() + 1;
     let bytes = record_bytes + request.writes.iter().map(write_size_bytes).sum::<usize>();

@@ -4,6 +4,7 @@ use std::time::SystemTime;
 
 use crate::key::IdempotencyKey;
 use crate::record::{OwnerToken, Record, Status};
+use crate::store::item_size::RecordShape;
 use crate::store::Write;
 
 /// A request to take the lease on a key.
@@ -25,6 +26,18 @@ pub struct AcquireRequest {
 }
 
 impl AcquireRequest {
+    /// The in-progress record this acquire writes, as its size is counted.
+    pub(crate) fn shape(&self) -> RecordShape<'_> {
+        RecordShape {
+            key: self.key.as_str(),
+            status: Status::InProgress,
+            leased: true,
+            owner: Some(self.owner.as_str()),
+            data: None,
+            validation: self.validation.as_deref(),
+        }
+    }
+
     /// The in-progress record this acquire writes.
     pub(crate) fn record(&self) -> Record {
         Record {
@@ -98,6 +111,19 @@ pub struct CommitRequest {
 }
 
 impl CommitRequest {
+    /// The final record this commit writes with the request's payload hash, as its size is
+    /// counted.
+    pub(crate) fn shape(&self) -> RecordShape<'_> {
+        RecordShape {
+            key: self.key.as_str(),
+            status: self.status,
+            leased: false,
+            owner: Some(self.owner.as_str()),
+            data: Some(&self.data),
+            validation: self.validation.as_deref(),
+        }
+    }
+
     /// The final record this commit writes, with the payload hash `validation` (the
     /// request's for an optimistic commit, the held record's for a lease-mode one).
     pub(crate) fn record(&self, validation: Option<String>) -> Record {

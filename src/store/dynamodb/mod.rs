@@ -161,7 +161,7 @@ impl DynamoDbStore {
     async fn acquire_inner(&self, request: &AcquireRequest) -> Result<Acquire, StoreError> {
         let n = &self.names;
         let mut item = self.key_item(&request.key)?;
-        let size_bytes = record_size_bytes(n, &request.record());
+        let size_bytes = record_size_bytes(n, &request.shape());
         check_item_size(size_bytes)?;
         item.insert(n.status.clone(), s(Status::InProgress.as_str()));
         item.insert(n.expiration.clone(), num(request.expiration_secs));

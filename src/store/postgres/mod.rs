@@ -266,7 +266,7 @@ impl Store for PostgresStore {
         // The same item size limit, counted the same way, as DynamoDB.
         check_item_size(record_size_bytes(
             &AttributeNames::default(),
-            &request.record(),
+            &request.shape(),
         ))?;
         let row = self
             .query_one(

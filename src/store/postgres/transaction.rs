@@ -170,7 +170,7 @@ impl TransactionScope for PostgresStore {
     ) -> Result<Acquire, StoreError> {
         check_item_size(record_size_bytes(
             &AttributeNames::default(),
-            &request.record(),
+            &request.shape(),
         ))?;
         let guard = transaction.lock().await?;
         let client = guard.as_ref().expect("locked while open");

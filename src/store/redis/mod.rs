@@ -192,7 +192,7 @@ where
         // The same item size limit, counted the same way, as DynamoDB.
         check_item_size(record_size_bytes(
             &AttributeNames::default(),
-            &request.record(),
+            &request.shape(),
         ))?;
         let answer: Vec<Vec<u8>> = ACQUIRE
             .key(self.redis_key(&request.key))
