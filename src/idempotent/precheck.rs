@@ -84,7 +84,7 @@ tokio::task_local! {
 
 /// Runs `batch` with `records` offered to the pre-check of the protocols its records reach.
 /// With no records offered, nothing is looked up.
-pub(crate) async fn offering<I, F>(records: Vec<I>, batch: F) -> F::Output
+pub(crate) async fn offering<I, F>(records: Arc<Vec<I>>, batch: F) -> F::Output
 where
     I: Send + Sync + 'static,
     F: Future,
@@ -93,7 +93,7 @@ where
         return batch.await;
     }
     let offered = Offered {
-        records: Arc::new(records),
+        records,
         lookups: Mutex::default(),
     };
     OFFERED.scope(offered, batch).await

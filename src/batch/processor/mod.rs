@@ -4,6 +4,7 @@
 use std::future::Future;
 use std::marker::PhantomData;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -13,6 +14,8 @@ use tower::{Service, ServiceExt};
 use tracing::Instrument;
 
 mod schedule;
+
+use schedule::BatchRecord;
 
 use super::error::BatchError;
 use super::event::BatchEvent;
@@ -259,11 +262,16 @@ impl<S, C, E: BatchEvent> BatchProcessor<S, C, E> {
                 .collect(),
             Precheck::Always => (0..records.len()).collect(),
         };
-        let offered: Vec<E::Record> = offered_at.iter().map(|&i| records[i].clone()).collect();
+        // The offered records move to the pre-check's offer, shared with the schedule: a
+        // record is copied back only when its own call of the service needs it.
+        let mode = self.mode.resolve::<E>(&records);
+        let (records, offered) = BatchRecord::split(records, &offered_at);
+        let offered = Arc::new(offered);
         // Boxed: the records' scheduling makes a future of kilobytes, which the layers around
         // it (the pre-check's offer, the batch's failure memo) would otherwise each copy.
-        let schedule = Box::pin(self.schedule::<T>(records, offered_at, &context, deadline));
-        let reports = crate::idempotent::offering(offered, schedule).await;
+        let schedule =
+            Box::pin(self.schedule::<T>(mode, records, &offered, offered_at, &context, deadline));
+        let reports = crate::idempotent::offering(Arc::clone(&offered), schedule).await;
         summarize::<T, E>(reports)
     }
 

@@ -34,15 +34,75 @@ enum Turn<T> {
     Stopped,
 }
 
+/// A record of the batch as it is scheduled: its own, or one of the records offered to the
+/// pre-check, shared with the offer and copied only when its own call of the service needs
+/// it (a record the batch replays is answered without a copy).
+pub(super) enum BatchRecord<'a, R> {
+    Own(R),
+    Offered(&'a R),
+}
+
+impl<'a, R: Clone> BatchRecord<'a, R> {
+    /// `records` with those at `offered_at` (positions, ascending) moved out: the rest, each
+    /// at its place, and the offered ones in order.
+    pub(super) fn split(records: Vec<R>, offered_at: &[usize]) -> (Vec<Option<R>>, Vec<R>) {
+        let mut offered = Vec::with_capacity(offered_at.len());
+        let rest = records
+            .into_iter()
+            .enumerate()
+            .map(|(at, record)| {
+                if offered_at.binary_search(&at).is_ok() {
+                    offered.push(record);
+                    None
+                } else {
+                    Some(record)
+                }
+            })
+            .collect();
+        (rest, offered)
+    }
+
+    /// The record at `at` in the batch: `own`, or where [`split`](Self::split) moved it out,
+    /// the offered one at its place in `offered`.
+    fn at(own: Option<R>, at: usize, offered_at: &[usize], offered: &'a [R]) -> Self {
+        match own {
+            Some(record) => Self::Own(record),
+            None => {
+                let place = offered_at
+                    .binary_search(&at)
+                    .expect("split moved out an offered one");
+                Self::Offered(&offered[place])
+            }
+        }
+    }
+
+    fn get(&self) -> &R {
+        match self {
+            Self::Own(record) => record,
+            Self::Offered(record) => record,
+        }
+    }
+
+    fn into_owned(self) -> R {
+        match self {
+            Self::Own(record) => record,
+            Self::Offered(record) => record.clone(),
+        }
+    }
+}
+
 impl<S, C, E: BatchEvent> BatchProcessor<S, C, E> {
-    /// Runs the records as the batch mode says; the reports keep the event's order. With
-    /// [batch replay](Self::with_batch_replay), the records of a concurrent batch offered to
-    /// the pre-check (`offered_at`, positions in the batch) are replayed together where they
-    /// can be, the first of them to start working the replays out for all; the records still
-    /// start in the event's order.
+    /// Runs the records as `mode` (resolved for this batch) says; the reports keep the
+    /// event's order. The records offered to the pre-check (`offered_at`, positions in the
+    /// batch) were moved out of `records` into `offered`, in order. With
+    /// [batch replay](Self::with_batch_replay), the offered records of a concurrent batch are
+    /// replayed together where they can be, the first of them to start working the replays
+    /// out for all; the records still start in the event's order.
     pub(super) async fn schedule<T>(
         &self,
-        records: Vec<E::Record>,
+        mode: BatchMode,
+        records: Vec<Option<E::Record>>,
+        offered: &[E::Record],
         offered_at: Vec<usize>,
         context: &lambda_runtime::Context,
         deadline: Deadline,
@@ -52,8 +112,8 @@ impl<S, C, E: BatchEvent> BatchProcessor<S, C, E> {
         C: Clock,
         T: 'static,
     {
-        match self.mode.resolve::<E>(&records) {
-            BatchMode::Auto { .. } => unreachable!("resolved above"),
+        match mode {
+            BatchMode::Auto { .. } => unreachable!("resolved by process_batch"),
             BatchMode::Concurrent { limit } => {
                 let replay = self.replayer.is_some() && !offered_at.is_empty();
                 let replays: Replays<T> = OnceCell::new();
@@ -65,25 +125,30 @@ impl<S, C, E: BatchEvent> BatchProcessor<S, C, E> {
                     .collect();
                 let mut finished = futures_util::stream::iter(records.into_iter().enumerate().map(
                     |(index, record)| {
-                        let offered = replay && offered_at.binary_search(&index).is_ok();
+                        let record = BatchRecord::at(record, index, offered_at, offered);
+                        let replayable = replay && offered_at.binary_search(&index).is_ok();
                         // Boxed once: the record's future (a few kilobytes) is not copied
                         // again as the stream hands it to its set of running futures.
                         let report = Box::pin(async move {
                             // A record not started within the deadline margin answers so on
                             // its own path, as it would without the replays.
                             let margin = self.deadline_margin;
-                            if !offered || deadline.is_within(margin, self.clock.now()) {
+                            if !replayable || deadline.is_within(margin, self.clock.now()) {
+                                let record = record.into_owned();
                                 return self.process_record(record, context, deadline, false).await;
                             }
                             match self
                                 .replay_at(index, replays, offered_at, context, deadline)
                                 .await
                             {
-                                Turn::Replayed(replay) => self.answered(record, Ok(replay)),
+                                Turn::Replayed(replay) => self.answered(record.get(), Ok(replay)),
                                 Turn::Own => {
+                                    let record = record.into_owned();
                                     self.process_record(record, context, deadline, true).await
                                 }
-                                Turn::Stopped => self.answered(record, Err(Error::DeadlineReached)),
+                                Turn::Stopped => {
+                                    self.answered(record.get(), Err(Error::DeadlineReached))
+                                }
                             }
                         });
                         async move { (index, report.await) }
@@ -109,12 +174,13 @@ impl<S, C, E: BatchEvent> BatchProcessor<S, C, E> {
             } => {
                 let mut reports = Vec::with_capacity(records.len());
                 let mut stops = Stops::new(skip_failed_group_only);
-                for record in records {
-                    let group = E::group(&record);
+                for (index, record) in records.into_iter().enumerate() {
+                    let record = BatchRecord::at(record, index, &offered_at, offered);
+                    let group = E::group(record.get());
                     let report = if stops.skips(group.as_deref()) {
-                        skipped(E::item_identifier(&record))
+                        skipped(E::item_identifier(record.get()))
                     } else {
-                        self.process_record::<T>(record, context, deadline, false)
+                        self.process_record::<T>(record.into_owned(), context, deadline, false)
                             .await
                     };
                     if !report.outcome.is_acknowledged() {
@@ -205,10 +271,10 @@ impl<S, C, E: BatchEvent> BatchProcessor<S, C, E> {
     /// answer margin while it waited for the replay phase).
     fn answered<T>(
         &self,
-        record: E::Record,
+        record: &E::Record,
         result: Result<Processed<T>, Error>,
     ) -> RecordReport<T> {
-        let report = RecordReport::of(E::item_identifier(&record), result);
+        let report = RecordReport::of(E::item_identifier(record), result);
         report.log(self.log_error_text);
         report
     }
