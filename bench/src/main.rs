@@ -16,6 +16,7 @@
 //!
 //! The toolkit runs as order-consumer runs it: its processor, from `order_consumer`.
 
+mod allocations;
 mod alone;
 mod latency;
 mod layers;
@@ -37,6 +38,10 @@ use latency::LatencyProxy;
 use report::{report, Took};
 use run::{cold_start, median, round, run_scenario, tables, Target};
 use scenario::{batches_at, runs_at, ADDED_LATENCY_MS, SCENARIOS};
+
+/// Every allocation of the bench process counted ([`allocations`]).
+#[global_allocator]
+static ALLOCATOR: allocations::Counting = allocations::Counting;
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {

@@ -13,6 +13,7 @@ use lambda_runtime::LambdaEvent;
 use order_consumer::{processor, Settings, Tables};
 use serde_json::{json, Value};
 
+use crate::allocations;
 use crate::python::Python;
 use crate::raw::raw_batch;
 use crate::scenario::{batch, context, order_message, process_cpu, Sample, Scenario};
@@ -55,6 +56,7 @@ pub fn json_line(
         "refused_wcu_per_record": round(sample.per_record(sample.refused_wcu)),
         "rcu_per_record": round(sample.per_record(sample.rcu)),
         "client_cpu_us_per_record": round(sample.per_record(sample.cpu.as_secs_f64() * 1e6)),
+        "allocations_per_record": sample.allocations.map(|n| round(sample.per_record(n as f64))),
     })
 }
 
@@ -124,10 +126,12 @@ pub async fn run_scenario(
         for ours_turn in [b % 2 == 0, b % 2 == 1] {
             if ours_turn {
                 let event = LambdaEvent::new(timed.clone(), context());
-                let (started, cpu) = (Instant::now(), process_cpu());
+                let (started, cpu, allocated) =
+                    (Instant::now(), process_cpu(), allocations::count());
                 let report = ours.process(event).await;
                 let took = started.elapsed();
                 s_ours.cpu += process_cpu() - cpu;
+                *s_ours.allocations.get_or_insert(0) += allocations::count() - allocated;
                 assert!(report.response.batch_item_failures.is_empty(), "{report:?}");
                 s_ours.latencies_ms.push(took.as_secs_f64() * 1000.0);
                 s_ours.busy += took;
@@ -137,11 +141,13 @@ pub async fn run_scenario(
                 // toolkit's is: both are handed an event and are done with it when they answer.
                 // The toolkit's answer, the batch report, is dropped after its timing.
                 let event = LambdaEvent::new(timed.clone(), context());
-                let (started, cpu) = (Instant::now(), process_cpu());
+                let (started, cpu, allocated) =
+                    (Instant::now(), process_cpu(), allocations::count());
                 raw_batch(&raw_client, &raw_t, mode, &event.payload).await;
                 drop(event);
                 let took = started.elapsed();
                 s_raw.cpu += process_cpu() - cpu;
+                *s_raw.allocations.get_or_insert(0) += allocations::count() - allocated;
                 s_raw.latencies_ms.push(took.as_secs_f64() * 1000.0);
                 s_raw.busy += took;
                 s_raw.records += timed.records.len();

@@ -106,6 +106,9 @@ pub struct Sample {
     pub rcu: f64,
     /// CPU time the client spent on its batches (this process's, or the Python worker's).
     pub cpu: Duration,
+    /// Heap allocations made during its batches, on every thread of this process (`None`
+    /// for the Python worker, which does not count them).
+    pub allocations: Option<u64>,
 }
 
 impl Sample {

@@ -18,6 +18,7 @@ use lambda_idempotency_test_support::dynamodb::{counted_client, counted_client_a
 use lambda_runtime::LambdaEvent;
 use serde_json::Value;
 
+use crate::allocations;
 use crate::run::{json_line, tables, Target};
 use crate::scenario::{batch, context, process_cpu, Sample, Scenario};
 
@@ -86,7 +87,7 @@ pub async fn run_sequenced(scenario: &Scenario, batches: usize, target: Target<'
             // Each is handed its own copy of the event, and is done with it (drops it) within
             // the timing; the toolkit's answer, the batch report, is dropped after it.
             let event = LambdaEvent::new(timed.clone(), context());
-            let (started, cpu) = (Instant::now(), process_cpu());
+            let (started, cpu, allocated) = (Instant::now(), process_cpu(), allocations::count());
             let report = if ours_turn {
                 Some(ours.process(event).await)
             } else {
@@ -97,6 +98,7 @@ pub async fn run_sequenced(scenario: &Scenario, batches: usize, target: Target<'
             let took = started.elapsed();
             let sample = if ours_turn { &mut s_ours } else { &mut s_raw };
             sample.cpu += process_cpu() - cpu;
+            *sample.allocations.get_or_insert(0) += allocations::count() - allocated;
             if let Some(report) = report {
                 assert!(report.response.batch_item_failures.is_empty(), "{report:?}");
             }

@@ -136,10 +136,10 @@ pub fn report(lines: &[Value], batches: usize, took: Took) -> String {
         minutes(took.run_secs)
     );
     let _ = writeln!(md, "## Batches\n");
-    let _ = writeln!(md, "| scenario | added ms | implementation | mode | median ms | p99 ms | records/s | calls/record | WCU/record | refused-write WCU/record | RCU/record | client CPU µs/record |");
+    let _ = writeln!(md, "| scenario | added ms | implementation | mode | median ms | p99 ms | records/s | calls/record | WCU/record | refused-write WCU/record | RCU/record | client CPU µs/record | allocations/record |");
     let _ = writeln!(
         md,
-        "| --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+        "| --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
     );
     for l in lines.iter().filter(|l| {
         !["cold-start", "toolkit-alone", "duplicate-layers"]
@@ -147,7 +147,7 @@ pub fn report(lines: &[Value], batches: usize, took: Took) -> String {
     }) {
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             l["scenario"].as_str().unwrap(),
             l["added_latency_ms"],
             l["implementation"].as_str().unwrap(),
@@ -159,7 +159,11 @@ pub fn report(lines: &[Value], batches: usize, took: Took) -> String {
             l["wcu_per_record"],
             l["refused_wcu_per_record"],
             l["rcu_per_record"],
-            l["client_cpu_us_per_record"]
+            l["client_cpu_us_per_record"],
+            match &l["allocations_per_record"] {
+                Value::Null => "-".to_string(),
+                n => n.to_string(),
+            }
         );
     }
     let _ = writeln!(md, "\n## Round trips on the critical path per batch\n");
@@ -196,6 +200,7 @@ pub fn report(lines: &[Value], batches: usize, took: Took) -> String {
     let _ = writeln!(md, "- Without the pre-check, in optimistic mode a duplicate is computed again and learns it is one from the refused commit; in lease mode the refused conditional put answers it. With the local cache on, a warm container answers duplicates without any call.");
     let _ = writeln!(md, "- *sequenced* is the sequence-guarded (natural) mode: each order is the first event of its own entity (a ledger item keyed by its `eventId`), so a fresh order is one conditional `UpdateItem` on the entity and no idempotency record is written; a redelivered duplicate is one consistent `GetItem` of the entity; an unmarked one (retries-10) runs the handler and its write is refused. Its raw limit makes the same calls. Powertools has no such mode.");
     let _ = writeln!(md, "- Client CPU is the CPU time the client process spent during its timed batches (`CLOCK_PROCESS_CPUTIME_ID` for the bench process, which runs the toolkit and the raw requests in turn, each handed its own copy of the batch's event and dropping it within its timing (the toolkit's batch report after it); `time.process_time()` in the Python worker), per record. The raw requests' figure is the SDK's own cost (serialization, signing, HTTP, TLS-free loopback); the toolkit's adds key and payload hashing, JSON, and its decisions.");
+    let _ = writeln!(md, "- Allocations are the heap allocations (and reallocations) made on every thread of the bench process during the timed batches, per record, counted by the process's global allocator (the system allocator with a count beside it, `bench/src/allocations.rs`). Unlike CPU time, the count barely changes from run to run (the SDK's buffers vary by a few), so the toolkit's figure against the raw requests' shows its own work per record without this machine's noise. The Python worker's are not counted (`-`).");
     let _ = writeln!(md, "- Cold start is the time from process start to the function's first request for an event on the Runtime API; peak memory is VmHWM after three batches of 10.");
     let _ = writeln!(md, "\n## JSON lines\n\n```json");
     for l in lines {

@@ -118,10 +118,11 @@ pub(super) fn targets(md: &mut String, lines: &[Value]) {
             if over > 10.0 {
                 why.push(format!(
                     "{scenario}, {mode}: {:.0} µs more client CPU per record than the raw requests ({over:+.0}%). The raw requests \
-                     only build, sign and send the calls; the toolkit also {}.{}",
+                     only build, sign and send the calls; the toolkit also {}.{}{}",
                     ours - raw,
                     extra_steps(scenario, mode),
-                    own_work(lines, scenario, mode)
+                    own_work(lines, scenario, mode),
+                    allocations_beside(lines, l, scenario, mode)
                 ));
             }
         }
@@ -213,5 +214,52 @@ pub(super) fn targets(md: &mut String, lines: &[Value]) {
                 "- {scenario} at {added_ms} ms, {mode}: {ratio:.1}x Powertools' throughput. {cause}"
             );
         }
+    }
+}
+
+/// The toolkit's allocations per record against the raw requests' in the same run, counted
+/// (nearly the same in every run, unlike CPU time), as a sentence; empty without them.
+fn allocations_beside(lines: &[Value], ours: &Value, scenario: &str, mode: &str) -> String {
+    let key = "allocations_per_record";
+    match (ours[key].as_f64(), num(find(lines, scenario, 0, "raw-dynamodb", mode), key)) {
+        (Some(ours), Some(raw)) => format!(
+            " Counted rather than timed, the toolkit makes {ours} heap allocations a record against the raw \
+             requests' {raw} ({:+.0}%; the count barely changes from run to run).",
+            (ours / raw - 1.0) * 100.0
+        ),
+        _ => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn a_client_cpu_miss_names_the_counted_allocations_beside_the_raw_requests() {
+        let line = |implementation: &str, allocations: Value| {
+            json!({"scenario": "fresh-10", "added_latency_ms": 0, "implementation": implementation,
+                   "mode": "optimistic", "allocations_per_record": allocations})
+        };
+        let ours = line("lambda-idempotency", json!(504.5));
+        let lines = [ours.clone(), line("raw-dynamodb", json!(450.0))];
+        let said = allocations_beside(&lines, &ours, "fresh-10", "optimistic");
+        assert!(
+            said.contains("504.5 heap allocations a record against the raw requests' 450 (+12%"),
+            "{said}"
+        );
+        // Without the raw requests' count (or the toolkit's), nothing is said.
+        let without = [ours.clone(), line("raw-dynamodb", Value::Null)];
+        assert_eq!(
+            allocations_beside(&without, &ours, "fresh-10", "optimistic"),
+            ""
+        );
+        let uncounted = line("lambda-idempotency", Value::Null);
+        assert_eq!(
+            allocations_beside(&lines, &uncounted, "fresh-10", "optimistic"),
+            ""
+        );
     }
 }
