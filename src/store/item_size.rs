@@ -2,7 +2,7 @@
 //! works on DynamoDB) and the one way sizes are counted against them: a record's item, and a
 //! transaction of a record with a handler's writes.
 
-use crate::record::{Record, Status};
+use crate::record::Status;
 use crate::store::{Attr, AttributeNames, CommitRequest, CompleteRequest, Item, StoreError, Write};
 
 /// The largest item, in bytes (DynamoDB's limit): every store refuses records and items
@@ -16,7 +16,7 @@ const NUMBER_BYTES: usize = 21;
 /// the record had one, since the stores do not read the record before updating it.
 const PAYLOAD_HASH_MAX_BYTES: usize = 67;
 
-/// A record's attributes as their size is counted, borrowed from a record or a request (the
+/// A record's attributes as their size is counted, borrowed from a request (the
 /// expiry is always there, a number at its largest).
 pub(crate) struct RecordShape<'a> {
     pub(crate) key: &'a str,
@@ -25,20 +25,6 @@ pub(crate) struct RecordShape<'a> {
     pub(crate) owner: Option<&'a str>,
     pub(crate) data: Option<&'a str>,
     pub(crate) validation: Option<&'a str>,
-}
-
-impl<'a> RecordShape<'a> {
-    /// The shape of a stored `record`.
-    pub(crate) fn of(record: &'a Record) -> Self {
-        Self {
-            key: record.key.as_str(),
-            status: record.status,
-            leased: record.lease_expiration_ms.is_some(),
-            owner: record.owner.as_ref().map(|o| o.as_str()),
-            data: record.data.as_deref(),
-            validation: record.validation.as_deref(),
-        }
-    }
 }
 
 /// The size of a record of this `shape` as an item with these attribute names, as DynamoDB

@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use crate::key::IdempotencyKey;
 use crate::record::{OwnerToken, Record};
 use crate::store::item_size::{
-    check_commit_size, check_item_size, completed_size_bytes, record_size_bytes, RecordShape,
+    check_commit_size, check_item_size, completed_size_bytes, record_size_bytes,
 };
 use crate::store::AttributeNames;
 use crate::store::{
@@ -151,12 +151,12 @@ impl InMemoryStore {
 
     fn acquire_now(&self, request: &AcquireRequest) -> Result<Acquire, StoreError> {
         self.check_available()?;
-        let record = request.record();
         // The same item size limit, counted the same way, as DynamoDB.
         check_item_size(record_size_bytes(
             &AttributeNames::default(),
-            &RecordShape::of(&record),
+            &request.shape(),
         ))?;
+        let record = request.record();
         let mut contents = self.lock();
         let records = &mut contents.records;
         if let Some(existing) = records.get(&request.key) {
