@@ -81,8 +81,8 @@ pub(super) fn own_work(lines: &[Value], scenario: &str, mode: &str) -> String {
                          against the store's read, which waits for DynamoDB{at_once}. The same per-record work done in one \
                          loop over the store's read (key and payload hash, the decision on the record, its result decoded) \
                          takes {:+.2} µs against it, {:+.2} µs against the bare read: the rest of the processor's figure, \
-                         {:+.2} µs, is its batch's own work (the copies of the offered records, each record's future and \
-                         its wait for the replay phase, the lookup shared with the records' own calls, the reports, logs \
+                         {:+.2} µs, is its batch's own work (sharing the offered records with the pre-check, each record's \
+                         future and its wait for the replay phase, the lookup shared with the records' own calls, the reports, logs \
                          and metrics).",
                         store - bare,
                         processor - store,
