@@ -1,6 +1,6 @@
 //! Attribute names of a table's own, every one renamed, in a single-table layout beside
 //! other items (found in review, helper-51): what `list` filters and pages, the fencing of
-//! `release`, `evict` and `release` of an item that is not a record, the layout flags on
+//! `release`, `evict`, `release` and `get` of an item that is not a record, the layout flags on
 //! either side of the subcommand, and the names from environment variables.
 
 use std::time::{Duration, SystemTime};
@@ -144,6 +144,27 @@ async fn evict_leaves_an_item_that_is_not_a_record_alone() {
                 "{run:?}"
             );
         }
+        // `get` names it a malformed record, as `list` does (it was a store error before).
+        let run = cli(&[
+            "get",
+            sk,
+            "--json",
+            "--table",
+            &table,
+            "--key-attribute",
+            "pk",
+            "--sort-key-attribute",
+            "sk",
+            "--static-partition-key",
+            STATIC,
+        ]);
+        assert_eq!(run.code, 3, "get: {run:?}");
+        assert!(
+            run.stderr
+                .contains(&format!("error: malformed record {sk:?}: {reason}")),
+            "{run:?}"
+        );
+        assert!(run.stdout.contains(r#""error":"malformed""#), "{run:?}");
     }
 }
 
