@@ -112,7 +112,12 @@ impl CliError {
 }
 
 impl From<StoreError> for CliError {
+    /// An item that is not a record is [`CliError::Malformed`] (named by its key); any other
+    /// store error is [`CliError::Store`].
     fn from(err: StoreError) -> Self {
-        CliError::Store(err)
+        match err {
+            StoreError::Malformed { key, reason } => CliError::Malformed { id: key, reason },
+            err => CliError::Store(err),
+        }
     }
 }

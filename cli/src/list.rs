@@ -9,7 +9,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use lambda_idempotency::record::Status;
 use lambda_idempotency::store::{AttributeNames, DynamoDbStore};
 
-use crate::view::{epoch_ms, parse_item, record_json, record_line};
+use crate::view::{epoch_ms, record_json, record_line};
 use crate::CliError;
 
 /// What `list` shows and how it reports progress.
@@ -132,7 +132,7 @@ pub async fn list(
     let names = store.attribute_names();
     let mut filter = filter(names, options.status, options.older_than, now);
     let mut printer = Printer {
-        names,
+        store,
         options,
         now,
         summary: ListSummary::default(),
@@ -183,7 +183,7 @@ pub async fn list(
 
 /// Prints the records of each page read, and progress.
 struct Printer<'a> {
-    names: &'a AttributeNames,
+    store: &'a DynamoDbStore,
     options: &'a ListOptions,
     now: SystemTime,
     summary: ListSummary,
@@ -203,7 +203,7 @@ impl Printer<'_> {
         summary.pages += 1;
         summary.scanned += u64::try_from(scanned).unwrap_or(0);
         for item in items {
-            match parse_item(self.names, item) {
+            match self.store.record_from_item(item).map_err(CliError::from) {
                 Ok(record) => {
                     summary.matched += 1;
                     if options.json {

@@ -24,15 +24,10 @@ fn not_found(store: &DynamoDbStore, id: &str) -> CliError {
 /// [`Store::get`]), or [`CliError::NotFound`]; an item there that is not a record (in a
 /// table shared with other items) is [`CliError::Malformed`], as `list` names one.
 pub async fn get(store: &DynamoDbStore, id: &str) -> Result<Record, CliError> {
-    match store.get(&IdempotencyKey::from_stored(id)).await {
-        Ok(Some(record)) => Ok(record),
-        Ok(None) => Err(not_found(store, id)),
-        Err(StoreError::Malformed { reason, .. }) => Err(CliError::Malformed {
-            id: id.to_string(),
-            reason,
-        }),
-        Err(err) => Err(err.into()),
-    }
+    store
+        .get(&IdempotencyKey::from_stored(id))
+        .await?
+        .ok_or_else(|| not_found(store, id))
 }
 
 /// Deletes the `COMPLETED` or `FAILED` record under `id`, so that the next delivery of its

@@ -1,15 +1,9 @@
-//! How records are read from raw items and shown: text for people, JSON for scripts.
+//! How records are shown: text for people, JSON for scripts.
 
-use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use aws_sdk_dynamodb::types::AttributeValue;
-use lambda_idempotency::key::IdempotencyKey;
 use lambda_idempotency::record::{OwnerToken, Record, Status};
-use lambda_idempotency::store::AttributeNames;
 use serde_json::{json, Value};
-
-use crate::CliError;
 
 /// Milliseconds since the Unix epoch (0 before it).
 pub fn epoch_ms(time: SystemTime) -> u64 {
@@ -145,46 +139,10 @@ pub fn record_line(record: &Record, now: SystemTime) -> String {
     )
 }
 
-/// Reads a raw item as a record, as the library's store reads it (same attribute names,
-/// same required fields: a status the library knows, and an expiration).
-pub fn parse_item(
-    names: &AttributeNames,
-    item: &HashMap<String, AttributeValue>,
-) -> Result<Record, CliError> {
-    let text = |name: &str| item.get(name).and_then(|v| v.as_s().ok()).cloned();
-    let id = text(names.stored_key_attribute()).unwrap_or_default();
-    let malformed = |reason: String| CliError::Malformed {
-        id: id.clone(),
-        reason,
-    };
-    let number = |name: &str| -> Result<Option<u64>, CliError> {
-        let Some(value) = item.get(name) else {
-            return Ok(None);
-        };
-        let raw = value
-            .as_n()
-            .map_err(|_| malformed(format!("{name} is not a number")))?;
-        raw.parse()
-            .map(Some)
-            .map_err(|_| malformed(format!("{name} is not an integer: {raw}")))
-    };
-    let status_text = text(&names.status).ok_or_else(|| malformed("no status".into()))?;
-    let status = Status::parse(&status_text)
-        .ok_or_else(|| malformed(format!("unknown status {status_text:?}")))?;
-    Ok(Record {
-        key: IdempotencyKey::from_stored(id.clone()),
-        status,
-        expiration_secs: number(&names.expiration)?
-            .ok_or_else(|| malformed("no expiration".into()))?,
-        lease_expiration_ms: number(&names.in_progress_expiration)?,
-        owner: text(&names.owner).map(OwnerToken::new),
-        data: text(&names.data),
-        validation: text(&names.validation),
-    })
-}
-
 #[cfg(test)]
 mod tests {
+    use lambda_idempotency::key::IdempotencyKey;
+
     use super::*;
 
     #[test]
@@ -210,27 +168,17 @@ mod tests {
     }
 
     #[test]
-    fn items_parse_like_the_store_reads_them() {
-        let names = AttributeNames::default();
-        let mut item = HashMap::from([
-            ("id".to_string(), AttributeValue::S("p#abc".into())),
-            ("status".to_string(), AttributeValue::S("INPROGRESS".into())),
-            ("expiration".to_string(), AttributeValue::N("100".into())),
-            (
-                "in_progress_expiration".to_string(),
-                AttributeValue::N("5000".into()),
-            ),
-            ("lease_owner".to_string(), AttributeValue::S("o".into())),
-        ]);
-        let record = parse_item(&names, &item).unwrap();
-        assert_eq!(record.status, Status::InProgress);
-        assert_eq!(record.lease_expiration_ms, Some(5000));
+    fn a_lease_is_live_until_its_end() {
+        let record = Record {
+            key: IdempotencyKey::from_stored("p#abc"),
+            status: Status::InProgress,
+            expiration_secs: 100,
+            lease_expiration_ms: Some(5000),
+            owner: Some(OwnerToken::new("o")),
+            data: None,
+            validation: None,
+        };
         assert!(lease_live(&record, from_epoch_ms(5000)));
         assert!(!lease_live(&record, from_epoch_ms(5001)));
-        item.insert("status".into(), AttributeValue::S("DONE".into()));
-        assert!(matches!(
-            parse_item(&names, &item),
-            Err(CliError::Malformed { .. })
-        ));
     }
 }

@@ -76,7 +76,7 @@ impl DynamoDbStore {
                 .into_iter()
                 .flatten()
             {
-                records.extend(readable(self.parse(item).map(Some)));
+                records.extend(readable(self.record_from_item(item).map(Some)));
             }
             if let Some(left) = output
                 .unprocessed_keys()

@@ -212,7 +212,7 @@ impl DynamoDbStore {
         }
         if code(0) == "ConditionalCheckFailed" {
             let record = match reasons[0].item() {
-                Some(item) => Some(self.parse(item)?),
+                Some(item) => Some(self.record_from_item(item)?),
                 None => self.get_inner(&request.key).await?,
             };
             return Ok(Commit::RecordRefused(record));

@@ -10,9 +10,13 @@ use crate::record::{OwnerToken, Record, Status};
 use crate::store::StoreError;
 
 impl DynamoDbStore {
-    /// The record `item` holds (a `GetItem`, a `BatchGetItem` answer, the old item of a
-    /// refused write); [`StoreError::Malformed`] when it is not one this store wrote.
-    pub(crate) fn parse(
+    /// The record `item` holds, read as the store reads its own (a `GetItem`, a
+    /// `BatchGetItem` answer, the old item of a refused write) under its attribute names:
+    /// a status it knows and an expiration are required. [`StoreError::Malformed`], naming
+    /// the item's key and what is wrong, when `item` is not such a record (another item of
+    /// a shared table, say). For tools that read the table themselves, as the CLI's `list`
+    /// does with a `Scan`.
+    pub fn record_from_item(
         &self,
         item: &HashMap<String, AttributeValue>,
     ) -> Result<Record, StoreError> {
@@ -103,7 +107,7 @@ mod tests {
         let n = |v: &str| AttributeValue::N(v.into());
         let store = store();
         let record = store
-            .parse(&item(&[
+            .record_from_item(&item(&[
                 ("pk", s("fn#k")),
                 ("st", s("COMPLETED")),
                 ("ttl", n("100")),
@@ -136,7 +140,7 @@ mod tests {
                 "lease_ms is not an integer: 1.5",
             ),
         ] {
-            match store.parse(&bad) {
+            match store.record_from_item(&bad) {
                 Err(StoreError::Malformed { key, reason: got }) => {
                     assert_eq!((key.as_str(), got.as_str()), ("fn#k", reason));
                 }

@@ -194,7 +194,7 @@ impl DynamoDbStore {
             _ => return Err(refused(err, size_bytes)),
         };
         let existing = match old {
-            Some(item) => Some(self.parse(&item)?),
+            Some(item) => Some(self.record_from_item(&item)?),
             None => self.get_inner(&request.key).await?,
         };
         Ok(match existing {
@@ -236,7 +236,7 @@ impl DynamoDbStore {
             Some(UpdateItemError::ConditionalCheckFailedException(ccf)) => ccf.item().cloned(),
             _ => return Err(refused(err, size_bytes)),
         };
-        let existing = old.map(|item| self.parse(&item)).transpose()?;
+        let existing = old.map(|item| self.record_from_item(&item)).transpose()?;
         Ok(match existing {
             // Our own completion: an earlier send was applied and its answer lost.
             Some(record) if is_our_completion(&record, request) => Fenced::Applied,
@@ -302,7 +302,10 @@ impl DynamoDbStore {
             .send()
             .await
             .map_err(unavailable)?;
-        output.item().map(|item| self.parse(item)).transpose()
+        output
+            .item()
+            .map(|item| self.record_from_item(item))
+            .transpose()
     }
 }
 
