@@ -116,11 +116,8 @@ async fn evict_leaves_an_item_that_is_not_a_record_alone() {
             put = put.item(name, value);
         }
         put.send().await.unwrap();
-        // `release` refuses such an item as `evict` does (it exited 3, a store error, before).
-        for command in ["evict", "release"] {
-            let run = cli(&[
-                command,
-                sk,
+        let on_item = |command: &str, json: &[&str]| {
+            let layout = [
                 "--table",
                 &table,
                 "--key-attribute",
@@ -129,7 +126,12 @@ async fn evict_leaves_an_item_that_is_not_a_record_alone() {
                 "sk",
                 "--static-partition-key",
                 STATIC,
-            ]);
+            ];
+            cli(&[&[command, sk][..], json, &layout[..]].concat())
+        };
+        // `release` refuses such an item as `evict` does (it exited 3, a store error, before).
+        for command in ["evict", "release"] {
+            let run = on_item(command, &[]);
             assert!(
                 exists(&store, STATIC, sk).await,
                 "{command} deleted an item that is not a record: {run:?}"
@@ -145,19 +147,7 @@ async fn evict_leaves_an_item_that_is_not_a_record_alone() {
             );
         }
         // `get` names it a malformed record, as `list` does (it was a store error before).
-        let run = cli(&[
-            "get",
-            sk,
-            "--json",
-            "--table",
-            &table,
-            "--key-attribute",
-            "pk",
-            "--sort-key-attribute",
-            "sk",
-            "--static-partition-key",
-            STATIC,
-        ]);
+        let run = on_item("get", &["--json"]);
         assert_eq!(run.code, 3, "get: {run:?}");
         assert!(
             run.stderr
