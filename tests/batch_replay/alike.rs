@@ -8,7 +8,7 @@ use std::task::Poll;
 use std::time::Duration;
 
 use aws_lambda_events::sqs::SqsMessage;
-use lambda_idempotency::batch::{BatchMode, BatchProcessor, Precheck};
+use lambda_idempotency::batch::{BatchMode, Precheck};
 use lambda_idempotency::clock::Clock;
 use lambda_idempotency::hooks::ReplaySource;
 use lambda_idempotency::key::JsonPointer;
@@ -17,7 +17,7 @@ use lambda_idempotency::{Config, IdempotencyLayer, Outcome};
 use lambda_idempotency_test_support::{outcomes, reported};
 use tower::Layer;
 
-use super::{batch, message, replaying, Readiness, Rig};
+use super::{batch, body_len, both_ways, message, Readiness, Rig, FIFO};
 
 /// The cache answers m-1 (a payload mismatch) without a read on the record's own path; the
 /// batch's replay must not read for it either.
@@ -49,10 +49,7 @@ async fn a_batch_the_cache_rejects_reads_nothing() {
 async fn a_skipped_fifo_record_calls_no_response_hook() {
     for together in [false, true] {
         let rig = Rig::new();
-        let fifo = BatchMode::Fifo {
-            skip_failed_group_only: false,
-        };
-        let processor = rig.processor(together, 0, fifo);
+        let processor = rig.processor(together, 0, FIFO);
         let first = vec![message("m-2", "{}", 1, true), message("m-4", "{}", 1, true)];
         rig.run(&processor, batch(first)).await;
         let again = vec![
@@ -79,8 +76,7 @@ async fn a_skipped_fifo_record_calls_no_response_hook() {
 /// in the event's order).
 #[tokio::test]
 async fn a_record_not_replayed_ends_as_without_batch_replay() {
-    let mut ends = Vec::new();
-    for together in [false, true] {
+    both_ways(|together| async move {
         let rig = Rig::new();
         let layer = IdempotencyLayer::new(rig.store.clone())
             .with_clock(rig.clock.clone())
@@ -90,15 +86,10 @@ async fn a_record_not_replayed_ends_as_without_batch_replay() {
                     .with_key_prefix("replay")
                     .with_payload_validation(PayloadValidation::Body),
             );
-        let handler = layer.handler(|m: SqsMessage| {
-            std::future::ready(Ok::<_, std::io::Error>(m.body.unwrap_or_default().len()))
-        });
-        let processor = replaying(
-            BatchProcessor::new(handler)
-                .with_clock(rig.clock.clone())
-                .with_precheck(Precheck::Redelivered),
-            together,
-        );
+        let handler = layer.handler(body_len);
+        let processor = rig
+            .over(handler, together)
+            .with_precheck(Precheck::Redelivered);
         let report = rig
             .run(
                 &processor,
@@ -108,9 +99,9 @@ async fn a_record_not_replayed_ends_as_without_batch_replay() {
                 ]),
             )
             .await;
-        ends.push((outcomes(&report), reported(&report)));
-    }
-    assert_eq!(ends[1], ends[0], "[without, with]: {ends:?}");
+        (outcomes(&report), reported(&report))
+    })
+    .await;
 }
 
 /// A FIFO batch whose first record's handler takes the batch past its deadline margin: the
@@ -118,8 +109,7 @@ async fn a_record_not_replayed_ends_as_without_batch_replay() {
 /// ahead of a FIFO record's turn).
 #[tokio::test]
 async fn a_fifo_replay_after_the_deadline_margin() {
-    let mut ends = Vec::new();
-    for together in [false, true] {
+    both_ways(|together| async move {
         let rig = Rig::new();
         let layer = rig.layer();
         let clock = rig.clock.clone();
@@ -130,16 +120,9 @@ async fn a_fifo_replay_after_the_deadline_margin() {
                 // 800 ms left: within the 1 s deadline margin, beyond the answer margin.
                 clock.advance(Duration::from_millis(29_200));
             }
-            std::future::ready(Ok::<_, std::io::Error>(m.body.unwrap_or_default().len()))
+            body_len(m)
         });
-        let processor = replaying(
-            BatchProcessor::new(handler)
-                .with_clock(rig.clock.clone())
-                .with_mode(BatchMode::Fifo {
-                    skip_failed_group_only: false,
-                }),
-            together,
-        );
+        let processor = rig.over(handler, together).with_mode(FIFO);
         rig.run(&processor, batch(vec![message("m-2", "{}", 1, true)]))
             .await;
         slow.store(true, Ordering::SeqCst);
@@ -152,17 +135,16 @@ async fn a_fifo_replay_after_the_deadline_margin() {
                 ]),
             )
             .await;
-        ends.push((outcomes(&report), reported(&report)));
-    }
-    assert_eq!(ends[1], ends[0], "[without, with]: {ends:?}");
+        (outcomes(&report), reported(&report))
+    })
+    .await;
 }
 
 /// Each record's own call asks the Idempotent service (and so its handler) whether it is
 /// ready; so does the batch's replay, once.
 #[tokio::test]
 async fn a_replay_asks_the_handler_whether_it_is_ready() {
-    let mut ends = Vec::new();
-    for together in [false, true] {
+    both_ways(|together| async move {
         let rig = Rig::new();
         let layer = rig.layer();
         let open = Arc::new(AtomicBool::new(true));
@@ -174,19 +156,16 @@ async fn a_replay_asks_the_handler_whether_it_is_ready() {
                 false => Err(std::io::Error::other("overloaded")),
             })
         }));
-        let processor = replaying(
-            BatchProcessor::new(service).with_clock(rig.clock.clone()),
-            together,
-        );
+        let processor = rig.over(service, together);
         rig.run(&processor, batch(vec![message("m-1", "{}", 1, false)]))
             .await;
         open.store(false, Ordering::SeqCst);
         let report = rig
             .run(&processor, batch(vec![message("m-1", "{}", 2, false)]))
             .await;
-        ends.push((outcomes(&report), reported(&report)));
-    }
-    assert_eq!(ends[1], ends[0], "[without, with]: {ends:?}");
+        (outcomes(&report), reported(&report))
+    })
+    .await;
 }
 
 /// A FIFO batch: m-2 is held by another invocation's live lease when the batch begins, and
@@ -198,8 +177,7 @@ async fn a_fifo_record_decides_on_the_lookup_of_its_turn() {
     use lambda_idempotency::clock::epoch_ms;
     use lambda_idempotency::key::IdempotencyKey;
     use lambda_idempotency::record::{OwnerToken, Record, Status};
-    let mut ends = Vec::new();
-    for together in [false, true] {
+    both_ways(|together| async move {
         let rig = Rig::new();
         let now_ms = epoch_ms(rig.clock.now());
         let held = Record {
@@ -226,16 +204,9 @@ async fn a_fifo_record_decides_on_the_lookup_of_its_turn() {
                     ..held.clone()
                 });
             }
-            std::future::ready(Ok::<_, std::io::Error>(m.body.unwrap_or_default().len()))
+            body_len(m)
         });
-        let processor = replaying(
-            BatchProcessor::new(handler)
-                .with_clock(rig.clock.clone())
-                .with_mode(BatchMode::Fifo {
-                    skip_failed_group_only: false,
-                }),
-            together,
-        );
+        let processor = rig.over(handler, together).with_mode(FIFO);
         let report = rig
             .run(
                 &processor,
@@ -246,9 +217,9 @@ async fn a_fifo_record_decides_on_the_lookup_of_its_turn() {
                 ]),
             )
             .await;
-        ends.push((outcomes(&report), reported(&report)));
-    }
-    assert_eq!(ends[1], ends[0], "[without, with]: {ends:?}");
+        (outcomes(&report), reported(&report))
+    })
+    .await;
 }
 
 /// Duplicates within one batch (the same message twice; two messages of one key), the store
@@ -257,8 +228,7 @@ async fn a_fifo_record_decides_on_the_lookup_of_its_turn() {
 async fn duplicates_within_a_batch_end_alike() {
     for limit in [1, 10] {
         for seeded in [false, true] {
-            let mut ends = Vec::new();
-            for together in [false, true] {
+            both_ways(|together| async move {
                 let rig = Rig::new();
                 let processor = rig.processor(together, 0, BatchMode::Concurrent { limit });
                 if seeded {
@@ -276,15 +246,15 @@ async fn duplicates_within_a_batch_end_alike() {
                         ]),
                     )
                     .await;
-                ends.push((
+                (
                     outcomes(&report),
                     reported(&report),
                     super::values(&report),
                     rig.runs(),
                     rig.calls(),
-                ));
-            }
-            assert_eq!(ends[1], ends[0], "limit {limit} seeded {seeded}: {ends:?}");
+                )
+            })
+            .await;
         }
     }
 }

@@ -12,7 +12,7 @@ use lambda_idempotency::hooks::ReplaySource;
 use lambda_idempotency::{Config, IdempotencyLayer, Outcome};
 use lambda_idempotency_test_support::{outcomes, reported};
 
-use super::{batch, message, replaying, values, Rig};
+use super::{batch, message, values, Rig};
 
 #[tokio::test]
 async fn the_local_cache_answers_before_the_store_is_read() {
@@ -129,10 +129,7 @@ async fn a_replay_that_panics_fails_each_record_alone() {
                 message.body.unwrap_or_default().len(),
             ))
         });
-        let processor = replaying(
-            BatchProcessor::new(handler).with_clock(rig.clock.clone()),
-            together,
-        );
+        let processor = rig.over(handler, together);
         let ids = ["m-1", "m-2"];
         let deliver = |count| batch(ids.map(|id| message(id, "{}", count, false)).to_vec());
         let report = rig.run(&processor, deliver(1)).await;

@@ -28,6 +28,11 @@ mod turns;
 
 pub(crate) const REMAINING: Duration = Duration::from_secs(30);
 
+/// FIFO, a failure stopping the rest of the batch.
+const FIFO: BatchMode = BatchMode::Fifo {
+    skip_failed_group_only: false,
+};
+
 /// Message `id` with `body`, received `receive_count` times so far, in group `g` of a FIFO
 /// queue when `fifo`.
 fn message(id: &str, body: &str, receive_count: u32, fifo: bool) -> SqsMessage {
@@ -152,6 +157,17 @@ impl Rig {
             .with_config(Config::new().with_key_prefix("replay"))
     }
 
+    /// A processor of `service` on this rig's clock, replaying together when `together`.
+    fn over<S>(&self, service: S, together: bool) -> BatchProcessor<S, ManualClock>
+    where
+        S: lambda_idempotency::batch::BatchReplay<SqsMessage>,
+    {
+        replaying(
+            BatchProcessor::new(service).with_clock(self.clock.clone()),
+            together,
+        )
+    }
+
     /// `event` through `processor`, its logs collected.
     async fn run<S>(
         &self,
@@ -209,6 +225,25 @@ impl Rig {
     fn runs(&self) -> usize {
         self.runs.load(Ordering::SeqCst)
     }
+}
+
+/// What `case` ends with, run without and then with batch replay (`together`): the same
+/// both ways, asserted; answered once.
+async fn both_ways<T, F, Fut>(mut case: F) -> T
+where
+    T: std::fmt::Debug + PartialEq,
+    F: FnMut(bool) -> Fut,
+    Fut: std::future::Future<Output = T>,
+{
+    let without = case(false).await;
+    let with = case(true).await;
+    assert_eq!(with, without, "[with, without]");
+    without
+}
+
+/// A handler's answer: the message body's length.
+fn body_len(m: SqsMessage) -> std::future::Ready<std::io::Result<usize>> {
+    std::future::ready(Ok(m.body.unwrap_or_default().len()))
 }
 
 /// `processor`, replaying its batches' pre-checked records together when `together`.
@@ -420,10 +455,7 @@ async fn records_beyond_the_concurrency_limit_end_as_they_do_without_it() {
 async fn a_fifo_batch_runs_each_record_at_its_turn_through_its_own_call() {
     for together in [false, true] {
         let rig = Rig::new();
-        let fifo = BatchMode::Fifo {
-            skip_failed_group_only: false,
-        };
-        let processor = rig.processor(together, 0, fifo);
+        let processor = rig.processor(together, 0, FIFO);
         let first = vec![message("m-2", "{}", 1, true), message("m-4", "{}", 1, true)];
         let report = rig.run(&processor, batch(first)).await;
         assert_eq!(outcomes(&report), [Outcome::Executed; 2]);

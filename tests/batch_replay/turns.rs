@@ -19,14 +19,13 @@ use lambda_idempotency_test_support::{error_types, outcomes, reported};
 use lambda_runtime::LambdaEvent;
 use tower::{Layer, Service};
 
-use super::{batch, message, replaying, Readiness, Rig, Ticking, REMAINING};
+use super::{batch, both_ways, message, Readiness, Rig, Ticking, REMAINING};
 
 /// A panic in the handler's readiness fails each record alone (the per-record panic guard
 /// around `oneshot`), with batch replay too (the replay phase asks readiness under a guard).
 #[tokio::test]
 async fn a_panicking_readiness_fails_each_record_alone() {
-    let mut ends = Vec::new();
-    for together in [false, true] {
+    let end = both_ways(|together| async move {
         let rig = Rig::new();
         let layer = rig.layer();
         let armed = Arc::new(AtomicBool::new(false));
@@ -36,10 +35,7 @@ async fn a_panicking_readiness_fails_each_record_alone() {
             assert!(!bug.load(Ordering::SeqCst), "the handler's readiness bug");
             Poll::Ready(Ok(()))
         }));
-        let processor = replaying(
-            BatchProcessor::new(service).with_clock(rig.clock.clone()),
-            together,
-        );
+        let processor = rig.over(service, together);
         rig.run(&processor, batch(vec![message("m-1", "{}", 1, false)]))
             .await;
         armed.store(true, Ordering::SeqCst);
@@ -52,16 +48,16 @@ async fn a_panicking_readiness_fails_each_record_alone() {
             .await
             .map(|report| (outcomes(&report), reported(&report)))
             .map_err(|_| "the whole batch panicked");
-        ends.push(end);
-    }
+        end
+    })
+    .await;
     assert_eq!(
-        ends[0],
+        end,
         Ok((
             vec![Outcome::Failed; 2],
             vec!["m-1".to_string(), "m-2".to_string()]
         ))
     );
-    assert_eq!(ends[1], ends[0], "[without, with]: {ends:?}");
 }
 
 /// A handler not ready until 2 s after the invocation's deadline: each record's call is
@@ -69,8 +65,7 @@ async fn a_panicking_readiness_fails_each_record_alone() {
 /// replay too (the replay phase, readiness included, is stopped there).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handler_not_ready_does_not_hold_the_batch_past_its_deadline() {
-    let mut ends = Vec::new();
-    for together in [false, true] {
+    let end = both_ways(|together| async move {
         let rig = Rig::new();
         let layer = rig.layer();
         let ready_at_ms = Arc::new(AtomicU64::new(0));
@@ -84,10 +79,7 @@ async fn a_handler_not_ready_does_not_hold_the_batch_past_its_deadline() {
                 Poll::Pending
             }
         }));
-        let processor = replaying(
-            BatchProcessor::new(service).with_clock(rig.clock.clone()),
-            together,
-        );
+        let processor = rig.over(service, together);
         rig.run(&processor, batch(vec![message("m-1", "{}", 1, false)]))
             .await;
         let deadline_ms = epoch_ms(rig.clock.now()) + REMAINING.as_millis() as u64;
@@ -105,25 +97,22 @@ async fn a_handler_not_ready_does_not_hold_the_batch_past_its_deadline() {
             .await;
         let answered_ms = epoch_ms(rig.clock.now());
         drop(ticking);
-        ends.push((
+        (
             outcomes(&report),
             error_types(&report),
             reported(&report),
             answered_ms < deadline_ms,
-        ));
-    }
+        )
+    })
+    .await;
     assert_eq!(
-        ends[0],
+        end,
         (
             vec![Outcome::DeadlineNear; 2],
             vec![Some("Idempotency.DeadlineReached"); 2],
             vec!["m-1".to_string(), "m-2".to_string()],
             true
         )
-    );
-    assert_eq!(
-        ends[1], ends[0],
-        "[without, with] (outcomes, error types, reported, in time): {ends:?}"
     );
 }
 
@@ -159,13 +148,22 @@ fn slow_processor(
         }
         std::future::ready(Ok::<_, std::io::Error>(body.len()))
     });
-    replaying(
-        BatchProcessor::new(handler)
-            .with_clock(rig.clock.clone())
-            .with_precheck(Precheck::Redelivered)
-            .with_mode(BatchMode::Concurrent { limit }),
-        together,
-    )
+    rig.over(handler, together)
+        .with_precheck(Precheck::Redelivered)
+        .with_mode(BatchMode::Concurrent { limit })
+}
+
+/// A rig whose store holds m-1 and m-3 completed (first deliveries through
+/// [`slow_processor`]).
+async fn completed_m1_m3(together: bool) -> Rig {
+    let rig = Rig::new();
+    let first = slow_processor(&rig, together, 1);
+    let firsts = vec![
+        message("m-1", "{}", 1, false),
+        message("m-3", "{}", 1, false),
+    ];
+    rig.run(&first, batch(firsts)).await;
+    rig
 }
 
 /// Limit 1: m-3's record expires while m-2 runs. Its own call decides at its start (the
@@ -173,18 +171,8 @@ fn slow_processor(
 /// candidate, at its turn.
 #[tokio::test]
 async fn a_record_that_expires_before_its_turn_is_decided_at_its_turn() {
-    let mut ends = Vec::new();
-    for together in [false, true] {
-        let rig = Rig::new();
-        let first = slow_processor(&rig, together, 1);
-        rig.run(
-            &first,
-            batch(vec![
-                message("m-1", "{}", 1, false),
-                message("m-3", "{}", 1, false),
-            ]),
-        )
-        .await;
+    let end = both_ways(|together| async move {
+        let rig = completed_m1_m3(together).await;
         // m-3's record ends within the next second.
         let now_secs = epoch_ms(rig.clock.now()) / 1000;
         let mut m3 = rig
@@ -209,18 +197,15 @@ async fn a_record_that_expires_before_its_turn_is_decided_at_its_turn() {
                 ]),
             )
             .await;
-        ends.push((outcomes(&report), rig.runs() - runs_before));
-    }
+        (outcomes(&report), rig.runs() - runs_before)
+    })
+    .await;
     assert_eq!(
-        ends[0],
+        end,
         (
             vec![Outcome::Replayed, Outcome::Executed, Outcome::Executed],
             2
         )
-    );
-    assert_eq!(
-        ends[1], ends[0],
-        "[without, with] (outcomes, handler runs): {ends:?}"
     );
 }
 
@@ -229,18 +214,8 @@ async fn a_record_that_expires_before_its_turn_is_decided_at_its_turn() {
 /// candidate calls it at the record's turn only).
 #[tokio::test]
 async fn a_record_not_started_calls_no_response_hook() {
-    let mut ends = Vec::new();
-    for together in [false, true] {
-        let rig = Rig::new();
-        let first = slow_processor(&rig, together, 1);
-        rig.run(
-            &first,
-            batch(vec![
-                message("m-1", "{}", 1, false),
-                message("m-3", "{}", 1, false),
-            ]),
-        )
-        .await;
+    let end = both_ways(|together| async move {
+        let rig = completed_m1_m3(together).await;
         let processor = slow_processor(&rig, together, 1);
         let report = rig
             .run(
@@ -253,21 +228,18 @@ async fn a_record_not_started_calls_no_response_hook() {
                 ]),
             )
             .await;
-        ends.push((
-            outcomes(&report),
-            reported(&report),
-            rig.hooked.lock().unwrap().clone(),
-        ));
-    }
+        let hooked = rig.hooked.lock().unwrap().clone();
+        (outcomes(&report), reported(&report), hooked)
+    })
+    .await;
     assert_eq!(
-        ends[0],
+        end,
         (
             vec![Outcome::Replayed, Outcome::Executed, Outcome::DeadlineNear],
             vec!["m-3".to_string()],
             vec![ReplaySource::Store]
         )
     );
-    assert_eq!(ends[1], ends[0], "[without, with]: {ends:?}");
 }
 
 /// The pre-check's read hangs past the answer margin: the record's own call is stopped there
@@ -276,8 +248,7 @@ async fn a_record_not_started_calls_no_response_hook() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hanging_read_ends_the_record_as_without_batch_replay() {
     use lambda_idempotency_test_support::faulty_store::Inject;
-    let mut ends = Vec::new();
-    for together in [false, true] {
+    both_ways(|together| async move {
         let rig = Rig::new();
         rig.deliver(together, vec![message("m-1", "{}", 1, false)])
             .await;
@@ -288,7 +259,7 @@ async fn a_hanging_read_ends_the_record_as_without_batch_replay() {
             .deliver(together, vec![message("m-1", "{}", 2, false)])
             .await;
         drop(ticking);
-        ends.push((outcomes(&report), error_types(&report), rig.calls()));
-    }
-    assert_eq!(ends[1], ends[0], "[without, with]: {ends:?}");
+        (outcomes(&report), error_types(&report), rig.calls())
+    })
+    .await;
 }
