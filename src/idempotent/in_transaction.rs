@@ -62,20 +62,17 @@ fn hold_for<C: Clock>(clock: &C, deadline: Deadline) -> Duration {
         .unwrap_or(Duration::ZERO)
 }
 
-/// The final record written in `transaction` and committed, in its stored form (compressed
-/// or a marker when the result does not fit).
+/// The final record (`request` with the result as its data) written in `transaction` and
+/// committed, in its stored form (compressed or a marker when the result does not fit).
 async fn complete_in<St: TransactionScope>(
     store: &St,
     transaction: &St::Transaction,
-    template: &CompleteRequest,
+    request: CompleteRequest,
     json: Result<String, serde_json::Error>,
 ) -> Result<(Commit, String), StoreError> {
-    let finished = store_fitting(json, |data| {
-        let request = CompleteRequest {
-            data,
-            ..template.clone()
-        };
-        async move { store.complete_in(transaction, &request).await }
+    let finished = store_fitting(json, request, |request| async move {
+        let answer = store.complete_in(transaction, &request).await;
+        (request, answer)
     })
     .await;
     if finished.is_err() {
@@ -151,18 +148,19 @@ where
             }
         };
         let now = clock.now();
-        let template = CompleteRequest {
+        let expiration_secs = later_secs(now, config.expires_after);
+        let request = CompleteRequest {
             key: key.clone(),
             owner: owner.clone(),
             status: Status::Completed,
             data: String::new(),
-            expiration_secs: later_secs(now, config.expires_after),
+            expiration_secs,
             now,
         };
         let json = stored_result::to_json(&value);
         heartbeat.final_write_sending();
-        let finished = complete_in(store, &transaction, &template, json).await;
-        Ok(Ok((value, template.expiration_secs, finished)))
+        let finished = complete_in(store, &transaction, request, json).await;
+        Ok(Ok((value, expiration_secs, finished)))
     };
     let (value, expiration_secs, finished) = match heartbeat.run(work).await {
         Ok(Ok(done)) => done,
@@ -266,23 +264,24 @@ where
         }
     };
     let now = clock.now();
-    let template = CompleteRequest {
+    let expiration_secs = later_secs(now, config.expires_after);
+    let request = CompleteRequest {
         key: claim.key.clone(),
         owner,
         status: Status::Completed,
         data: String::new(),
-        expiration_secs: later_secs(now, config.expires_after),
+        expiration_secs,
         now,
     };
     let json = stored_result::to_json(&value);
-    match complete_in(store, &transaction, &template, json).await {
+    match complete_in(store, &transaction, request, json).await {
         Ok((Commit::Applied, data)) => {
             config.hooks.created(&Created {
                 key: &claim.key,
                 status: Status::Completed,
-                expiration_secs: template.expiration_secs,
+                expiration_secs,
             });
-            claim.executed(protocol, value, data, template.expiration_secs)
+            claim.executed(protocol, value, data, expiration_secs)
         }
         // Our own uncommitted row cannot change under us; answered as contention.
         Ok((Commit::RecordRefused(_), _)) => Err(Error::Contended { key: claim.key }),

@@ -193,22 +193,23 @@ where
         };
         let (value, writes) = M::into_parts(response);
         let now = clock.now();
-        let expiration_secs = later_secs(now, config.expires_after);
+        let request = CommitRequest {
+            key: key.clone(),
+            owner: owner.clone(),
+            now,
+            status: Status::Completed,
+            data: String::new(),
+            expiration_secs: later_secs(now, config.expires_after),
+            validation,
+            writes,
+        };
+        let expiration_secs = request.expiration_secs;
         heartbeat.final_write_sending();
-        let finished = store_fitting(stored_result::to_json(&value), |data| {
-            let request = CommitRequest {
-                key: key.clone(),
-                owner: owner.clone(),
-                now,
-                status: Status::Completed,
-                data,
-                expiration_secs,
-                validation: validation.clone(),
-                writes: writes.clone(),
-            };
-            async move {
-                finish_under_lease::<M, _, _, _>(store, clock, config, &request, deadline).await
-            }
+        let json = stored_result::to_json(&value);
+        let finished = store_fitting(json, request, |request| async move {
+            let answer =
+                finish_under_lease::<M, _, _, _>(store, clock, config, &request, deadline).await;
+            (request, answer)
         })
         .await;
         Ok(Ok((value, expiration_secs, finished)))

@@ -23,7 +23,7 @@ use crate::clock::{epoch_ms, later_secs, Clock, Deadline};
 use crate::error::Error;
 use crate::hooks::Created;
 use crate::input::Input;
-use crate::key::{IdempotencyKey, KeyExtractor};
+use crate::key::KeyExtractor;
 use crate::processed::Processed;
 use crate::record::{decide, Decision, OwnerToken, Record, Status};
 use crate::store::{Commit, CommitRequest, StoreError, TransactionalStore, Write};
@@ -40,22 +40,32 @@ enum Fresh {
     Contended,
 }
 
-/// What the commit is about: the record's key, payload hash and deadline.
-struct Target<'a> {
-    key: &'a IdempotencyKey,
-    validation: Option<String>,
-    deadline: Deadline,
+/// A commit of `status` with `writes` of the claim's key by `owner`, its data, time and
+/// expiry not yet set: [`store_fitting`] sets the data, [`commit_fresh`] the time.
+fn commit_request(
+    claim: &Claim,
+    owner: OwnerToken,
+    status: Status,
+    writes: Vec<Write>,
+) -> CommitRequest {
+    CommitRequest {
+        key: claim.key.clone(),
+        owner,
+        now: SystemTime::UNIX_EPOCH,
+        status,
+        data: String::new(),
+        expiration_secs: 0,
+        validation: claim.stored_validation(),
+        writes,
+    }
 }
 
-/// Commits `data` with `status` and `writes` if no live record exists, trying again (with a
-/// fresh `now`, so a fresh request token) when the record changes underneath.
+/// Commits `request` if no live record exists, trying again (with a fresh `now`, so a fresh
+/// request token) when the record changes underneath.
 async fn commit_fresh<St, K, C>(
     protocol: &Protocol<St, K, C>,
-    target: &Target<'_>,
-    owner: &OwnerToken,
-    status: Status,
-    data: String,
-    writes: &[Write],
+    request: &mut CommitRequest,
+    deadline: Deadline,
 ) -> Result<Fresh, StoreError>
 where
     St: TransactionalStore,
@@ -64,28 +74,21 @@ where
     let (store, clock, config) = (&protocol.store, &protocol.clock, &protocol.config);
     for _ in 0..config.acquire_attempts {
         let now = clock.now();
-        let request = CommitRequest {
-            key: target.key.clone(),
-            owner: owner.clone(),
-            now,
-            status,
-            data: data.clone(),
-            expiration_secs: later_secs(now, config.expires_after),
-            validation: target.validation.clone(),
-            writes: writes.to_vec(),
-        };
+        request.now = now;
+        request.expiration_secs = later_secs(now, config.expires_after);
+        let request = &*request;
         let expiration_secs = request.expiration_secs;
         let committed = || {
             config.hooks.created(&Created {
-                key: target.key,
-                status,
+                key: &request.key,
+                status: request.status,
                 expiration_secs,
             });
             Ok(Fresh::Committed { expiration_secs })
         };
-        match finish::commit_fresh(store, clock, config, &request, target.deadline).await? {
+        match finish::commit_fresh(store, clock, config, request, deadline).await? {
             Commit::Applied => return committed(),
-            Commit::RecordRefused(record) if is_our_commit(record.as_ref(), &request) => {
+            Commit::RecordRefused(record) if is_our_commit(record.as_ref(), request) => {
                 return committed()
             }
             Commit::RecordRefused(Some(record)) => {
@@ -203,15 +206,17 @@ where
         return Err(Error::DeadlineNear);
     }
     let owner = OwnerToken::generate();
-    let target = Target {
-        key: &claim.key.clone(),
-        validation: claim.stored_validation(),
-        deadline: claim.deadline,
-    };
+    let deadline = claim.deadline;
     match call_handler(inner, event, &protocol.clock).await {
         Ok(Completion { result, writes }) => {
-            let fresh = store_fitting(stored_result::to_json(&result), |data| {
-                commit_fresh(&protocol, &target, &owner, Status::Completed, data, &writes)
+            let request = commit_request(&claim, owner, Status::Completed, writes);
+            let json = stored_result::to_json(&result);
+            let fresh = store_fitting(json, request, |mut request| {
+                let protocol = &protocol;
+                async move {
+                    let fresh = commit_fresh(protocol, &mut request, deadline).await;
+                    (request, fresh)
+                }
             })
             .await;
             match fresh {
@@ -224,22 +229,15 @@ where
         }
         Err(err) if is_permanent(&err) => {
             let message = failure_text(&err);
-            let data = serde_json::Value::String(stored_failure_message(&protocol.config, &err))
-                .to_string();
-            let fresh = commit_fresh(
-                &protocol,
-                &target,
-                &owner,
-                Status::Failed,
-                data.clone(),
-                &[],
-            )
-            .await;
-            match fresh {
+            let mut request = commit_request(&claim, owner, Status::Failed, Vec::new());
+            request.data =
+                serde_json::Value::String(stored_failure_message(&protocol.config, &err))
+                    .to_string();
+            match commit_fresh(&protocol, &mut request, deadline).await {
                 Ok(Fresh::Committed { .. }) => {
                     claim.finish(FlightResult::FailedPermanently {
-                        data,
-                        validation: claim.stored_validation(),
+                        data: request.data,
+                        validation: request.validation,
                     });
                     Err(Error::Permanent {
                         message,
