@@ -48,7 +48,7 @@ impl fmt::Debug for HttpOptions {
 /// - the payload hash covers the body (a key reused with another body is answered 422),
 ///   unless the layer was given another [`PayloadValidation`];
 /// - responses below 500 are stored, except 408, 409, 425 and 429
-///   ([`stored_by_default`](super::stored_by_default)), with their `content-type`,
+///   ([`stored_by_default`]), with their `content-type`,
 ///   `content-encoding` and `location` headers;
 /// - `Retry-After: 1` on the answers that ask for a retry.
 #[derive(Debug, Clone)]

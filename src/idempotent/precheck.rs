@@ -39,7 +39,7 @@ type Found = Vec<Arc<Record>>;
 /// A protocol's lookup of the current batch, and the batch's offered records.
 type Offer<I> = (Arc<Lookup>, Arc<Vec<I>>);
 
-/// A record's stored key and payload hash, as [`derive`] gives them.
+/// A record's stored key and payload hash, as [`derive()`] gives them.
 pub(crate) type Derived = (IdempotencyKey, Option<PayloadHash>);
 
 /// One protocol's lookup of the offered records: their keys, derived when the first record

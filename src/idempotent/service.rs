@@ -29,7 +29,7 @@ use crate::store::{GuardedWrite, Store, TransactionScope, TransactionalStore};
 /// A handler made idempotent: it runs at most once per key while the key's record counts,
 /// under a lease that ends at the invocation deadline, and duplicates get its stored result.
 ///
-/// Request: `LambdaEvent<E>` for any event `E` that is an [`Input`](crate::Input) (an SQS
+/// Request: `LambdaEvent<E>` for any event `E` that is an [`Input`] (an SQS
 /// message, for one), which the key extractor and payload validation read; the `Context`
 /// carries the deadline. Response: [`Processed<T>`]. Error: [`Error`], each mapping
 /// to an [`Outcome`](crate::Outcome).

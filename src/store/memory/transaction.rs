@@ -65,10 +65,8 @@ struct StagedWrite {
 }
 
 impl Tables {
-    /// Refuses a transaction DynamoDB would reject as malformed, whatever the items hold: an
-    /// undefined table, a key that does not match the schema, an invalid value, an expression
-    /// that does not parse, an undefined or unused placeholder, an update of a key attribute,
-    /// or two writes on one item.
+    /// Refuses a transaction DynamoDB would reject as malformed, whatever the items hold, as
+    /// [`keys`](Self::keys) does.
     #[cfg(test)]
     pub(crate) fn validate(&self, writes: &[Write]) -> Result<(), TransactionRefusal> {
         self.keys(writes).map(drop)
@@ -154,7 +152,7 @@ impl Tables {
     }
 
     /// One write alone, as DynamoDB runs a single conditional `PutItem` or `UpdateItem`: a
-    /// malformed write is refused first (as [`Tables::validate`] says), then its condition
+    /// malformed write is refused first (as [`keys`](Self::keys) does), then its condition
     /// is checked against the current item, and only then is the write computed
     /// ([`stage`](Tables::stage)) and stored. So a write whose condition fails is refused
     /// even when it could not have applied to the item as it is (an update's arithmetic on
@@ -209,7 +207,10 @@ impl Tables {
         }
     }
 
-    /// The key each write addresses, once every write is checked as [`Tables::validate`] says.
+    /// The key each write addresses, once the transaction is checked for what DynamoDB
+    /// rejects as malformed, whatever the items hold: an undefined table, a key that does not
+    /// match the schema, an invalid value, an expression that does not parse, an undefined or
+    /// unused placeholder, an update of a key attribute, or two writes on one item.
     fn keys(&self, writes: &[Write]) -> Result<Vec<ItemKey>, TransactionRefusal> {
         let mut addressed = BTreeSet::new();
         let mut keys = Vec::with_capacity(writes.len());
