@@ -8,7 +8,8 @@
 #   scripts/bench.sh                  # BENCH_BATCHES=40 batches per scenario; BENCHMARKS.md
 #                                     # records how long the build and the run took
 #   BENCH_BATCHES=100 scripts/bench.sh
-#   BENCH_SMOKE=1 scripts/bench.sh    # CI: a debug build, 3 batches, no Python, a temp file
+#   BENCH_SMOKE=1 scripts/bench.sh    # CI: a debug build, 3 batches, no Python, a temp file;
+#                                     # fails over the allocation budget
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/dynamodb-local.sh
@@ -24,8 +25,11 @@ if [ -n "${BENCH_SMOKE:-}" ]; then
   export BENCH_BUILD_SECS=$((SECONDS - build_started))
   ddb_start
   out="$(mktemp -t bench-smoke.XXXXXX.md)"
-  BENCH_BATCHES="${BENCH_BATCHES:-3}" BENCH_OUT="$out" target/debug/bench >/dev/null
+  # Fails when a scenario's heap allocations per record are over the budget (the count is
+  # the same in a debug build).
+  BENCH_BATCHES="${BENCH_BATCHES:-3}" BENCH_OUT="$out" BENCH_ENFORCE_BUDGET=1 target/debug/bench >/dev/null
   grep -q '^## Ratios and targets' "$out" || { echo "the bench smoke wrote no report" >&2; exit 1; }
+  grep -q '^## Allocation budget' "$out" || { echo "the bench smoke counted no allocations" >&2; exit 1; }
   echo "bench smoke: $(grep -c '^| ' "$out") table rows in $out"
   exit 0
 fi

@@ -4,10 +4,12 @@ use std::fmt::Write as _;
 
 use serde_json::Value;
 
+mod budget;
 mod misses;
 mod targets;
 
 use crate::scenario::{batches_at, REALISTIC_MS, ROUND_TRIP_PROBE_MS, SCENARIOS};
+pub use budget::spent;
 use targets::{round_trips, targets};
 
 fn machine() -> String {
@@ -192,6 +194,7 @@ pub fn report(lines: &[Value], batches: usize, took: Took) -> String {
     alone(&mut md, lines);
     layers(&mut md, lines);
     targets(&mut md, lines);
+    budget::budget(&mut md, lines);
     let _ = writeln!(md, "\n## Reading the figures\n");
     let _ = writeln!(md, "- *raw-dynamodb* issues exactly the requests each mode must make (optimistic: one `TransactWriteItems` per fresh record; lease: a conditional `PutItem`, then the `TransactWriteItems`; a duplicate SQS marks as redelivered: its share of one strongly consistent `BatchGetItem`, the pre-check; an unmarked duplicate: the one refused request), with the same attributes (its keys as long as the toolkit's, its payload hash and owner the same size), the same conditions (taking over expired records and elapsed leases; the owner fence), `ALL_OLD` on refusal and a `ClientRequestToken`, at the same concurrency, with no toolkit logic (each body parsed once). The toolkit's overhead over it is key hashing, payload hashing, JSON, and decoding.");
     let _ = writeln!(md, "- *powertools-python* is `BatchProcessor` with `idempotent_function` (`scripts/bench_powertools.py`), on the same DynamoDB Local and events. It cannot commit the ledger write with its record, so it makes three calls per fresh record (put, the ledger update, update) and its effect is not exactly-once. It processes a batch's records one after another, as its `BatchProcessor` does.");
