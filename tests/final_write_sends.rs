@@ -1,0 +1,354 @@
+//! A record's final write as the store sees each send, on the embedded store: a send whose
+//! answer was lost is sent again unchanged (so DynamoDB's request token is the same and the
+//! write applies once), a result too large for the record is sent again compressed (in
+//! optimistic mode at a fresh time, so with a fresh token; under a lease at the same time
+//! and expiry), and the data the record keeps and replays is the data of the last send.
+//! Checked per delivery: the handler's runs, the outcome, `batchItemFailures`, the stored
+//! record (status, owner, expiry, data) and the ledger.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
+use lambda_idempotency::batch::{BatchProcessor, BatchReport};
+use lambda_idempotency::clock::{Clock, ManualClock};
+use lambda_idempotency::key::IdempotencyKey;
+use lambda_idempotency::record::{OwnerToken, Record, Status};
+use lambda_idempotency::store::{
+    Acquire, AcquireRequest, Attr, Commit, CommitRequest, CompleteRequest, ExtendRequest, Fenced,
+    InMemoryStore, Store, StoreError, TransactionalStore, Write,
+};
+use lambda_idempotency::Permanent;
+use lambda_idempotency::{Completion, Config, IdempotencyLayer, IdempotencyMode, Outcome};
+use lambda_idempotency_test_support::{invocation, outcomes, reported};
+
+const REMAINING: Duration = Duration::from_secs(30);
+/// The largest result data the store accepts in a record.
+const DATA_LIMIT: usize = 1000;
+
+/// The embedded store, refusing result data over [`DATA_LIMIT`] as too large, recording
+/// every commit as sent, and losing the answer of the sends listed in `lose` (applied,
+/// then answered as a store fault). Each commit moves the clock on by a millisecond, so a
+/// send at a fresh time shows.
+#[derive(Clone)]
+struct Sends {
+    inner: InMemoryStore,
+    clock: ManualClock,
+    sent: Arc<Mutex<Vec<CommitRequest>>>,
+    lose: Arc<Mutex<VecDeque<usize>>>,
+}
+
+impl Sends {
+    fn new(clock: &ManualClock, lose: &[usize]) -> Self {
+        let inner = InMemoryStore::new();
+        inner.define_table("ledger", &["account"]);
+        Self {
+            inner,
+            clock: clock.clone(),
+            sent: Arc::default(),
+            lose: Arc::new(Mutex::new(lose.iter().copied().collect())),
+        }
+    }
+
+    fn sent(&self) -> Vec<CommitRequest> {
+        self.sent.lock().unwrap().clone()
+    }
+
+    async fn send(&self, fresh: bool, request: &CommitRequest) -> Result<Commit, StoreError> {
+        let index = {
+            let mut sent = self.sent.lock().unwrap();
+            sent.push(request.clone());
+            sent.len() - 1
+        };
+        self.clock.advance(Duration::from_millis(1));
+        if request.data.len() > DATA_LIMIT {
+            return Err(StoreError::ItemTooLarge {
+                size_bytes: request.data.len(),
+                limit_bytes: DATA_LIMIT,
+            });
+        }
+        let answer = if fresh {
+            self.inner.commit_fresh(request).await
+        } else {
+            self.inner.commit(request).await
+        };
+        let lost = {
+            let mut lose = self.lose.lock().unwrap();
+            let lost = lose.front() == Some(&index);
+            if lost {
+                lose.pop_front();
+            }
+            lost
+        };
+        match answer {
+            Ok(_) if lost => Err(StoreError::Unavailable(
+                "injected: the answer was lost".into(),
+            )),
+            answer => answer,
+        }
+    }
+
+    async fn record(&self) -> Record {
+        let key = self.sent()[0].key.clone();
+        self.inner.get(&key).await.unwrap().expect("a record")
+    }
+
+    fn balance(&self) -> Option<Attr> {
+        let key = [("account".to_string(), Attr::s("acct-1"))].into();
+        self.inner.item("ledger", &key)?.remove("balance")
+    }
+}
+
+impl Store for Sends {
+    async fn acquire(&self, request: &AcquireRequest) -> Result<Acquire, StoreError> {
+        self.inner.acquire(request).await
+    }
+    async fn complete(&self, request: &CompleteRequest) -> Result<Fenced, StoreError> {
+        self.inner.complete(request).await
+    }
+    async fn extend(&self, request: &ExtendRequest) -> Result<Fenced, StoreError> {
+        self.inner.extend(request).await
+    }
+    async fn release(
+        &self,
+        key: &IdempotencyKey,
+        owner: &OwnerToken,
+    ) -> Result<Fenced, StoreError> {
+        self.inner.release(key, owner).await
+    }
+    async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
+        self.inner.get(key).await
+    }
+    async fn get_many(&self, keys: &[IdempotencyKey]) -> Result<Vec<Record>, StoreError> {
+        self.inner.get_many(keys).await
+    }
+}
+
+impl TransactionalStore for Sends {
+    async fn commit(&self, request: &CommitRequest) -> Result<Commit, StoreError> {
+        self.send(false, request).await
+    }
+    async fn commit_fresh(&self, request: &CommitRequest) -> Result<Commit, StoreError> {
+        self.send(true, request).await
+    }
+}
+
+/// Everything a send carries, to compare two sends.
+type Carried = (
+    String,
+    String,
+    SystemTime,
+    Status,
+    String,
+    u64,
+    Option<String>,
+    Vec<Write>,
+);
+
+fn carried(r: &CommitRequest) -> Carried {
+    let (key, owner) = (r.key.as_str().to_string(), r.owner.as_str().to_string());
+    let (data, validation, writes) = (r.data.clone(), r.validation.clone(), r.writes.clone());
+    (
+        key,
+        owner,
+        r.now,
+        r.status,
+        data,
+        r.expiration_secs,
+        validation,
+        writes,
+    )
+}
+
+/// Delivery `receive_count` of message m-1 in `mode`, through a handler that credits acct-1 with 1 and
+/// answers `answer` (a permanent failure when `None`), counting its runs.
+async fn deliver(
+    store: &Sends,
+    clock: &ManualClock,
+    mode: IdempotencyMode,
+    runs: &Arc<AtomicUsize>,
+    answer: Option<&str>,
+    receive_count: u32,
+) -> BatchReport<String> {
+    let layer = IdempotencyLayer::new(store.clone())
+        .with_clock(clock.clone())
+        .with_config(Config::new().with_key_prefix("sends").with_mode(mode));
+    let (runs, answer) = (runs.clone(), answer.map(str::to_string));
+    let processor = BatchProcessor::new(layer.with_writes().handler(move |_: SqsMessage| {
+        runs.fetch_add(1, Ordering::SeqCst);
+        let answer = answer.clone();
+        async move {
+            let credit = Write::update("ledger", [("account", Attr::s("acct-1"))], "ADD #b :one")
+                .name("#b", "balance")
+                .value(":one", Attr::n(1));
+            match answer {
+                Some(value) => Ok(Completion::new(value).with_write(credit)),
+                None => Err(Permanent::new("card declined")),
+            }
+        }
+    }));
+    processor
+        .process(invocation(
+            one_message(receive_count),
+            clock.now(),
+            REMAINING,
+        ))
+        .await
+}
+
+/// Message m-1, received `receive_count` times (a count over 1 has the pre-check look it up
+/// before anything runs).
+fn one_message(receive_count: u32) -> SqsEvent {
+    let mut message = SqsMessage::default();
+    message.message_id = Some("m-1".into());
+    message.body = Some("{}".into());
+    let count = receive_count.to_string();
+    message
+        .attributes
+        .insert("ApproximateReceiveCount".into(), count);
+    let mut event = SqsEvent::default();
+    event.records.push(message);
+    event
+}
+
+fn assert_acknowledged(report: &BatchReport<String>, outcome: Outcome, delivery: &str) {
+    assert_eq!(outcomes(report), [outcome], "{delivery}");
+    assert!(reported(report).is_empty(), "{delivery}: nothing reported");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_optimistic_commit_is_resent_unchanged_and_refitted_at_a_fresh_time() {
+    let clock = ManualClock::starting_now();
+    // Send 0: the JSON, too large. Send 1: compressed, applied, its answer lost. Send 2: the
+    // same request again, refused by the record it wrote: ours.
+    let store = Sends::new(&clock, &[1]);
+    let runs = Arc::new(AtomicUsize::new(0));
+    let large = "a".repeat(5_000);
+    let first = deliver(
+        &store,
+        &clock,
+        IdempotencyMode::Optimistic,
+        &runs,
+        Some(&large),
+        1,
+    )
+    .await;
+    assert_acknowledged(&first, Outcome::Executed, "first delivery");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    let sent = store.sent();
+    assert_eq!(sent.len(), 3, "{sent:#?}");
+    assert!(sent[0].data.len() > DATA_LIMIT && sent[1].data.len() <= DATA_LIMIT);
+    assert!(
+        sent[1].now > sent[0].now,
+        "the compressed form is sent at a fresh time"
+    );
+    assert!(sent
+        .iter()
+        .all(|s| s.owner == sent[0].owner && s.status == Status::Completed));
+    assert_eq!(carried(&sent[2]), carried(&sent[1]), "resent unchanged");
+    let record = store.record().await;
+    assert_eq!(record.status, Status::Completed);
+    assert_eq!(record.owner.as_ref(), Some(&sent[2].owner));
+    assert_eq!(record.expiration_secs, sent[2].expiration_secs);
+    assert_eq!(record.data.as_deref(), Some(sent[2].data.as_str()));
+    assert_eq!(store.balance(), Some(Attr::n(1)), "credited once");
+    // A redelivery replays the whole result from the compressed record, found by the
+    // pre-check.
+    let again = deliver(
+        &store,
+        &clock,
+        IdempotencyMode::Optimistic,
+        &runs,
+        Some("other"),
+        2,
+    )
+    .await;
+    assert_acknowledged(&again, Outcome::Replayed, "redelivery");
+    assert_eq!(again.records[0].value.as_deref(), Some(large.as_str()));
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "not run again");
+    assert_eq!(store.sent().len(), 3, "nothing sent again");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_commit_under_a_lease_is_refitted_at_the_same_time_and_expiry() {
+    let clock = ManualClock::starting_now();
+    let store = Sends::new(&clock, &[]);
+    let runs = Arc::new(AtomicUsize::new(0));
+    let large = "a".repeat(5_000);
+    let first = deliver(
+        &store,
+        &clock,
+        IdempotencyMode::Lease,
+        &runs,
+        Some(&large),
+        1,
+    )
+    .await;
+    assert_acknowledged(&first, Outcome::Executed, "first delivery");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    let sent = store.sent();
+    assert_eq!(sent.len(), 2, "{sent:#?}");
+    assert!(sent[0].data.len() > DATA_LIMIT && sent[1].data.len() <= DATA_LIMIT);
+    assert_eq!(sent[1].now, sent[0].now);
+    assert_eq!(sent[1].expiration_secs, sent[0].expiration_secs);
+    assert_eq!(sent[1].owner, sent[0].owner);
+    let record = store.record().await;
+    assert_eq!(record.status, Status::Completed);
+    assert_eq!(
+        record.owner.as_ref(),
+        Some(&sent[1].owner),
+        "the lease holder's"
+    );
+    assert_eq!(record.lease_expiration_ms, None, "the lease is gone");
+    assert_eq!(record.expiration_secs, sent[1].expiration_secs);
+    assert_eq!(record.data.as_deref(), Some(sent[1].data.as_str()));
+    assert_eq!(store.balance(), Some(Attr::n(1)), "credited once");
+    let again = deliver(
+        &store,
+        &clock,
+        IdempotencyMode::Lease,
+        &runs,
+        Some("other"),
+        2,
+    )
+    .await;
+    assert_acknowledged(&again, Outcome::Replayed, "redelivery");
+    assert_eq!(again.records[0].value.as_deref(), Some(large.as_str()));
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "not run again");
+    assert_eq!(store.sent().len(), 2, "nothing sent again");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_optimistic_permanent_failure_is_resent_unchanged_and_replayed() {
+    let clock = ManualClock::starting_now();
+    // Send 0: the failure, applied, its answer lost. Send 1: the same again, refused: ours.
+    let store = Sends::new(&clock, &[0]);
+    let runs = Arc::new(AtomicUsize::new(0));
+    let first = deliver(&store, &clock, IdempotencyMode::Optimistic, &runs, None, 1).await;
+    assert_acknowledged(&first, Outcome::FailedPermanently, "first delivery");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    let sent = store.sent();
+    assert_eq!(sent.len(), 2, "{sent:#?}");
+    assert_eq!(sent[0].status, Status::Failed);
+    assert!(sent[0].writes.is_empty(), "a failure commits no writes");
+    assert_eq!(carried(&sent[1]), carried(&sent[0]), "resent unchanged");
+    let record = store.record().await;
+    assert_eq!(record.status, Status::Failed);
+    assert_eq!(record.owner.as_ref(), Some(&sent[1].owner));
+    assert_eq!(record.data.as_deref(), Some(sent[1].data.as_str()));
+    assert_eq!(store.balance(), None, "nothing credited");
+    let again = deliver(
+        &store,
+        &clock,
+        IdempotencyMode::Optimistic,
+        &runs,
+        Some("other"),
+        2,
+    )
+    .await;
+    assert_acknowledged(&again, Outcome::FailedPermanently, "redelivery");
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "not run again");
+    assert_eq!(store.sent().len(), 2, "nothing sent again");
+}
