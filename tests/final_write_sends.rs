@@ -1,12 +1,14 @@
-//! A record's final write as the store sees each send, on the embedded store: a send whose
-//! answer was lost is sent again unchanged (so DynamoDB's request token is the same and the
-//! write applies once), a result too large for the record is sent again compressed (in
-//! optimistic mode at a fresh time, so with a fresh token; under a lease at the same time
-//! and expiry), and the data the record keeps and replays is the data of the last send.
-//! Checked per delivery: the handler's runs, the outcome, `batchItemFailures`, the stored
-//! record (status, owner, expiry, data) and the ledger.
+//! A record's final write (a commit with the handler's writes, or a completion) as the store
+//! sees each send, on the embedded store: a send whose answer was lost is sent again
+//! unchanged (so DynamoDB's request token is the same and the write applies once), a result
+//! too large for the record is sent again compressed (in optimistic mode at a fresh time, so
+//! with a fresh token; under a lease at the same time and expiry), and the data the record
+//! keeps and replays is the data of the last send. Checked per delivery: the handler's runs,
+//! the outcome, `batchItemFailures`, the stored record (status, owner, expiry, data) and the
+//! ledger.
 
 use std::collections::VecDeque;
+use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -29,14 +31,16 @@ const REMAINING: Duration = Duration::from_secs(30);
 const DATA_LIMIT: usize = 1000;
 
 /// The embedded store, refusing result data over [`DATA_LIMIT`] as too large, recording
-/// every commit as sent, and losing the answer of the sends listed in `lose` (applied,
-/// then answered as a store fault). Each commit moves the clock on by a millisecond, so a
-/// send at a fresh time shows.
+/// every commit and completion as sent, and losing the answer of the sends (counted from 0
+/// over both) listed in `lose`: applied, then answered as a store fault. Each send moves the
+/// clock on by a millisecond, so a send at a fresh time shows.
 #[derive(Clone)]
 struct Sends {
     inner: InMemoryStore,
     clock: ManualClock,
-    sent: Arc<Mutex<Vec<CommitRequest>>>,
+    commits: Arc<Mutex<Vec<CommitRequest>>>,
+    completions: Arc<Mutex<Vec<CompleteRequest>>>,
+    calls: Arc<AtomicUsize>,
     lose: Arc<Mutex<VecDeque<usize>>>,
 }
 
@@ -47,33 +51,36 @@ impl Sends {
         Self {
             inner,
             clock: clock.clone(),
-            sent: Arc::default(),
+            commits: Arc::default(),
+            completions: Arc::default(),
+            calls: Arc::default(),
             lose: Arc::new(Mutex::new(lose.iter().copied().collect())),
         }
     }
 
     fn sent(&self) -> Vec<CommitRequest> {
-        self.sent.lock().unwrap().clone()
+        self.commits.lock().unwrap().clone()
     }
 
-    async fn send(&self, fresh: bool, request: &CommitRequest) -> Result<Commit, StoreError> {
-        let index = {
-            let mut sent = self.sent.lock().unwrap();
-            sent.push(request.clone());
-            sent.len() - 1
-        };
+    fn completions(&self) -> Vec<CompleteRequest> {
+        self.completions.lock().unwrap().clone()
+    }
+
+    /// One send of `data_len` bytes of data, applied by `apply` if it fits.
+    async fn send<A, F: Future<Output = Result<A, StoreError>>>(
+        &self,
+        data_len: usize,
+        apply: impl FnOnce() -> F,
+    ) -> Result<A, StoreError> {
+        let index = self.calls.fetch_add(1, Ordering::SeqCst);
         self.clock.advance(Duration::from_millis(1));
-        if request.data.len() > DATA_LIMIT {
+        if data_len > DATA_LIMIT {
             return Err(StoreError::ItemTooLarge {
-                size_bytes: request.data.len(),
+                size_bytes: data_len,
                 limit_bytes: DATA_LIMIT,
             });
         }
-        let answer = if fresh {
-            self.inner.commit_fresh(request).await
-        } else {
-            self.inner.commit(request).await
-        };
+        let answer = apply().await;
         let lost = {
             let mut lose = self.lose.lock().unwrap();
             let lost = lose.front() == Some(&index);
@@ -91,7 +98,10 @@ impl Sends {
     }
 
     async fn record(&self) -> Record {
-        let key = self.sent()[0].key.clone();
+        let key = match self.sent().first() {
+            Some(commit) => commit.key.clone(),
+            None => self.completions()[0].key.clone(),
+        };
         self.inner.get(&key).await.unwrap().expect("a record")
     }
 
@@ -106,7 +116,9 @@ impl Store for Sends {
         self.inner.acquire(request).await
     }
     async fn complete(&self, request: &CompleteRequest) -> Result<Fenced, StoreError> {
-        self.inner.complete(request).await
+        self.completions.lock().unwrap().push(request.clone());
+        let data_len = request.data.len();
+        self.send(data_len, || self.inner.complete(request)).await
     }
     async fn extend(&self, request: &ExtendRequest) -> Result<Fenced, StoreError> {
         self.inner.extend(request).await
@@ -128,10 +140,15 @@ impl Store for Sends {
 
 impl TransactionalStore for Sends {
     async fn commit(&self, request: &CommitRequest) -> Result<Commit, StoreError> {
-        self.send(false, request).await
+        self.commits.lock().unwrap().push(request.clone());
+        let data_len = request.data.len();
+        self.send(data_len, || self.inner.commit(request)).await
     }
     async fn commit_fresh(&self, request: &CommitRequest) -> Result<Commit, StoreError> {
-        self.send(true, request).await
+        self.commits.lock().unwrap().push(request.clone());
+        let data_len = request.data.len();
+        self.send(data_len, || self.inner.commit_fresh(request))
+            .await
     }
 }
 
@@ -174,6 +191,28 @@ async fn deliver(
             REMAINING,
         ))
         .await
+}
+
+/// Delivery `receive_count` of message m-1 under a lease, through a handler without writes
+/// that answers `answer`, counting its runs.
+async fn deliver_result_only(
+    store: &Sends,
+    clock: &ManualClock,
+    runs: &Arc<AtomicUsize>,
+    answer: &str,
+    receive_count: u32,
+) -> BatchReport<String> {
+    let layer = IdempotencyLayer::new(store.clone())
+        .with_clock(clock.clone())
+        .with_config(Config::new().with_key_prefix("sends"));
+    let (runs, answer) = (runs.clone(), answer.to_string());
+    let processor = BatchProcessor::new(layer.handler(move |_: SqsMessage| {
+        runs.fetch_add(1, Ordering::SeqCst);
+        let answer = answer.clone();
+        async move { Ok::<_, std::io::Error>(answer) }
+    }));
+    let event = invocation(one_message(receive_count), clock.now(), REMAINING);
+    processor.process(event).await
 }
 
 /// Message m-1, received `receive_count` times (a count over 1 has the pre-check look it up
@@ -329,4 +368,47 @@ async fn an_optimistic_permanent_failure_is_resent_unchanged_and_replayed() {
     assert_acknowledged(&again, Outcome::FailedPermanently, "redelivery");
     assert_eq!(runs.load(Ordering::SeqCst), 1, "not run again");
     assert_eq!(store.sent().len(), 2, "nothing sent again");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_completion_under_a_lease_is_resent_unchanged_and_refitted_at_the_same_time() {
+    let clock = ManualClock::starting_now();
+    // Send 0: the JSON, too large. Send 1: compressed, applied, its answer lost. Send 2: the
+    // same completion again, which the store recognises as ours.
+    let store = Sends::new(&clock, &[1]);
+    let runs = Arc::new(AtomicUsize::new(0));
+    let large = "a".repeat(5_000);
+    let first = deliver_result_only(&store, &clock, &runs, &large, 1).await;
+    assert_acknowledged(&first, Outcome::Executed, "first delivery");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    let sent = store.completions();
+    assert_eq!(sent.len(), 3, "{sent:#?}");
+    assert!(sent[0].data.len() > DATA_LIMIT && sent[1].data.len() <= DATA_LIMIT);
+    assert_eq!(
+        (sent[1].now, sent[1].expiration_secs),
+        (sent[0].now, sent[0].expiration_secs)
+    );
+    assert_eq!(
+        format!("{:?}", sent[2]),
+        format!("{:?}", sent[1]),
+        "resent unchanged"
+    );
+    assert!(sent
+        .iter()
+        .all(|s| s.owner == sent[0].owner && s.status == Status::Completed));
+    let record = store.record().await;
+    assert_eq!(record.status, Status::Completed);
+    assert_eq!(
+        record.owner.as_ref(),
+        Some(&sent[2].owner),
+        "the lease holder's"
+    );
+    assert_eq!(record.lease_expiration_ms, None, "the lease is gone");
+    assert_eq!(record.expiration_secs, sent[2].expiration_secs);
+    assert_eq!(record.data.as_deref(), Some(sent[2].data.as_str()));
+    let again = deliver_result_only(&store, &clock, &runs, "other", 2).await;
+    assert_acknowledged(&again, Outcome::Replayed, "redelivery");
+    assert_eq!(again.records[0].value.as_deref(), Some(large.as_str()));
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "not run again");
+    assert_eq!(store.completions().len(), 3, "nothing sent again");
 }
