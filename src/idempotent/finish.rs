@@ -39,17 +39,25 @@ pub struct ResultAndWrites;
 pub(crate) trait Finish<R, St> {
     /// The result that is stored and replayed.
     type Value: Serialize + DeserializeOwned + Send + 'static;
+    /// The final write as this mode sends it.
+    type Request: CarriesData + Send + Sync;
     /// Whether the response carries writes (a record without a key cannot take them).
     const HAS_WRITES: bool;
 
     /// The result and the writes.
     fn into_parts(response: R) -> (Self::Value, Vec<Write>);
 
+    /// The final write of `commit`, as this mode sends it.
+    fn request(commit: CommitRequest) -> Self::Request;
+
     /// Sends the final write once, fenced by the lease owner.
     fn send(
         store: &St,
-        request: &CommitRequest,
+        request: &Self::Request,
     ) -> impl Future<Output = Result<Commit, StoreError>> + Send;
+
+    /// The refusing record shows that this very write was applied by an earlier send.
+    fn is_ours(record: Option<&Record>, request: &Self::Request) -> bool;
 }
 
 impl<T, St> Finish<T, St> for ResultOnly
@@ -58,25 +66,35 @@ where
     St: Store,
 {
     type Value = T;
+    type Request = CompleteRequest;
     const HAS_WRITES: bool = false;
 
     fn into_parts(response: T) -> (T, Vec<Write>) {
         (response, Vec::new())
     }
 
-    async fn send(store: &St, request: &CommitRequest) -> Result<Commit, StoreError> {
-        let complete = CompleteRequest {
-            key: request.key.clone(),
-            owner: request.owner.clone(),
-            status: request.status,
-            data: request.data.clone(),
-            expiration_secs: request.expiration_secs,
-            now: request.now,
-        };
-        Ok(match store.complete(&complete).await? {
+    fn request(commit: CommitRequest) -> CompleteRequest {
+        CompleteRequest {
+            key: commit.key,
+            owner: commit.owner,
+            status: commit.status,
+            data: commit.data,
+            expiration_secs: commit.expiration_secs,
+            now: commit.now,
+        }
+    }
+
+    async fn send(store: &St, request: &CompleteRequest) -> Result<Commit, StoreError> {
+        Ok(match store.complete(request).await? {
             Fenced::Applied => Commit::Applied,
             Fenced::LeaseLost => Commit::RecordRefused(None),
         })
+    }
+
+    /// The store itself answers a completion sent again after it was applied as applied
+    /// (the record shows it ours); a refusal carries no record.
+    fn is_ours(_: Option<&Record>, _: &CompleteRequest) -> bool {
+        false
     }
 }
 
@@ -86,10 +104,15 @@ where
     St: TransactionalStore,
 {
     type Value = T;
+    type Request = CommitRequest;
     const HAS_WRITES: bool = true;
 
     fn into_parts(response: Completion<T>) -> (T, Vec<Write>) {
         (response.result, response.writes)
+    }
+
+    fn request(commit: CommitRequest) -> CommitRequest {
+        commit
     }
 
     fn send(
@@ -97,6 +120,10 @@ where
         request: &CommitRequest,
     ) -> impl Future<Output = Result<Commit, StoreError>> + Send {
         store.commit(request)
+    }
+
+    fn is_ours(record: Option<&Record>, request: &CommitRequest) -> bool {
+        is_our_commit(record, request)
     }
 }
 
@@ -108,7 +135,7 @@ pub(crate) async fn finish_under_lease<M, R, St, C>(
     store: &St,
     clock: &C,
     config: &Config,
-    request: &CommitRequest,
+    request: &M::Request,
     deadline: Deadline,
 ) -> Result<Commit, StoreError>
 where
@@ -124,7 +151,7 @@ where
     )
     .await;
     match answer {
-        Ok(Commit::RecordRefused(record)) if is_our_commit(record.as_ref(), request) => {
+        Ok(Commit::RecordRefused(record)) if M::is_ours(record.as_ref(), request) => {
             Ok(Commit::Applied)
         }
         other => other,

@@ -193,17 +193,17 @@ where
         };
         let (value, writes) = M::into_parts(response);
         let now = clock.now();
-        let request = CommitRequest {
+        let expiration_secs = later_secs(now, config.expires_after);
+        let request = M::request(CommitRequest {
             key: key.clone(),
             owner: owner.clone(),
             now,
             status: Status::Completed,
             data: String::new(),
-            expiration_secs: later_secs(now, config.expires_after),
+            expiration_secs,
             validation,
             writes,
-        };
-        let expiration_secs = request.expiration_secs;
+        });
         heartbeat.final_write_sending();
         let json = stored_result::to_json(&value);
         let finished = store_fitting(json, request, |request| async move {
