@@ -42,20 +42,27 @@ struct Sends {
     completions: Arc<Mutex<Vec<CompleteRequest>>>,
     calls: Arc<AtomicUsize>,
     lose: Arc<Mutex<VecDeque<usize>>>,
+    /// How many times the handler ran.
+    runs: Arc<AtomicUsize>,
 }
 
 impl Sends {
-    fn new(clock: &ManualClock, lose: &[usize]) -> Self {
+    fn new(lose: &[usize]) -> Self {
         let inner = InMemoryStore::new();
         inner.define_table("ledger", &["account"]);
         Self {
             inner,
-            clock: clock.clone(),
+            clock: ManualClock::starting_now(),
             commits: Arc::default(),
             completions: Arc::default(),
             calls: Arc::default(),
             lose: Arc::new(Mutex::new(lose.iter().copied().collect())),
+            runs: Arc::default(),
         }
+    }
+
+    fn runs(&self) -> usize {
+        self.runs.load(Ordering::SeqCst)
     }
 
     fn sent(&self) -> Vec<CommitRequest> {
@@ -103,6 +110,44 @@ impl Sends {
             None => self.completions()[0].key.clone(),
         };
         self.inner.get(&key).await.unwrap().expect("a record")
+    }
+
+    /// The record is stored `status`, by `owner`, with the expiry and data the last send
+    /// carried, and holds no lease.
+    async fn assert_stored(
+        &self,
+        status: Status,
+        owner: &OwnerToken,
+        expiration_secs: u64,
+        data: &str,
+    ) {
+        let record = self.record().await;
+        assert_eq!(record.status, status);
+        assert_eq!(record.owner.as_ref(), Some(owner), "the last sender's");
+        assert_eq!(record.lease_expiration_ms, None, "no lease");
+        assert_eq!(record.expiration_secs, expiration_secs);
+        assert_eq!(record.data.as_deref(), Some(data));
+    }
+
+    /// A redelivery answered `outcome` (replaying `value`, if given) without running the
+    /// handler again (it ran once) or sending anything (`sends` in all).
+    fn assert_redelivery(
+        &self,
+        again: &BatchReport<String>,
+        outcome: Outcome,
+        value: Option<&str>,
+        sends: usize,
+    ) {
+        assert_acknowledged(again, outcome, "redelivery");
+        if let Some(value) = value {
+            assert_eq!(again.records[0].value.as_deref(), Some(value));
+        }
+        assert_eq!(self.runs(), 1, "not run again");
+        assert_eq!(
+            self.calls.load(Ordering::SeqCst),
+            sends,
+            "nothing sent again"
+        );
     }
 
     fn balance(&self) -> Option<Attr> {
@@ -158,15 +203,14 @@ fn carried(request: &CommitRequest) -> String {
 }
 
 /// Delivery `receive_count` of message m-1 in `mode`, through a handler that credits acct-1
-/// with 1 and answers `answer` (a permanent failure when `None`), counting its runs.
+/// with 1 and answers `answer` (a permanent failure when `None`), its runs counted.
 async fn deliver(
     store: &Sends,
-    clock: &ManualClock,
     mode: IdempotencyMode,
-    runs: &Arc<AtomicUsize>,
     answer: Option<&str>,
     receive_count: u32,
 ) -> BatchReport<String> {
+    let (clock, runs) = (&store.clock, &store.runs);
     let layer = IdempotencyLayer::new(store.clone())
         .with_clock(clock.clone())
         .with_config(Config::new().with_key_prefix("sends").with_mode(mode));
@@ -194,14 +238,13 @@ async fn deliver(
 }
 
 /// Delivery `receive_count` of message m-1 under a lease, through a handler without writes
-/// that answers `answer`, counting its runs.
+/// that answers `answer`, its runs counted.
 async fn deliver_result_only(
     store: &Sends,
-    clock: &ManualClock,
-    runs: &Arc<AtomicUsize>,
     answer: &str,
     receive_count: u32,
 ) -> BatchReport<String> {
+    let (clock, runs) = (&store.clock, &store.runs);
     let layer = IdempotencyLayer::new(store.clone())
         .with_clock(clock.clone())
         .with_config(Config::new().with_key_prefix("sends"));
@@ -237,23 +280,13 @@ fn assert_acknowledged(report: &BatchReport<String>, outcome: Outcome, delivery:
 
 #[tokio::test(start_paused = true)]
 async fn an_optimistic_commit_is_resent_unchanged_and_refitted_at_a_fresh_time() {
-    let clock = ManualClock::starting_now();
     // Send 0: the JSON, too large. Send 1: compressed, applied, its answer lost. Send 2: the
     // same request again, refused by the record it wrote: ours.
-    let store = Sends::new(&clock, &[1]);
-    let runs = Arc::new(AtomicUsize::new(0));
+    let store = Sends::new(&[1]);
     let large = "a".repeat(5_000);
-    let first = deliver(
-        &store,
-        &clock,
-        IdempotencyMode::Optimistic,
-        &runs,
-        Some(&large),
-        1,
-    )
-    .await;
+    let first = deliver(&store, IdempotencyMode::Optimistic, Some(&large), 1).await;
     assert_acknowledged(&first, Outcome::Executed, "first delivery");
-    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert_eq!(store.runs(), 1);
     let sent = store.sent();
     assert_eq!(sent.len(), 3, "{sent:#?}");
     assert!(sent[0].data.len() > DATA_LIMIT && sent[1].data.len() <= DATA_LIMIT);
@@ -265,122 +298,72 @@ async fn an_optimistic_commit_is_resent_unchanged_and_refitted_at_a_fresh_time()
         .iter()
         .all(|s| s.owner == sent[0].owner && s.status == Status::Completed));
     assert_eq!(carried(&sent[2]), carried(&sent[1]), "resent unchanged");
-    let record = store.record().await;
-    assert_eq!(record.status, Status::Completed);
-    assert_eq!(record.owner.as_ref(), Some(&sent[2].owner));
-    assert_eq!(record.expiration_secs, sent[2].expiration_secs);
-    assert_eq!(record.data.as_deref(), Some(sent[2].data.as_str()));
+    let last = &sent[2];
+    let (owner, expiration_secs, data) = (&last.owner, last.expiration_secs, &last.data);
+    store
+        .assert_stored(Status::Completed, owner, expiration_secs, data)
+        .await;
     assert_eq!(store.balance(), Some(Attr::n(1)), "credited once");
     // A redelivery replays the whole result from the compressed record, found by the
     // pre-check.
-    let again = deliver(
-        &store,
-        &clock,
-        IdempotencyMode::Optimistic,
-        &runs,
-        Some("other"),
-        2,
-    )
-    .await;
-    assert_acknowledged(&again, Outcome::Replayed, "redelivery");
-    assert_eq!(again.records[0].value.as_deref(), Some(large.as_str()));
-    assert_eq!(runs.load(Ordering::SeqCst), 1, "not run again");
-    assert_eq!(store.sent().len(), 3, "nothing sent again");
+    let again = deliver(&store, IdempotencyMode::Optimistic, Some("other"), 2).await;
+    store.assert_redelivery(&again, Outcome::Replayed, Some(&large), 3);
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_commit_under_a_lease_is_refitted_at_the_same_time_and_expiry() {
-    let clock = ManualClock::starting_now();
-    let store = Sends::new(&clock, &[]);
-    let runs = Arc::new(AtomicUsize::new(0));
+    let store = Sends::new(&[]);
     let large = "a".repeat(5_000);
-    let first = deliver(
-        &store,
-        &clock,
-        IdempotencyMode::Lease,
-        &runs,
-        Some(&large),
-        1,
-    )
-    .await;
+    let first = deliver(&store, IdempotencyMode::Lease, Some(&large), 1).await;
     assert_acknowledged(&first, Outcome::Executed, "first delivery");
-    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert_eq!(store.runs(), 1);
     let sent = store.sent();
     assert_eq!(sent.len(), 2, "{sent:#?}");
     assert!(sent[0].data.len() > DATA_LIMIT && sent[1].data.len() <= DATA_LIMIT);
     assert_eq!(sent[1].now, sent[0].now);
     assert_eq!(sent[1].expiration_secs, sent[0].expiration_secs);
     assert_eq!(sent[1].owner, sent[0].owner);
-    let record = store.record().await;
-    assert_eq!(record.status, Status::Completed);
-    assert_eq!(
-        record.owner.as_ref(),
-        Some(&sent[1].owner),
-        "the lease holder's"
-    );
-    assert_eq!(record.lease_expiration_ms, None, "the lease is gone");
-    assert_eq!(record.expiration_secs, sent[1].expiration_secs);
-    assert_eq!(record.data.as_deref(), Some(sent[1].data.as_str()));
+    let last = &sent[1];
+    let (owner, expiration_secs, data) = (&last.owner, last.expiration_secs, &last.data);
+    store
+        .assert_stored(Status::Completed, owner, expiration_secs, data)
+        .await;
     assert_eq!(store.balance(), Some(Attr::n(1)), "credited once");
-    let again = deliver(
-        &store,
-        &clock,
-        IdempotencyMode::Lease,
-        &runs,
-        Some("other"),
-        2,
-    )
-    .await;
-    assert_acknowledged(&again, Outcome::Replayed, "redelivery");
-    assert_eq!(again.records[0].value.as_deref(), Some(large.as_str()));
-    assert_eq!(runs.load(Ordering::SeqCst), 1, "not run again");
-    assert_eq!(store.sent().len(), 2, "nothing sent again");
+    let again = deliver(&store, IdempotencyMode::Lease, Some("other"), 2).await;
+    store.assert_redelivery(&again, Outcome::Replayed, Some(&large), 2);
 }
 
 #[tokio::test(start_paused = true)]
 async fn an_optimistic_permanent_failure_is_resent_unchanged_and_replayed() {
-    let clock = ManualClock::starting_now();
     // Send 0: the failure, applied, its answer lost. Send 1: the same again, refused: ours.
-    let store = Sends::new(&clock, &[0]);
-    let runs = Arc::new(AtomicUsize::new(0));
-    let first = deliver(&store, &clock, IdempotencyMode::Optimistic, &runs, None, 1).await;
+    let store = Sends::new(&[0]);
+    let first = deliver(&store, IdempotencyMode::Optimistic, None, 1).await;
     assert_acknowledged(&first, Outcome::FailedPermanently, "first delivery");
-    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert_eq!(store.runs(), 1);
     let sent = store.sent();
     assert_eq!(sent.len(), 2, "{sent:#?}");
     assert_eq!(sent[0].status, Status::Failed);
     assert!(sent[0].writes.is_empty(), "a failure commits no writes");
     assert_eq!(carried(&sent[1]), carried(&sent[0]), "resent unchanged");
-    let record = store.record().await;
-    assert_eq!(record.status, Status::Failed);
-    assert_eq!(record.owner.as_ref(), Some(&sent[1].owner));
-    assert_eq!(record.data.as_deref(), Some(sent[1].data.as_str()));
+    let last = &sent[1];
+    let (owner, expiration_secs, data) = (&last.owner, last.expiration_secs, &last.data);
+    store
+        .assert_stored(Status::Failed, owner, expiration_secs, data)
+        .await;
     assert_eq!(store.balance(), None, "nothing credited");
-    let again = deliver(
-        &store,
-        &clock,
-        IdempotencyMode::Optimistic,
-        &runs,
-        Some("other"),
-        2,
-    )
-    .await;
-    assert_acknowledged(&again, Outcome::FailedPermanently, "redelivery");
-    assert_eq!(runs.load(Ordering::SeqCst), 1, "not run again");
-    assert_eq!(store.sent().len(), 2, "nothing sent again");
+    let again = deliver(&store, IdempotencyMode::Optimistic, Some("other"), 2).await;
+    store.assert_redelivery(&again, Outcome::FailedPermanently, None, 2);
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_completion_under_a_lease_is_resent_unchanged_and_refitted_at_the_same_time() {
-    let clock = ManualClock::starting_now();
     // Send 0: the JSON, too large. Send 1: compressed, applied, its answer lost. Send 2: the
     // same completion again, which the store recognises as ours.
-    let store = Sends::new(&clock, &[1]);
-    let runs = Arc::new(AtomicUsize::new(0));
+    let store = Sends::new(&[1]);
     let large = "a".repeat(5_000);
-    let first = deliver_result_only(&store, &clock, &runs, &large, 1).await;
+    let first = deliver_result_only(&store, &large, 1).await;
     assert_acknowledged(&first, Outcome::Executed, "first delivery");
-    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert_eq!(store.runs(), 1);
     let sent = store.completions();
     assert_eq!(sent.len(), 3, "{sent:#?}");
     assert!(sent[0].data.len() > DATA_LIMIT && sent[1].data.len() <= DATA_LIMIT);
@@ -396,19 +379,11 @@ async fn a_completion_under_a_lease_is_resent_unchanged_and_refitted_at_the_same
     assert!(sent
         .iter()
         .all(|s| s.owner == sent[0].owner && s.status == Status::Completed));
-    let record = store.record().await;
-    assert_eq!(record.status, Status::Completed);
-    assert_eq!(
-        record.owner.as_ref(),
-        Some(&sent[2].owner),
-        "the lease holder's"
-    );
-    assert_eq!(record.lease_expiration_ms, None, "the lease is gone");
-    assert_eq!(record.expiration_secs, sent[2].expiration_secs);
-    assert_eq!(record.data.as_deref(), Some(sent[2].data.as_str()));
-    let again = deliver_result_only(&store, &clock, &runs, "other", 2).await;
-    assert_acknowledged(&again, Outcome::Replayed, "redelivery");
-    assert_eq!(again.records[0].value.as_deref(), Some(large.as_str()));
-    assert_eq!(runs.load(Ordering::SeqCst), 1, "not run again");
-    assert_eq!(store.completions().len(), 3, "nothing sent again");
+    let last = &sent[2];
+    let (owner, expiration_secs, data) = (&last.owner, last.expiration_secs, &last.data);
+    store
+        .assert_stored(Status::Completed, owner, expiration_secs, data)
+        .await;
+    let again = deliver_result_only(&store, "other", 2).await;
+    store.assert_redelivery(&again, Outcome::Replayed, Some(&large), 3);
 }
