@@ -18,12 +18,12 @@ use serde::Serialize;
 use tower::{BoxError, Service};
 
 use super::admission::{admit, Admission, Claim};
-use super::finish::{commit_error, store_fitting};
+use super::finish::commit_error;
 use super::heartbeat::{self, expiration_for, lease_end_ms};
 use super::invoke::{call_handler, is_permanent};
 use super::lease;
 use super::protocol::Protocol;
-use super::stored_result;
+use super::stored_result::{self, store_fitting};
 use crate::clock::{epoch_ms, later_secs, Clock, Deadline};
 use crate::config::IdempotencyMode;
 use crate::error::Error;

@@ -9,12 +9,12 @@ use lambda_runtime::LambdaEvent;
 use tower::{BoxError, Service};
 
 use super::admission::{admit, Admission, Claim};
-use super::finish::{self, commit_error, finish_under_lease, store_fitting, Finish};
+use super::finish::{self, commit_error, finish_under_lease, Finish};
 use super::heartbeat::{self, expiration_for, lease_end_ms};
 use super::in_flight::FlightResult;
 use super::invoke::{call_handler, is_permanent};
 use super::protocol::Protocol;
-use super::stored_result;
+use super::stored_result::{self, store_fitting};
 use crate::clock::{epoch_ms, later_secs, Clock};
 use crate::error::Error;
 use crate::hooks::Created;

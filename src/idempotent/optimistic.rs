@@ -12,13 +12,11 @@ use tower::{BoxError, Service};
 
 use super::admission::{admit, Admission, Claim};
 use super::completion::Completion;
-use super::finish::{
-    self, commit_error, failure_text, is_our_commit, store_fitting, stored_failure_message,
-};
+use super::finish::{self, commit_error, failure_text, is_our_commit, stored_failure_message};
 use super::in_flight::FlightResult;
 use super::invoke::{call_handler, is_permanent};
 use super::protocol::Protocol;
-use super::stored_result;
+use super::stored_result::{self, store_fitting};
 use crate::clock::{epoch_ms, later_secs, Clock, Deadline};
 use crate::error::Error;
 use crate::hooks::Created;

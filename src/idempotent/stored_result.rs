@@ -9,6 +9,7 @@
 //! [`Processed::ReplayedWithoutResult`]. No JSON text starts with `~`, so the forms cannot be
 //! confused.
 
+use std::future::Future;
 use std::io::{Read, Write as _};
 use std::time::SystemTime;
 
@@ -25,6 +26,7 @@ use crate::hooks::{Hooks, Replay, ReplaySource};
 use crate::key::IdempotencyKey;
 use crate::processed::Processed;
 use crate::record::{decide, Decision, Record};
+use crate::store::{CommitRequest, CompleteRequest, StoreError};
 use crate::validation::PayloadHash;
 
 const COMPRESSED_TAG: &str = "~deflate:";
@@ -195,6 +197,74 @@ pub(crate) fn decode<T: DeserializeOwned>(data: Option<&str>) -> Result<Processe
     Ok(Processed::Replayed(serde_json::from_str(data)?))
 }
 
+/// A request whose `data` is the result a record stores.
+pub(crate) trait CarriesData {
+    /// The data the request stores.
+    fn data_mut(&mut self) -> &mut String;
+}
+
+impl CarriesData for CommitRequest {
+    fn data_mut(&mut self) -> &mut String {
+        &mut self.data
+    }
+}
+
+impl CarriesData for CompleteRequest {
+    fn data_mut(&mut self) -> &mut String {
+        &mut self.data
+    }
+}
+
+/// Sends `request` with the result's JSON (`serde_json::to_string` of it) as its data; while
+/// the store refuses the record as too large, sends it again with the result compressed,
+/// then with a marker in place of the result. A result that could not be serialized is
+/// stored as a marker at once. `send` takes the request and gives it back with the store's
+/// answer, so nothing in it is copied between sends. Answers what the store answered, and
+/// the data it accepted.
+pub(crate) async fn store_fitting<R, F, Fut, A>(
+    json: Result<String, serde_json::Error>,
+    request: R,
+    mut send: F,
+) -> Result<(A, String), StoreError>
+where
+    R: CarriesData,
+    F: FnMut(R) -> Fut,
+    Fut: Future<Output = (R, Result<A, StoreError>)>,
+{
+    let mut send_with = |mut request: R, data: String| {
+        *request.data_mut() = data;
+        let sent = send(request);
+        async move {
+            let (mut request, answer) = sent.await;
+            let data = std::mem::take(request.data_mut());
+            (request, answer, data)
+        }
+    };
+    let json = match json {
+        Ok(json) => json,
+        Err(_) => {
+            // The serializer's message may quote the result: it is not logged.
+            tracing::warn!("the result cannot be serialized: storing the completion without it");
+            let (_, answer, marker) = send_with(request, omitted(Omitted::Unserializable)).await;
+            return answer.map(|answer| (answer, marker));
+        }
+    };
+    let (request, json) = match send_with(request, json).await {
+        (request, Err(StoreError::ItemTooLarge { .. }), json) => (request, json),
+        (_, other, json) => return other.map(|answer| (answer, json)),
+    };
+    let request = match send_with(request, compressed(&json)).await {
+        (request, Err(StoreError::ItemTooLarge { .. }), _) => request,
+        (_, other, small) => return other.map(|answer| (answer, small)),
+    };
+    tracing::warn!(
+        result_bytes = json.len(),
+        "the result does not fit the record even compressed: storing the completion without it"
+    );
+    let (_, answer, marker) = send_with(request, omitted(Omitted::TooLarge)).await;
+    answer.map(|answer| (answer, marker))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -285,5 +355,73 @@ mod tests {
             }
             other => panic!("unexpected {other:?}"),
         }
+    }
+
+    /// A request that is its data alone.
+    impl CarriesData for String {
+        fn data_mut(&mut self) -> &mut String {
+            self
+        }
+    }
+
+    #[tokio::test]
+    async fn results_are_compressed_then_omitted_until_they_fit() {
+        let limit = 1000;
+        let fits = |data: String| async move {
+            let answer = if data.len() > limit {
+                Err(StoreError::ItemTooLarge {
+                    size_bytes: data.len(),
+                    limit_bytes: limit,
+                })
+            } else {
+                Ok(())
+            };
+            (data, answer)
+        };
+        let (_, small) = store_fitting(serde_json::to_string("short"), String::new(), fits)
+            .await
+            .unwrap();
+        assert_eq!(small, "\"short\"");
+        let (_, medium) = store_fitting(
+            serde_json::to_string(&"a".repeat(5_000)),
+            String::new(),
+            fits,
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            decode::<String>(Some(&medium)).unwrap(),
+            Processed::Replayed("a".repeat(5_000))
+        );
+        let mut rng = fastrand::Rng::with_seed(7);
+        let noise: String = (0..5_000).map(|_| rng.alphanumeric()).collect();
+        let (_, large) = store_fitting(serde_json::to_string(&noise), String::new(), fits)
+            .await
+            .unwrap();
+        assert_eq!(
+            decode::<String>(Some(&large)).unwrap(),
+            Processed::ReplayedWithoutResult
+        );
+    }
+
+    #[tokio::test]
+    async fn unserializable_results_store_a_marker() {
+        struct Bad;
+        impl Serialize for Bad {
+            fn serialize<S: serde::Serializer>(&self, _: S) -> Result<S::Ok, S::Error> {
+                Err(serde::ser::Error::custom("no"))
+            }
+        }
+        let (_, data) = store_fitting(
+            serde_json::to_string(&Bad),
+            String::new(),
+            |data: String| async move { (data.clone(), Ok::<_, StoreError>(data)) },
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            decode::<u8>(Some(&data)).unwrap(),
+            Processed::ReplayedWithoutResult
+        );
     }
 }
