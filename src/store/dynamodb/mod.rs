@@ -189,13 +189,12 @@ impl DynamoDbStore {
             Ok(_) => return Ok(Acquire::Acquired),
             Err(err) => err,
         };
-        let old = match err.as_service_error() {
-            Some(PutItemError::ConditionalCheckFailedException(ccf)) => ccf.item().cloned(),
+        let existing = match err.as_service_error() {
+            Some(PutItemError::ConditionalCheckFailedException(ccf)) => match ccf.item() {
+                Some(item) => Some(self.record_from_item(item)?),
+                None => self.get_inner(&request.key).await?,
+            },
             _ => return Err(refused(err, size_bytes)),
-        };
-        let existing = match old {
-            Some(item) => Some(self.record_from_item(&item)?),
-            None => self.get_inner(&request.key).await?,
         };
         Ok(match existing {
             // Our own record: an earlier send of this put was applied.
@@ -232,11 +231,13 @@ impl DynamoDbStore {
             Ok(_) => return Ok(Fenced::Applied),
             Err(err) => err,
         };
-        let old = match err.as_service_error() {
-            Some(UpdateItemError::ConditionalCheckFailedException(ccf)) => ccf.item().cloned(),
+        let existing = match err.as_service_error() {
+            Some(UpdateItemError::ConditionalCheckFailedException(ccf)) => ccf
+                .item()
+                .map(|item| self.record_from_item(item))
+                .transpose()?,
             _ => return Err(refused(err, size_bytes)),
         };
-        let existing = old.map(|item| self.record_from_item(&item)).transpose()?;
         Ok(match existing {
             // Our own completion: an earlier send was applied and its answer lost.
             Some(record) if is_our_completion(&record, request) => Fenced::Applied,
