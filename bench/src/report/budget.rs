@@ -11,20 +11,21 @@ use serde_json::Value;
 use super::{find, num};
 
 /// Allocations per record beyond the raw requests' that each scenario and mode may make:
-/// the figures measured when the budget was set (2026-11-27: fresh-10 35, 43 and 48;
-/// duplicates-10 14, 14 and 26; retries-10 40, 26 and 55; mixed-10 26 and 30) and 6 more.
+/// the figures measured when the budget was set (2026-11-27: fresh-10 35, 44 and 48;
+/// duplicates-10 14, 14 and 26; retries-10 40, 12 and 55; mixed-10 26 and 30) and 8 more
+/// (the most a figure was seen to move between runs is about 3).
 const BUDGET: [(&str, &str, f64); 11] = [
-    ("fresh-10", "optimistic", 42.0),
-    ("fresh-10", "lease", 50.0),
-    ("fresh-10", "sequenced", 54.0),
-    ("duplicates-10", "optimistic", 20.0),
-    ("duplicates-10", "lease", 20.0),
-    ("duplicates-10", "sequenced", 32.0),
-    ("retries-10", "optimistic", 46.0),
-    ("retries-10", "lease", 32.0),
-    ("retries-10", "sequenced", 61.0),
-    ("mixed-10", "optimistic", 32.0),
-    ("mixed-10", "lease", 36.0),
+    ("fresh-10", "optimistic", 43.0),
+    ("fresh-10", "lease", 52.0),
+    ("fresh-10", "sequenced", 56.0),
+    ("duplicates-10", "optimistic", 22.0),
+    ("duplicates-10", "lease", 22.0),
+    ("duplicates-10", "sequenced", 34.0),
+    ("retries-10", "optimistic", 48.0),
+    ("retries-10", "lease", 20.0),
+    ("retries-10", "sequenced", 63.0),
+    ("mixed-10", "optimistic", 34.0),
+    ("mixed-10", "lease", 38.0),
 ];
 
 /// One scenario's count against its budget.
@@ -68,7 +69,7 @@ pub(super) fn budget(md: &mut String, lines: &[Value]) {
         return;
     }
     let _ = writeln!(md, "\n## Allocation budget\n");
-    let _ = writeln!(md, "The toolkit's heap allocations per record beyond the raw requests', against the budget in `bench/src/report/budget.rs` (the count when it was set, and 6 more). The count barely changes between runs or builds, so CI's smoke fails when a scenario is over budget: a copy put back on the record's path.\n");
+    let _ = writeln!(md, "The toolkit's heap allocations per record beyond the raw requests', against the budget in `bench/src/report/budget.rs` (the count when it was set, and 8 more). The count barely changes between runs or builds, so CI's smoke fails when a scenario is over budget: a copy put back on the record's path.\n");
     let _ = writeln!(
         md,
         "| scenario | mode | beyond the raw requests | budget | result |"
@@ -98,24 +99,24 @@ mod tests {
     #[test]
     fn a_scenario_over_its_budget_is_named_over() {
         let lines = [
-            line("lambda-idempotency", "optimistic", 87.0),
+            line("lambda-idempotency", "optimistic", 89.0),
             line("raw-dynamodb", "optimistic", 67.0),
             line("lambda-idempotency", "lease", 81.0),
             line("raw-dynamodb", "lease", 67.0),
         ];
         let spent = spent(&lines);
         assert_eq!(spent.len(), 2);
-        assert!(spent[0].extra == 20.0 && !spent[0].over(), "{spent:?}");
+        assert!(spent[0].extra == 22.0 && !spent[0].over(), "{spent:?}");
         assert!(spent[1].extra == 14.0 && !spent[1].over(), "{spent:?}");
         let over = [
-            line("lambda-idempotency", "optimistic", 87.5),
+            line("lambda-idempotency", "optimistic", 89.5),
             line("raw-dynamodb", "optimistic", 67.0),
         ];
         assert!(spent_over(&over));
         let mut md = String::new();
         budget(&mut md, &over);
         assert!(
-            md.contains("| duplicates-10 | optimistic | +20.5 | +20 | over |"),
+            md.contains("| duplicates-10 | optimistic | +22.5 | +22 | over |"),
             "{md}"
         );
     }
