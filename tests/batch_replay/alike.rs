@@ -49,15 +49,7 @@ async fn a_batch_the_cache_rejects_reads_nothing() {
 async fn a_skipped_fifo_record_calls_no_response_hook() {
     for together in [false, true] {
         let rig = Rig::new();
-        let processor = rig.processor(together, 0, FIFO);
-        let first = vec![message("m-2", "{}", 1, true), message("m-4", "{}", 1, true)];
-        rig.run(&processor, batch(first)).await;
-        let again = vec![
-            message("m-2", "{}", 2, true),
-            message("m-3", "fail", 1, true),
-            message("m-4", "{}", 2, true),
-        ];
-        let report = rig.run(&processor, batch(again)).await;
+        let (_, report) = rig.fifo_failure_between_duplicates(together).await;
         assert_eq!(
             outcomes(&report),
             [Outcome::Replayed, Outcome::Failed, Outcome::FifoSkipped]

@@ -151,6 +151,24 @@ impl Rig {
         replaying(processor, together)
     }
 
+    /// The FIFO case that replays and skips both turn on, with a new processor (replaying
+    /// together when `together`): m-2 and m-4 run, then m-2 (redelivered), m-3 (failing) and
+    /// m-4 (redelivered) arrive in one batch. Both batches' reports.
+    async fn fifo_failure_between_duplicates(
+        &self,
+        together: bool,
+    ) -> (BatchReport<usize>, BatchReport<usize>) {
+        let processor = self.processor(together, 0, FIFO);
+        let first = vec![message("m-2", "{}", 1, true), message("m-4", "{}", 1, true)];
+        let first = self.run(&processor, batch(first)).await;
+        let again = vec![
+            message("m-2", "{}", 2, true),
+            message("m-3", "fail", 1, true),
+            message("m-4", "{}", 2, true),
+        ];
+        (first, self.run(&processor, batch(again)).await)
+    }
+
     /// A layer over this rig's store and clock, keys prefixed "replay".
     fn layer(&self) -> IdempotencyLayer<FaultyStore<InMemoryStore>, MessageId, ManualClock> {
         IdempotencyLayer::new(self.store.clone())

@@ -134,17 +134,9 @@ async fn records_beyond_the_concurrency_limit_end_as_they_do_without_it() {
 async fn a_fifo_batch_runs_each_record_at_its_turn_through_its_own_call() {
     for together in [false, true] {
         let rig = Rig::new();
-        let processor = rig.processor(together, 0, FIFO);
-        let first = vec![message("m-2", "{}", 1, true), message("m-4", "{}", 1, true)];
-        let report = rig.run(&processor, batch(first)).await;
-        assert_eq!(outcomes(&report), [Outcome::Executed; 2]);
+        let (first, report) = rig.fifo_failure_between_duplicates(together).await;
+        assert_eq!(outcomes(&first), [Outcome::Executed; 2]);
         // m-2 replays; m-3 fails; m-4 would replay, but comes after the failure.
-        let again = vec![
-            message("m-2", "{}", 2, true),
-            message("m-3", "fail", 1, true),
-            message("m-4", "{}", 2, true),
-        ];
-        let report = rig.run(&processor, batch(again)).await;
         assert_eq!(
             outcomes(&report),
             [Outcome::Replayed, Outcome::Failed, Outcome::FifoSkipped],
