@@ -31,18 +31,18 @@ const BUDGET: [(&str, &str, f64); 11] = [
 
 /// One scenario's count against its budget.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Spent {
-    pub scenario: &'static str,
-    pub mode: &'static str,
+struct Spent {
+    scenario: &'static str,
+    mode: &'static str,
     /// The toolkit's allocations per record beyond the raw requests'; `None` when the run
     /// did not count both.
-    pub extra: Option<f64>,
-    pub budget: f64,
+    extra: Option<f64>,
+    budget: f64,
 }
 
 impl Spent {
     /// Over its budget, or not counted: either fails a run that enforces the budget.
-    pub fn fails(&self) -> bool {
+    fn fails(&self) -> bool {
         self.extra.is_none_or(|extra| extra > self.budget)
     }
 
@@ -56,7 +56,7 @@ impl Spent {
 }
 
 /// Every budgeted scenario, with its count in `lines` if the run took it.
-pub fn spent(lines: &[Value]) -> Vec<Spent> {
+fn spent(lines: &[Value]) -> Vec<Spent> {
     let key = "allocations_per_record";
     let count = |implementation, scenario, mode| {
         num(find(lines, scenario, 0, implementation, mode), key).filter(|n| n.is_finite())
@@ -70,6 +70,25 @@ pub fn spent(lines: &[Value]) -> Vec<Spent> {
                 .zip(count("raw-dynamodb", scenario, mode))
                 .map(|(ours, raw)| ours - raw),
             budget,
+        })
+        .collect()
+}
+
+/// Each budgeted scenario over its budget or not counted in `lines`, as a line to print:
+/// a run that enforces the budget fails on any.
+pub fn budget_failures(lines: &[Value]) -> Vec<String> {
+    spent(lines)
+        .into_iter()
+        .filter(Spent::fails)
+        .map(|s| match s.extra {
+            Some(extra) => format!(
+                "{} ({}): {extra:.1} heap allocations per record beyond the raw requests', over the budget of {}",
+                s.scenario, s.mode, s.budget
+            ),
+            None => format!(
+                "{} ({}): allocations not counted, so the budget of {} is not checked",
+                s.scenario, s.mode, s.budget
+            ),
         })
         .collect()
 }

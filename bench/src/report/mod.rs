@@ -9,7 +9,7 @@ mod misses;
 mod targets;
 
 use crate::scenario::{batches_at, REALISTIC_MS, ROUND_TRIP_PROBE_MS, SCENARIOS};
-pub use budget::spent;
+pub use budget::budget_failures;
 use targets::{round_trips, targets};
 
 fn machine() -> String {
