@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use aws_lambda_events::sqs::SqsMessage;
 use lambda_idempotency::batch::{BatchMode, Precheck};
-use lambda_idempotency::clock::Clock;
 use lambda_idempotency::hooks::ReplaySource;
 use lambda_idempotency::key::JsonPointer;
 use lambda_idempotency::validation::PayloadValidation;
@@ -166,22 +165,10 @@ async fn a_replay_asks_the_handler_whether_it_is_ready() {
 /// lookup at the batch's start would have found the lease, "in progress").
 #[tokio::test]
 async fn a_fifo_record_decides_on_the_lookup_of_its_turn() {
-    use lambda_idempotency::clock::epoch_ms;
-    use lambda_idempotency::key::IdempotencyKey;
-    use lambda_idempotency::record::{OwnerToken, Record, Status};
+    use lambda_idempotency::record::{Record, Status};
     both_ways(|together| async move {
         let rig = Rig::new();
-        let now_ms = epoch_ms(rig.clock.now());
-        let held = Record {
-            key: IdempotencyKey::derive("replay", b"m-2"),
-            status: Status::InProgress,
-            expiration_secs: now_ms / 1000 + 3600,
-            lease_expiration_ms: Some(now_ms + 60_000),
-            owner: Some(OwnerToken::new("another-invocation")),
-            data: None,
-            validation: None,
-        };
-        rig.store.inner.insert_record(held.clone());
+        let held = rig.held_elsewhere("m-2");
         let layer = rig.layer();
         let (clock, store) = (rig.clock.clone(), rig.store.inner.clone());
         let handler = layer.handler(move |m: SqsMessage| {

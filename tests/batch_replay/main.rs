@@ -169,6 +169,23 @@ impl Rig {
         (first, self.run(&processor, batch(again)).await)
     }
 
+    /// Stores `id`'s record as held by another invocation's live lease (a minute left) and
+    /// answers it.
+    fn held_elsewhere(&self, id: &str) -> Record {
+        let now_ms = epoch_ms(self.clock.now());
+        let held = Record {
+            key: IdempotencyKey::derive("replay", id.as_bytes()),
+            status: Status::InProgress,
+            expiration_secs: now_ms / 1000 + 3600,
+            lease_expiration_ms: Some(now_ms + 60_000),
+            owner: Some(OwnerToken::new("another-invocation")),
+            data: None,
+            validation: None,
+        };
+        self.store.inner.insert_record(held.clone());
+        held
+    }
+
     /// A layer over this rig's store and clock, keys prefixed "replay".
     fn layer(&self) -> IdempotencyLayer<FaultyStore<InMemoryStore>, MessageId, ManualClock> {
         IdempotencyLayer::new(self.store.clone())

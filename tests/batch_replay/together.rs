@@ -42,7 +42,6 @@ async fn a_redelivered_batch_replays_together_without_a_call_per_record() {
 /// completed, m-4 is held by another invocation's live lease, and m-5 completed for another
 /// payload.
 async fn mixed(rig: &Rig, together: bool, mode: BatchMode) -> BatchReport<usize> {
-    let now_ms = epoch_ms(rig.clock.now());
     rig.deliver(
         together,
         vec![
@@ -51,15 +50,7 @@ async fn mixed(rig: &Rig, together: bool, mode: BatchMode) -> BatchReport<usize>
         ],
     )
     .await;
-    rig.store.inner.insert_record(Record {
-        key: IdempotencyKey::derive("replay", b"m-4"),
-        status: Status::InProgress,
-        expiration_secs: now_ms / 1000 + 3600,
-        lease_expiration_ms: Some(now_ms + 60_000),
-        owner: Some(OwnerToken::new("another-invocation")),
-        data: None,
-        validation: None,
-    });
+    rig.held_elsewhere("m-4");
     let processor = rig.processor(together, 0, mode);
     rig.run(
         &processor,
