@@ -1,11 +1,13 @@
 //! The raw limit: the DynamoDB requests each mode must make, issued directly.
 
 use std::collections::{HashMap, HashSet};
+use std::future::Future;
 
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
 use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes, Put, TransactWriteItem, Update};
 use aws_sdk_dynamodb::Client;
 use futures_util::StreamExt;
+use lambda_idempotency::batch::BatchMode;
 use lambda_idempotency::IdempotencyMode;
 use order_consumer::Tables;
 use serde_json::Value;
@@ -58,7 +60,10 @@ fn raw_id(order: &Value) -> String {
 /// The raw limit: the requests each mode must make, issued directly, no toolkit logic. The
 /// records SQS delivered before are looked up first with one strongly consistent
 /// `BatchGetItem` (the pre-check); those found are done, and the rest, with the first
-/// deliveries (which do not wait for the lookup), make their conditional writes.
+/// deliveries (which do not wait for the lookup), make their conditional writes. The two
+/// groups run side by side, each on the processor's schedule, where the processor shares
+/// one limit between them: that differs only for a batch of more records than the limit
+/// with both groups writing, which no scenario has (a batch of 100 is all first deliveries).
 pub async fn raw_batch(client: &Client, t: &Tables, mode: IdempotencyMode, event: &SqsEvent) {
     let (redelivered, fresh): (Vec<&SqsMessage>, Vec<&SqsMessage>) =
         event.records.iter().partition(|m| {
@@ -136,7 +141,7 @@ async fn raw_records(
     records: impl Iterator<Item = (Value, String)>,
 ) {
     let s = |v: &str| AttributeValue::S(v.to_string());
-    futures_util::stream::iter(records.map(|(order, id)| async move {
+    at_the_processors_concurrency(records.map(|(order, id)| async move {
         let ledger = Update::builder()
             .table_name(&t.ledger)
             .key("account", s(order["account"].as_str().unwrap()))
@@ -240,7 +245,54 @@ async fn raw_records(
             .send()
             .await;
     }))
-    .buffered(10)
-    .collect::<Vec<_>>()
     .await;
+}
+
+/// Runs `records` on the toolkit's schedule, so that the raw requests are measured at its
+/// concurrency: at most the batch processor's default limit at once, a new record starting
+/// as soon as any running one finishes.
+pub async fn at_the_processors_concurrency<F: Future<Output = ()>>(
+    records: impl Iterator<Item = F>,
+) {
+    let BatchMode::Auto { limit } = BatchMode::default() else {
+        unreachable!("the processor's default mode is Auto");
+    };
+    futures_util::stream::iter(records)
+        .buffer_unordered(limit)
+        .for_each(|()| async {})
+        .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use tokio::sync::Notify;
+
+    use super::at_the_processors_concurrency;
+
+    /// The eleventh record starts while the first is still running, once any other has
+    /// finished (an order-keeping schedule would hold it until the first is done, and so
+    /// run fewer records at once than the toolkit).
+    #[tokio::test]
+    async fn a_record_starts_as_soon_as_any_running_one_finishes() {
+        let first_may_finish = Arc::new(Notify::new());
+        let records = (0..11).map(|i| {
+            let first_may_finish = first_may_finish.clone();
+            async move {
+                match i {
+                    0 => first_may_finish.notified().await,
+                    10 => first_may_finish.notify_one(),
+                    _ => {}
+                }
+            }
+        });
+        let ran = tokio::time::timeout(
+            Duration::from_secs(5),
+            at_the_processors_concurrency(records),
+        )
+        .await;
+        assert!(ran.is_ok(), "the eleventh record waited for the first");
+    }
 }

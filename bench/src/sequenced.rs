@@ -8,7 +8,6 @@ use std::time::Instant;
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
 use aws_sdk_dynamodb::Client;
-use futures_util::StreamExt;
 use lambda_idempotency::batch::BatchProcessor;
 use lambda_idempotency::idempotent::{Position, Sequence};
 use lambda_idempotency::key::KeyError;
@@ -19,6 +18,7 @@ use lambda_runtime::LambdaEvent;
 use serde_json::Value;
 
 use crate::allocations;
+use crate::raw::at_the_processors_concurrency;
 use crate::run::{json_line, tables, Target};
 use crate::scenario::{batch, context, process_cpu, Sample, Scenario};
 
@@ -122,7 +122,7 @@ pub async fn run_sequenced(scenario: &Scenario, batches: usize, target: Target<'
 /// The raw limit: a redelivered order's entity read first (done if applied), then one
 /// conditional `UpdateItem` that credits the order and sets the entity's sequence.
 async fn raw_sequenced(client: &Client, ledger: &str, event: &SqsEvent) {
-    futures_util::stream::iter(event.records.iter().map(|m| async move {
+    at_the_processors_concurrency(event.records.iter().map(|m| async move {
         let order = order(m).unwrap();
         let key = AttributeValue::S(order["eventId"].as_str().unwrap().to_string());
         if m.delivered_before() {
@@ -153,7 +153,5 @@ async fn raw_sequenced(client: &Client, ledger: &str, event: &SqsEvent) {
             .send()
             .await;
     }))
-    .buffered(10)
-    .collect::<Vec<_>>()
     .await;
 }
