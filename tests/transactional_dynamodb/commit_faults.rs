@@ -1,4 +1,6 @@
 //! Faults at the commit: kills before and after, a lost response, a lost lease, conflicts.
+//! Checked per delivery: the handler's runs, the commits sent, each outcome,
+//! `batchItemFailures`, the stored record (status, owner, lease) and the ledger.
 
 use lambda_idempotency_test_support as support;
 
@@ -7,13 +9,28 @@ use std::time::Duration;
 
 use lambda_idempotency::clock::{epoch_ms, epoch_secs, Clock};
 use lambda_idempotency::key::IdempotencyKey;
-use lambda_idempotency::record::OwnerToken;
+use lambda_idempotency::record::{OwnerToken, Record, Status};
 use lambda_idempotency::store::{Acquire, AcquireRequest, Store};
 use lambda_idempotency::{Error, IdempotencyMode, Outcome};
 use order_consumer::{Order, KEY_PREFIX};
-use support::{invocation, outcomes};
+use support::faulty_store::Inject;
+use support::{invocation, outcomes, reported};
 
-use crate::{one_record, Fault, Hook, Ledger, LEASE_CAP, MODES, REMAINING};
+use crate::{one_record, Hook, Ledger, LEASE_CAP, MODES, REMAINING};
+
+/// Alice's order of 25, the first record of `events/batch.json`.
+const ALICE: &str = "evt-1001";
+/// Its message.
+const ALICE_MESSAGE: &str = "0b1f5a52-7d3e-4c1a-9f60-2a51c1d0e001";
+
+/// The record is completed, holds no lease, and was written by `owner` if given.
+fn assert_completed(record: &Record, owner: Option<&OwnerToken>, mode: IdempotencyMode) {
+    assert_eq!(record.status, Status::Completed, "{mode:?}");
+    assert_eq!(record.lease_expiration_ms, None, "{mode:?}: no lease");
+    if let Some(owner) = owner {
+        assert_eq!(record.owner.as_ref(), Some(owner), "{mode:?}");
+    }
+}
 
 #[tokio::test]
 async fn a_kill_before_the_commit_applies_the_effect_once_after_redelivery() {
@@ -21,15 +38,35 @@ async fn a_kill_before_the_commit_applies_the_effect_once_after_redelivery() {
         let Some(ledger) = Ledger::new().await else {
             return;
         };
-        ledger.inject(Fault::DieBeforeCommit);
+        ledger.store.inject(Inject::CommitNeverSent);
         ledger
             .deliver_and_die(mode, one_record("batch.json", 0))
             .await;
+        assert_eq!((ledger.runs(), ledger.commits()), (1, 1), "{mode:?}");
         assert_eq!(ledger.balance("acct-alice").await, 0, "{mode:?}");
+        // Under a lease the dead invocation's lease stays until it elapses; optimistic mode
+        // writes nothing before its commit.
+        let dead_owner = match (mode, ledger.record(ALICE).await) {
+            (IdempotencyMode::Lease, Some(held)) => {
+                assert_eq!(held.status, Status::InProgress);
+                assert!(held.lease_expiration_ms.is_some(), "a lease");
+                held.owner
+            }
+            (IdempotencyMode::Optimistic, None) => None,
+            (_, found) => panic!("{mode:?}: {found:?}"),
+        };
         // SQS redelivers after the visibility timeout; by then the dead lease has elapsed.
         ledger.clock.advance(REMAINING + Duration::from_secs(1));
-        let report = ledger.deliver(mode, one_record("batch.json", 0)).await;
+        let report = ledger
+            .deliver(mode, one_record("batch_redelivered.json", 0))
+            .await;
         assert_eq!(outcomes(&report), [Outcome::Executed], "{mode:?}");
+        assert!(reported(&report).is_empty(), "{mode:?}");
+        assert_eq!((ledger.runs(), ledger.commits()), (2, 2), "{mode:?}");
+        let record = ledger.record(ALICE).await.expect("a record");
+        assert_completed(&record, None, mode);
+        assert!(record.owner.is_some(), "{mode:?}");
+        assert_ne!(record.owner, dead_owner, "{mode:?}: the redelivery's");
         assert_eq!(ledger.balance("acct-alice").await, 25, "{mode:?}");
     }
 }
@@ -40,18 +77,29 @@ async fn a_kill_after_the_commit_replays_after_redelivery() {
         let Some(ledger) = Ledger::new().await else {
             return;
         };
-        ledger.inject(Fault::DieAfterCommit);
+        ledger.store.inject(Inject::CommitAppliedThenDies);
         ledger
             .deliver_and_die(mode, one_record("batch.json", 0))
             .await;
+        assert_eq!((ledger.runs(), ledger.commits()), (1, 1), "{mode:?}");
         assert_eq!(ledger.balance("acct-alice").await, 25, "{mode:?}");
+        let committed = ledger.record(ALICE).await.expect("a record");
+        assert_completed(&committed, None, mode);
+        // SQS redelivers (ApproximateReceiveCount 2): the pre-check finds the record
+        // completed and replays it, without running the handler or writing.
         ledger.clock.advance(REMAINING + Duration::from_secs(1));
-        let report = ledger.deliver(mode, one_record("batch.json", 0)).await;
+        let report = ledger
+            .deliver(mode, one_record("batch_redelivered.json", 0))
+            .await;
         assert_eq!(outcomes(&report), [Outcome::Replayed], "{mode:?}");
+        assert!(reported(&report).is_empty(), "{mode:?}");
+        assert_eq!((ledger.runs(), ledger.commits()), (1, 1), "{mode:?}");
+        assert_completed(
+            &ledger.record(ALICE).await.expect("a record"),
+            committed.owner.as_ref(),
+            mode,
+        );
         assert_eq!(ledger.balance("acct-alice").await, 25, "{mode:?}");
-        if mode == IdempotencyMode::Lease {
-            assert_eq!(*ledger.handler_runs.lock().unwrap(), 1);
-        }
     }
 }
 
@@ -61,12 +109,31 @@ async fn a_commit_whose_response_was_lost_is_recognised_not_applied_twice() {
         let Some(ledger) = Ledger::new().await else {
             return;
         };
-        ledger.inject(Fault::LoseResponse);
+        ledger.store.inject(Inject::CommitAnswerLost);
         let report = ledger.deliver(mode, one_record("batch.json", 0)).await;
         assert_eq!(outcomes(&report), [Outcome::Executed], "{mode:?}");
+        assert!(reported(&report).is_empty(), "{mode:?}");
+        // Sent again after the lost answer and recognised as applied.
+        assert_eq!((ledger.runs(), ledger.commits()), (1, 2), "{mode:?}");
         assert_eq!(ledger.balance("acct-alice").await, 25, "{mode:?}");
+        let committed = ledger.record(ALICE).await.expect("a record");
+        assert_completed(&committed, None, mode);
+        // The same message again, unmarked (a producer's retry): lease mode's refused
+        // acquire answers it; optimistic mode computes it again and learns from its refused
+        // commit that it is a duplicate.
         let again = ledger.deliver(mode, one_record("batch.json", 0)).await;
         assert_eq!(outcomes(&again), [Outcome::Replayed], "{mode:?}");
+        assert!(reported(&again).is_empty(), "{mode:?}");
+        let expected = match mode {
+            IdempotencyMode::Lease => (1, 2),
+            _ => (2, 3),
+        };
+        assert_eq!((ledger.runs(), ledger.commits()), expected, "{mode:?}");
+        assert_completed(
+            &ledger.record(ALICE).await.expect("a record"),
+            committed.owner.as_ref(),
+            mode,
+        );
         assert_eq!(ledger.balance("acct-alice").await, 25, "{mode:?}");
     }
 }
@@ -77,6 +144,8 @@ async fn a_lease_lost_to_another_invocation_applies_nothing() {
         return;
     };
     let (store, clock) = (ledger.store.inner.clone(), ledger.clock.clone());
+    let taker = OwnerToken::generate();
+    let other = taker.clone();
     let hook: Hook = Arc::new(move |order: &Order| {
         // The handler outlives its lease (not the invocation); another invocation takes the
         // key over.
@@ -84,7 +153,7 @@ async fn a_lease_lost_to_another_invocation_applies_nothing() {
         let now = clock.now();
         let request = AcquireRequest {
             key: IdempotencyKey::derive(KEY_PREFIX, order.event_id.as_bytes()),
-            owner: OwnerToken::generate(),
+            owner: other.clone(),
             now,
             lease_expiration_ms: epoch_ms(now + REMAINING),
             expiration_secs: epoch_secs(now + Duration::from_secs(3600)),
@@ -110,7 +179,17 @@ async fn a_lease_lost_to_another_invocation_applies_nothing() {
         ))
         .await;
     assert_eq!(outcomes(&report), [Outcome::LeaseLost]);
-    assert_eq!(report.response.batch_item_failures.len(), 1);
+    assert_eq!(reported(&report), [ALICE_MESSAGE]);
+    // The commit was sent once and refused by its owner fence.
+    assert_eq!((ledger.runs(), ledger.commits()), (1, 1));
+    let held = ledger.record(ALICE).await.expect("a record");
+    assert_eq!(held.status, Status::InProgress);
+    assert_eq!(
+        held.owner,
+        Some(taker),
+        "the other invocation's lease, untouched"
+    );
+    assert!(held.lease_expiration_ms.is_some());
     assert_eq!(ledger.balance("acct-alice").await, 0, "nothing applied");
 }
 
@@ -121,22 +200,49 @@ async fn a_transaction_conflict_is_retried_then_reported_without_applying_anythi
             return;
         };
         // A passing conflict: retried at once with the same request token, applied once.
-        ledger.inject(Fault::Conflicts(1));
+        ledger.store.inject(Inject::CommitConflicts);
         let report = ledger.deliver(mode, one_record("batch.json", 0)).await;
         assert_eq!(outcomes(&report), [Outcome::Executed], "{mode:?}");
+        assert!(reported(&report).is_empty(), "{mode:?}");
+        assert_eq!((ledger.runs(), ledger.commits()), (1, 2), "{mode:?}");
+        assert_completed(&ledger.record(ALICE).await.expect("a record"), None, mode);
         assert_eq!(ledger.balance("acct-alice").await, 25, "{mode:?}");
         // A lasting one: after the commit attempts (3), reported for retry, nothing applied,
         // and nothing left locked: the next delivery commits.
-        ledger.inject(Fault::Conflicts(3));
+        for _ in 0..3 {
+            ledger.store.inject(Inject::CommitConflicts);
+        }
         let report = ledger.deliver(mode, one_record("batch.json", 1)).await;
         assert_eq!(outcomes(&report), [Outcome::Locked], "{mode:?}");
         assert!(matches!(
             report.records[0].error,
             Some(Error::Conflict { .. })
         ));
+        assert_eq!(
+            reported(&report),
+            ["0b1f5a52-7d3e-4c1a-9f60-2a51c1d0e002"],
+            "{mode:?}"
+        );
+        assert_eq!((ledger.runs(), ledger.commits()), (2, 5), "{mode:?}");
+        assert!(
+            ledger.store.pending().is_empty(),
+            "{mode:?}: every conflict met"
+        );
+        assert_eq!(
+            ledger.record("evt-1002").await,
+            None,
+            "{mode:?}: nothing held"
+        );
         assert_eq!(ledger.balance("acct-bob").await, 0, "{mode:?}");
         let report = ledger.deliver(mode, one_record("batch.json", 1)).await;
         assert_eq!(outcomes(&report), [Outcome::Executed], "{mode:?}");
+        assert!(reported(&report).is_empty(), "{mode:?}");
+        assert_eq!((ledger.runs(), ledger.commits()), (3, 6), "{mode:?}");
+        assert_completed(
+            &ledger.record("evt-1002").await.expect("a record"),
+            None,
+            mode,
+        );
         assert_eq!(ledger.balance("acct-bob").await, 40, "{mode:?}");
     }
 }

@@ -16,15 +16,13 @@ use aws_sdk_dynamodb::Client;
 use lambda_idempotency::batch::{BatchProcessor, BatchReport};
 use lambda_idempotency::clock::{Clock, ManualClock};
 use lambda_idempotency::key::IdempotencyKey;
-use lambda_idempotency::record::{OwnerToken, Record};
-use lambda_idempotency::store::{
-    Acquire, AcquireRequest, Commit, CommitRequest, CompleteRequest, DynamoDbStore, ExtendRequest,
-    Fenced, Store, StoreError, TransactionalStore,
-};
+use lambda_idempotency::record::Record;
+use lambda_idempotency::store::{DynamoDbStore, Store};
 use lambda_idempotency::validation::PayloadValidation;
 use lambda_idempotency::{Completion, Config, Error, IdempotencyLayer, IdempotencyMode, Permanent};
 use order_consumer::{ledger_credit, order_key, Order, KEY_PREFIX};
 use support::dynamodb::{balance, counted_client, create_table, create_table_keyed, CallCounter};
+use support::faulty_store::FaultyStore;
 use support::{invocation, load_event};
 
 const MODES: [IdempotencyMode; 2] = [IdempotencyMode::Lease, IdempotencyMode::Optimistic];
@@ -32,96 +30,6 @@ const MODES: [IdempotencyMode; 2] = [IdempotencyMode::Lease, IdempotencyMode::Op
 /// outlive its lease without outliving its invocation.
 const LEASE_CAP: Duration = Duration::from_secs(10);
 const REMAINING: Duration = Duration::from_secs(30);
-
-/// Where a fault strikes a commit.
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Fault {
-    /// The process dies before the commit is sent.
-    DieBeforeCommit,
-    /// The commit is applied, then the process dies before it sees the response.
-    DieAfterCommit,
-    /// The commit is applied, but its response is lost (connection reset): the toolkit
-    /// sends it again.
-    LoseResponse,
-    /// The next commits meet a concurrent transaction (DynamoDB's `TransactionConflict`)
-    /// and apply nothing.
-    Conflicts(usize),
-}
-
-/// A `DynamoDbStore` with a fault injected into the next commit.
-#[derive(Clone)]
-struct FaultyStore {
-    inner: DynamoDbStore,
-    fault: Arc<Mutex<Option<Fault>>>,
-}
-
-impl FaultyStore {
-    fn take_fault(&self) -> Option<Fault> {
-        let mut fault = self.fault.lock().unwrap();
-        match *fault {
-            Some(Fault::Conflicts(n)) if n > 1 => {
-                *fault = Some(Fault::Conflicts(n - 1));
-                Some(Fault::Conflicts(n))
-            }
-            _ => fault.take(),
-        }
-    }
-
-    async fn faulty(
-        &self,
-        commit: impl std::future::Future<Output = Result<Commit, StoreError>>,
-    ) -> Result<Commit, StoreError> {
-        match self.take_fault() {
-            None => commit.await,
-            Some(Fault::DieBeforeCommit) => std::future::pending().await,
-            Some(Fault::DieAfterCommit) => {
-                let applied = commit.await;
-                assert_eq!(applied.unwrap(), Commit::Applied);
-                std::future::pending().await
-            }
-            Some(Fault::Conflicts(_)) => Ok(Commit::Conflict),
-            Some(Fault::LoseResponse) => {
-                let applied = commit.await;
-                assert_eq!(applied.unwrap(), Commit::Applied);
-                Err(StoreError::Unavailable("connection reset by peer".into()))
-            }
-        }
-    }
-}
-
-impl Store for FaultyStore {
-    async fn acquire(&self, request: &AcquireRequest) -> Result<Acquire, StoreError> {
-        self.inner.acquire(request).await
-    }
-    async fn complete(&self, request: &CompleteRequest) -> Result<Fenced, StoreError> {
-        self.inner.complete(request).await
-    }
-    async fn extend(&self, request: &ExtendRequest) -> Result<Fenced, StoreError> {
-        self.inner.extend(request).await
-    }
-    async fn release(
-        &self,
-        key: &IdempotencyKey,
-        owner: &OwnerToken,
-    ) -> Result<Fenced, StoreError> {
-        self.inner.release(key, owner).await
-    }
-    async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
-        self.inner.get(key).await
-    }
-    async fn get_many(&self, keys: &[IdempotencyKey]) -> Result<Vec<Record>, StoreError> {
-        self.inner.get_many(keys).await
-    }
-}
-
-impl TransactionalStore for FaultyStore {
-    async fn commit(&self, request: &CommitRequest) -> Result<Commit, StoreError> {
-        self.faulty(self.inner.commit(request)).await
-    }
-    async fn commit_fresh(&self, request: &CommitRequest) -> Result<Commit, StoreError> {
-        self.faulty(self.inner.commit_fresh(request)).await
-    }
-}
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 struct Applied {
@@ -135,7 +43,7 @@ type Hook = Arc<dyn Fn(&Order) -> Result<(), Permanent> + Send + Sync>;
 struct Ledger {
     client: Client,
     counter: CallCounter,
-    store: FaultyStore,
+    store: FaultyStore<DynamoDbStore>,
     ledger_table: String,
     clock: ManualClock,
     handler_runs: Arc<Mutex<usize>>,
@@ -148,10 +56,7 @@ impl Ledger {
         let idempotency_table = create_table(&client).await;
         let ledger_table = create_table_keyed(&client, "ledger", "account").await;
         Some(Self {
-            store: FaultyStore {
-                inner: DynamoDbStore::new(client.clone(), idempotency_table),
-                fault: Arc::default(),
-            },
+            store: FaultyStore::new(DynamoDbStore::new(client.clone(), idempotency_table)),
             client,
             counter,
             ledger_table,
@@ -160,8 +65,23 @@ impl Ledger {
         })
     }
 
-    fn inject(&self, fault: Fault) {
-        *self.store.fault.lock().unwrap() = Some(fault);
+    /// How many times the handler ran, over every delivery.
+    fn runs(&self) -> usize {
+        *self.handler_runs.lock().unwrap()
+    }
+
+    /// The commits sent (`commit` and `commit_fresh`), over every delivery.
+    fn commits(&self) -> usize {
+        self.store
+            .calls
+            .commit
+            .load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// The idempotency record of the order `event_id`, as stored.
+    async fn record(&self, event_id: &str) -> Option<Record> {
+        let key = IdempotencyKey::derive(KEY_PREFIX, event_id.as_bytes());
+        self.store.inner.get(&key).await.unwrap()
     }
 
     /// A fresh container: its own layer, no cache.

@@ -1,7 +1,7 @@
 //! A store wrapper that injects one fault at a chosen call: an answer lost after the call
 //! was applied (as when the SDK resends a request whose response never came), a transient
-//! failure, a refusal as invalid, a panic, a slow or lost-lease heartbeat. It counts every
-//! call.
+//! failure, a refusal as invalid, a panic, a slow or lost-lease heartbeat, a commit cut by a
+//! kill or meeting a concurrent transaction. It counts every call.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -11,7 +11,8 @@ use std::time::Duration;
 use lambda_idempotency::key::IdempotencyKey;
 use lambda_idempotency::record::{OwnerToken, Record, Status};
 use lambda_idempotency::store::{
-    Acquire, AcquireRequest, CompleteRequest, ExtendRequest, Fenced, Store, StoreError,
+    Acquire, AcquireRequest, Commit, CommitRequest, CompleteRequest, ExtendRequest, Fenced, Store,
+    StoreError, TransactionalStore,
 };
 
 /// A fault for the next call of its kind.
@@ -53,6 +54,17 @@ pub enum Inject {
         /// When the copy's lease ends.
         lease_ends_ms: u64,
     },
+    /// The process dies before the commit is sent: it never answers, nothing is applied.
+    CommitNeverSent,
+    /// The commit is applied, then the process dies before it sees the answer: it never
+    /// answers.
+    CommitAppliedThenDies,
+    /// The commit is applied, but its answer is lost (a connection reset): the caller gets
+    /// a store fault.
+    CommitAnswerLost,
+    /// The commit meets a concurrent transaction (DynamoDB's `TransactionConflict`) and
+    /// applies nothing. Queue it once per commit it strikes.
+    CommitConflicts,
 }
 
 /// The calls the wrapper saw, by kind.
@@ -70,6 +82,8 @@ pub struct Calls {
     pub get_many: AtomicUsize,
     /// `get` calls.
     pub get: AtomicUsize,
+    /// `commit` and `commit_fresh` calls.
+    pub commit: AtomicUsize,
 }
 
 /// `inner` with faults injected.
@@ -229,5 +243,59 @@ impl<S: Store> Store for FaultyStore<S> {
             Some(_) => Err(down()),
             None => self.inner.get_many(keys).await,
         }
+    }
+}
+
+impl<S: TransactionalStore> FaultyStore<S> {
+    /// `commit`, one of the inner store's commits of the same request, with the first queued
+    /// commit fault.
+    async fn commit_with_fault(
+        &self,
+        commit: impl std::future::Future<Output = Result<Commit, StoreError>>,
+    ) -> Result<Commit, StoreError> {
+        self.calls.commit.fetch_add(1, Ordering::SeqCst);
+        let injected = self.take(|f| {
+            matches!(
+                f,
+                Inject::CommitNeverSent
+                    | Inject::CommitAppliedThenDies
+                    | Inject::CommitAnswerLost
+                    | Inject::CommitConflicts
+            )
+        });
+        match injected {
+            Some(Inject::CommitNeverSent) => std::future::pending().await,
+            Some(Inject::CommitAppliedThenDies) => {
+                assert_eq!(
+                    commit.await.unwrap(),
+                    Commit::Applied,
+                    "injected on a commit that applies"
+                );
+                std::future::pending().await
+            }
+            Some(Inject::CommitAnswerLost) => {
+                assert_eq!(
+                    commit.await.unwrap(),
+                    Commit::Applied,
+                    "injected on a commit that applies"
+                );
+                Err(StoreError::Unavailable(
+                    "injected: connection reset by peer".into(),
+                ))
+            }
+            Some(_) => Ok(Commit::Conflict),
+            None => commit.await,
+        }
+    }
+}
+
+impl<S: TransactionalStore> TransactionalStore for FaultyStore<S> {
+    async fn commit(&self, request: &CommitRequest) -> Result<Commit, StoreError> {
+        self.commit_with_fault(self.inner.commit(request)).await
+    }
+
+    async fn commit_fresh(&self, request: &CommitRequest) -> Result<Commit, StoreError> {
+        self.commit_with_fault(self.inner.commit_fresh(request))
+            .await
     }
 }
