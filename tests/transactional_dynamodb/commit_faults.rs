@@ -7,6 +7,7 @@ use lambda_idempotency_test_support as support;
 use std::sync::Arc;
 use std::time::Duration;
 
+use lambda_idempotency::batch::BatchReport;
 use lambda_idempotency::clock::{epoch_ms, epoch_secs, Clock};
 use lambda_idempotency::key::IdempotencyKey;
 use lambda_idempotency::record::{OwnerToken, Record, Status};
@@ -16,12 +17,27 @@ use order_consumer::{Order, KEY_PREFIX};
 use support::faulty_store::Inject;
 use support::{invocation, outcomes, reported};
 
-use crate::{one_record, Hook, Ledger, LEASE_CAP, MODES, REMAINING};
+use crate::{one_record, Applied, Hook, Ledger, LEASE_CAP, MODES, REMAINING};
 
 /// Alice's order of 25, the first record of `events/batch.json`.
 const ALICE: &str = "evt-1001";
 /// Its message.
 const ALICE_MESSAGE: &str = "0b1f5a52-7d3e-4c1a-9f60-2a51c1d0e001";
+
+/// The one record was answered `outcome` and acknowledged, and the handler's runs and the
+/// commits sent, over every delivery so far, are `(runs, commits)`.
+fn acknowledged(
+    ledger: &Ledger,
+    mode: IdempotencyMode,
+    report: &BatchReport<Applied>,
+    outcome: Outcome,
+    runs_and_commits: (usize, usize),
+) {
+    assert_eq!(outcomes(report), [outcome], "{mode:?}");
+    assert!(reported(report).is_empty(), "{mode:?}");
+    let counted = (ledger.runs(), ledger.commits());
+    assert_eq!(counted, runs_and_commits, "{mode:?}: runs and commits");
+}
 
 /// The record is completed, holds no lease, and was written by `owner` if given.
 fn assert_completed(record: &Record, owner: Option<&OwnerToken>, mode: IdempotencyMode) {
@@ -60,9 +76,7 @@ async fn a_kill_before_the_commit_applies_the_effect_once_after_redelivery() {
         let report = ledger
             .deliver(mode, one_record("batch_redelivered.json", 0))
             .await;
-        assert_eq!(outcomes(&report), [Outcome::Executed], "{mode:?}");
-        assert!(reported(&report).is_empty(), "{mode:?}");
-        assert_eq!((ledger.runs(), ledger.commits()), (2, 2), "{mode:?}");
+        acknowledged(&ledger, mode, &report, Outcome::Executed, (2, 2));
         let record = ledger.record(ALICE).await.expect("a record");
         assert_completed(&record, None, mode);
         assert!(record.owner.is_some(), "{mode:?}");
@@ -91,9 +105,7 @@ async fn a_kill_after_the_commit_replays_after_redelivery() {
         let report = ledger
             .deliver(mode, one_record("batch_redelivered.json", 0))
             .await;
-        assert_eq!(outcomes(&report), [Outcome::Replayed], "{mode:?}");
-        assert!(reported(&report).is_empty(), "{mode:?}");
-        assert_eq!((ledger.runs(), ledger.commits()), (1, 1), "{mode:?}");
+        acknowledged(&ledger, mode, &report, Outcome::Replayed, (1, 1));
         assert_completed(
             &ledger.record(ALICE).await.expect("a record"),
             committed.owner.as_ref(),
@@ -111,10 +123,8 @@ async fn a_commit_whose_response_was_lost_is_recognised_not_applied_twice() {
         };
         ledger.store.inject(Inject::CommitAnswerLost);
         let report = ledger.deliver(mode, one_record("batch.json", 0)).await;
-        assert_eq!(outcomes(&report), [Outcome::Executed], "{mode:?}");
-        assert!(reported(&report).is_empty(), "{mode:?}");
-        // Sent again after the lost answer and recognised as applied.
-        assert_eq!((ledger.runs(), ledger.commits()), (1, 2), "{mode:?}");
+        // The commit is sent again after the lost answer and recognised as applied.
+        acknowledged(&ledger, mode, &report, Outcome::Executed, (1, 2));
         assert_eq!(ledger.balance("acct-alice").await, 25, "{mode:?}");
         let committed = ledger.record(ALICE).await.expect("a record");
         assert_completed(&committed, None, mode);
@@ -122,13 +132,11 @@ async fn a_commit_whose_response_was_lost_is_recognised_not_applied_twice() {
         // acquire answers it; optimistic mode computes it again and learns from its refused
         // commit that it is a duplicate.
         let again = ledger.deliver(mode, one_record("batch.json", 0)).await;
-        assert_eq!(outcomes(&again), [Outcome::Replayed], "{mode:?}");
-        assert!(reported(&again).is_empty(), "{mode:?}");
-        let expected = match mode {
+        let runs_and_commits = match mode {
             IdempotencyMode::Lease => (1, 2),
             _ => (2, 3),
         };
-        assert_eq!((ledger.runs(), ledger.commits()), expected, "{mode:?}");
+        acknowledged(&ledger, mode, &again, Outcome::Replayed, runs_and_commits);
         assert_completed(
             &ledger.record(ALICE).await.expect("a record"),
             committed.owner.as_ref(),
@@ -202,9 +210,7 @@ async fn a_transaction_conflict_is_retried_then_reported_without_applying_anythi
         // A passing conflict: retried at once with the same request token, applied once.
         ledger.store.inject(Inject::CommitConflicts);
         let report = ledger.deliver(mode, one_record("batch.json", 0)).await;
-        assert_eq!(outcomes(&report), [Outcome::Executed], "{mode:?}");
-        assert!(reported(&report).is_empty(), "{mode:?}");
-        assert_eq!((ledger.runs(), ledger.commits()), (1, 2), "{mode:?}");
+        acknowledged(&ledger, mode, &report, Outcome::Executed, (1, 2));
         assert_completed(&ledger.record(ALICE).await.expect("a record"), None, mode);
         assert_eq!(ledger.balance("acct-alice").await, 25, "{mode:?}");
         // A lasting one: after the commit attempts (3), reported for retry, nothing applied,
@@ -235,9 +241,7 @@ async fn a_transaction_conflict_is_retried_then_reported_without_applying_anythi
         );
         assert_eq!(ledger.balance("acct-bob").await, 0, "{mode:?}");
         let report = ledger.deliver(mode, one_record("batch.json", 1)).await;
-        assert_eq!(outcomes(&report), [Outcome::Executed], "{mode:?}");
-        assert!(reported(&report).is_empty(), "{mode:?}");
-        assert_eq!((ledger.runs(), ledger.commits()), (3, 6), "{mode:?}");
+        acknowledged(&ledger, mode, &report, Outcome::Executed, (3, 6));
         assert_completed(
             &ledger.record("evt-1002").await.expect("a record"),
             None,
