@@ -62,8 +62,10 @@ fn raw_id(order: &Value) -> String {
 /// `BatchGetItem` (the pre-check); those found are done, and the rest, with the first
 /// deliveries (which do not wait for the lookup), make their conditional writes. The two
 /// groups run side by side, each on the processor's schedule, where the processor shares
-/// one limit between them: that differs only for a batch of more records than the limit
-/// with both groups writing, which no scenario has (a batch of 100 is all first deliveries).
+/// one limit between all the batch's records (its first deliveries can wait for a slot
+/// behind redelivered records waiting for the lookup). That differs only for a batch of
+/// more records than the limit with records in both groups, which no scenario has: its
+/// batches of 10 fit the limit, and its batch of 100 is all first deliveries.
 pub async fn raw_batch(client: &Client, t: &Tables, mode: IdempotencyMode, event: &SqsEvent) {
     let (redelivered, fresh): (Vec<&SqsMessage>, Vec<&SqsMessage>) =
         event.records.iter().partition(|m| {
@@ -248,44 +250,69 @@ async fn raw_records(
     .await;
 }
 
+/// The most records the batch processor runs at once by default (the bench's processors
+/// keep the default).
+pub fn processors_limit() -> usize {
+    let BatchMode::Auto { limit } = BatchMode::default() else {
+        unreachable!("the processor's default mode is Auto");
+    };
+    limit.max(1)
+}
+
 /// Runs `records` on the toolkit's schedule, so that the raw requests are measured at its
 /// concurrency: at most the batch processor's default limit at once, a new record starting
 /// as soon as any running one finishes.
 pub async fn at_the_processors_concurrency<F: Future<Output = ()>>(
     records: impl Iterator<Item = F>,
 ) {
-    let BatchMode::Auto { limit } = BatchMode::default() else {
-        unreachable!("the processor's default mode is Auto");
-    };
     futures_util::stream::iter(records)
-        .buffer_unordered(limit)
+        .buffer_unordered(processors_limit())
         .for_each(|()| async {})
         .await;
 }
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
     use std::time::Duration;
 
     use tokio::sync::Notify;
 
-    use super::at_the_processors_concurrency;
+    use super::{at_the_processors_concurrency, processors_limit};
 
-    /// The eleventh record starts while the first is still running, once any other has
-    /// finished (an order-keeping schedule would hold it until the first is done, and so
-    /// run fewer records at once than the toolkit).
+    /// With one record more than the limit: the first `limit` records run at once (each
+    /// but the first waits until all have started), and never more; the last starts while
+    /// the first is still running, once any other has finished (an order-keeping schedule would hold it until
+    /// the first is done, and so run fewer records at once than the toolkit).
     #[tokio::test]
-    async fn a_record_starts_as_soon_as_any_running_one_finishes() {
+    async fn at_most_the_limit_run_at_once_and_a_record_starts_as_soon_as_any_finishes() {
+        let limit = processors_limit();
         let first_may_finish = Arc::new(Notify::new());
-        let records = (0..11).map(|i| {
+        let (started, running, most) = (
+            Arc::new(AtomicUsize::new(0)),
+            Arc::new(AtomicUsize::new(0)),
+            Arc::new(AtomicUsize::new(0)),
+        );
+        let records = (0..=limit).map(|i| {
             let first_may_finish = first_may_finish.clone();
+            let (started, running, most) = (started.clone(), running.clone(), most.clone());
             async move {
-                match i {
-                    0 => first_may_finish.notified().await,
-                    10 => first_may_finish.notify_one(),
-                    _ => {}
+                most.fetch_max(running.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+                started.fetch_add(1, Ordering::SeqCst);
+                // Running for one more poll at least, so that the records started together
+                // are counted together.
+                tokio::task::yield_now().await;
+                if i == 0 {
+                    first_may_finish.notified().await;
+                } else if i == limit {
+                    first_may_finish.notify_one();
+                } else {
+                    while started.load(Ordering::SeqCst) < limit {
+                        tokio::task::yield_now().await;
+                    }
                 }
+                running.fetch_sub(1, Ordering::SeqCst);
             }
         });
         let ran = tokio::time::timeout(
@@ -293,6 +320,10 @@ mod tests {
             at_the_processors_concurrency(records),
         )
         .await;
-        assert!(ran.is_ok(), "the eleventh record waited for the first");
+        assert!(
+            ran.is_ok(),
+            "the first limit did not start together, or the last record waited for the first"
+        );
+        assert_eq!(most.load(Ordering::SeqCst), limit, "records at once");
     }
 }

@@ -8,6 +8,7 @@ mod budget;
 mod misses;
 mod targets;
 
+use crate::raw::processors_limit;
 use crate::scenario::{batches_at, REALISTIC_MS, ROUND_TRIP_PROBE_MS, SCENARIOS};
 pub use budget::budget_failures;
 use targets::{round_trips, targets};
@@ -120,7 +121,7 @@ pub fn report(lines: &[Value], batches: usize, took: Took) -> String {
             .find(|s| s.name == name)
             .map_or(0, |s| batches_at(batches, s, added_ms))
     };
-    let _ = writeln!(md, "- Batches per scenario (`BENCH_BATCHES={batches}`): {} at 0 ms ({} with batches of 100; {} of duplicates-10, redelivered duplicates without a cache, whose batches of a few milliseconds are the most sensitive to a pause of DynamoDB Local's JVM), {} at {REALISTIC_MS} ms, {} at {ROUND_TRIP_PROBE_MS} ms; concurrency within a batch: 10 (toolkit and raw), Powertools sequential", of("fresh-10", 0), of("fresh-100", 0), of("duplicates-10", 0), of("fresh-10", REALISTIC_MS), of("fresh-10", ROUND_TRIP_PROBE_MS));
+    let _ = writeln!(md, "- Batches per scenario (`BENCH_BATCHES={batches}`): {} at 0 ms ({} with batches of 100; {} of duplicates-10, redelivered duplicates without a cache, whose batches of a few milliseconds are the most sensitive to a pause of DynamoDB Local's JVM), {} at {REALISTIC_MS} ms, {} at {ROUND_TRIP_PROBE_MS} ms; concurrency within a batch: {} (toolkit and raw), Powertools sequential", of("fresh-10", 0), of("fresh-100", 0), of("duplicates-10", 0), of("fresh-10", REALISTIC_MS), of("fresh-10", ROUND_TRIP_PROBE_MS), processors_limit());
     let _ = writeln!(
         md,
         "- Command: `scripts/bench.sh` (settings: `BENCH_BATCHES`)"
@@ -196,7 +197,7 @@ pub fn report(lines: &[Value], batches: usize, took: Took) -> String {
     targets(&mut md, lines);
     budget::budget(&mut md, lines);
     let _ = writeln!(md, "\n## Reading the figures\n");
-    let _ = writeln!(md, "- *raw-dynamodb* issues exactly the requests each mode must make (optimistic: one `TransactWriteItems` per fresh record; lease: a conditional `PutItem`, then the `TransactWriteItems`; a duplicate SQS marks as redelivered: its share of one strongly consistent `BatchGetItem`, the pre-check; an unmarked duplicate: the one refused request), with the same attributes (its keys as long as the toolkit's, its payload hash and owner the same size), the same conditions (taking over expired records and elapsed leases; the owner fence), `ALL_OLD` on refusal and a `ClientRequestToken`, at the same concurrency (at most ten records at once, the batch processor's default, a new one starting as soon as any running one finishes, as the processor schedules them), with no toolkit logic (each body parsed once). The toolkit's overhead over it is key hashing, payload hashing, JSON, and decoding.");
+    let _ = writeln!(md, "- *raw-dynamodb* issues exactly the requests each mode must make (optimistic: one `TransactWriteItems` per fresh record; lease: a conditional `PutItem`, then the `TransactWriteItems`; a duplicate SQS marks as redelivered: its share of one strongly consistent `BatchGetItem`, the pre-check; an unmarked duplicate: the one refused request), with the same attributes (its keys as long as the toolkit's, its payload hash and owner the same size), the same conditions (taking over expired records and elapsed leases; the owner fence), `ALL_OLD` on refusal and a `ClientRequestToken`, at the same concurrency (at most {} records at once, the batch processor's default, a new one starting as soon as any running one finishes, as the processor schedules them), with no toolkit logic (each body parsed once). The toolkit's overhead over it is key hashing, payload hashing, JSON, and decoding.", processors_limit());
     let _ = writeln!(md, "- *powertools-python* is `BatchProcessor` with `idempotent_function` (`scripts/bench_powertools.py`), on the same DynamoDB Local and events. It cannot commit the ledger write with its record, so it makes three calls per fresh record (put, the ledger update, update) and its effect is not exactly-once. It processes a batch's records one after another, as its `BatchProcessor` does.");
     let _ = writeln!(md, "- *duplicates-10*: every record completed before and redelivered by SQS (`ApproximateReceiveCount` 2), to a container that never saw it (no local cache). *retries-10*: the same duplicates unmarked (a producer's retries, each a new message), which the default pre-check does not look up. *mixed-10*: five redelivered duplicates and five first deliveries.");
     let _ = writeln!(md, "- Calls are counted by an SDK interceptor (botocore event hooks on the Python side). WCU and RCU come from `ReturnConsumedCapacity=TOTAL` as DynamoDB Local reports them. A write refused by its condition reports no capacity, although DynamoDB charges it: the refused-write column counts it as DynamoDB would for items up to 1 KB (1 unit per refused item write, 2 per item of a refused transaction). An estimate, not a report.");
