@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use lambda_idempotency::batch::BatchReport;
 use lambda_idempotency::key::IdempotencyKey;
-use lambda_idempotency::record::{OwnerToken, Record};
+use lambda_idempotency::record::{OwnerToken, Record, Status};
 use lambda_idempotency::store::postgres::PgTransaction;
 use lambda_idempotency::store::{
     Acquire, AcquireRequest, Commit, CompleteRequest, ExtendRequest, Fenced, PostgresStore, Store,
@@ -17,8 +17,8 @@ use lambda_idempotency::store::{
 };
 use lambda_idempotency::{IdempotencyMode, Outcome};
 use lambda_idempotency_test_support as support;
-use pg_order_consumer::{connect, processor, Applied, Settings};
-use support::{invocation, load_event, outcomes};
+use pg_order_consumer::{connect, processor, Applied, Settings, KEY_PREFIX};
+use support::{invocation, load_event, outcomes, reported};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
@@ -108,6 +108,22 @@ fn first_order() -> lambda_runtime::LambdaEvent<aws_lambda_events::sqs::SqsEvent
     invocation(event, std::time::SystemTime::now(), REMAINING)
 }
 
+/// The first order's message, in `events/batch.json`.
+const MESSAGE: &str = "0b1f5a52-7d3e-4c1a-9f60-2a51c1d0e001";
+
+/// The one record was answered `outcome` and acknowledged.
+fn acknowledged(report: &BatchReport<Applied>, outcome: Outcome, mode: IdempotencyMode) {
+    assert_eq!(outcomes(report), [outcome], "{mode:?}");
+    assert!(reported(report).is_empty(), "{mode:?}");
+}
+
+/// The record is completed and holds no lease.
+fn assert_completed(record: &Record, mode: IdempotencyMode) {
+    assert_eq!(record.status, Status::Completed, "{mode:?}");
+    assert_eq!(record.lease_expiration_ms, None, "{mode:?}: no lease");
+    assert!(record.owner.is_some(), "{mode:?}");
+}
+
 async fn balance(store: &PostgresStore) -> i64 {
     let client = store.pool().get().await.unwrap();
     client
@@ -149,6 +165,12 @@ impl Rig {
             .await
     }
 
+    /// The first order's idempotency record, as stored.
+    async fn record(&self) -> Option<Record> {
+        let key = IdempotencyKey::derive(KEY_PREFIX, b"evt-1001");
+        self.store.get(&key).await.unwrap()
+    }
+
     /// Delivers with `fault` armed; the invocation "dies" where the fault strikes.
     async fn deliver_and_die(&self, fault: Fault) {
         *self.faulty.fault.lock().unwrap() = Some(fault);
@@ -169,26 +191,28 @@ async fn a_kill_before_the_commit_applies_nothing_and_the_redelivery_once() {
         let rig = Rig::new(&url, mode).await;
         rig.deliver_and_die(Fault::DieBeforeCommit).await;
         assert_eq!(balance(&rig.store).await, 0, "{mode:?}");
-        if mode == IdempotencyMode::Lease {
+        let dead_owner = if mode == IdempotencyMode::Lease {
             // The dead lease holds until its invocation's deadline.
-            assert_eq!(
-                outcomes(&rig.deliver().await),
-                [Outcome::Locked],
-                "{mode:?}"
-            );
+            let held = rig.record().await.expect("the dead invocation's lease");
+            assert_eq!(held.status, Status::InProgress);
+            assert!(held.lease_expiration_ms.is_some());
+            let report = rig.deliver().await;
+            assert_eq!(outcomes(&report), [Outcome::Locked]);
+            assert_eq!(reported(&report), [MESSAGE]);
+            assert_eq!(rig.record().await, Some(held.clone()), "untouched");
             tokio::time::sleep(REMAINING).await;
-        }
-        assert_eq!(
-            outcomes(&rig.deliver().await),
-            [Outcome::Executed],
-            "{mode:?}"
-        );
+            held.owner
+        } else {
+            assert_eq!(rig.record().await, None, "nothing before the commit");
+            None
+        };
+        acknowledged(&rig.deliver().await, Outcome::Executed, mode);
+        let committed = rig.record().await.expect("a record");
+        assert_completed(&committed, mode);
+        assert_ne!(committed.owner, dead_owner, "{mode:?}: the redelivery's");
         assert_eq!(balance(&rig.store).await, 25, "{mode:?}");
-        assert_eq!(
-            outcomes(&rig.deliver().await),
-            [Outcome::Replayed],
-            "{mode:?}"
-        );
+        acknowledged(&rig.deliver().await, Outcome::Replayed, mode);
+        assert_eq!(rig.record().await, Some(committed), "{mode:?}: unchanged");
         assert_eq!(balance(&rig.store).await, 25, "{mode:?}");
     }
 }
@@ -202,11 +226,10 @@ async fn a_kill_after_the_commit_replays_on_redelivery() {
         let rig = Rig::new(&url, mode).await;
         rig.deliver_and_die(Fault::DieAfterCommit).await;
         assert_eq!(balance(&rig.store).await, 25, "{mode:?}");
-        assert_eq!(
-            outcomes(&rig.deliver().await),
-            [Outcome::Replayed],
-            "{mode:?}"
-        );
+        let committed = rig.record().await.expect("a record");
+        assert_completed(&committed, mode);
+        acknowledged(&rig.deliver().await, Outcome::Replayed, mode);
+        assert_eq!(rig.record().await, Some(committed), "{mode:?}: unchanged");
         assert_eq!(balance(&rig.store).await, 25, "{mode:?}");
     }
 }
@@ -307,14 +330,12 @@ async fn a_commit_whose_answer_was_lost_is_recognised_and_applied_once() {
             !cutter.armed.load(Ordering::SeqCst),
             "{mode:?}: a COMMIT was cut"
         );
-        assert_eq!(outcomes(&report), [Outcome::Executed], "{mode:?}");
-        assert!(report.response.batch_item_failures.is_empty(), "{mode:?}");
+        acknowledged(&report, Outcome::Executed, mode);
         assert_eq!(balance(&rig.store).await, 25, "{mode:?}");
-        assert_eq!(
-            outcomes(&rig.deliver().await),
-            [Outcome::Replayed],
-            "{mode:?}"
-        );
+        let committed = rig.record().await.expect("a record");
+        assert_completed(&committed, mode);
+        acknowledged(&rig.deliver().await, Outcome::Replayed, mode);
+        assert_eq!(rig.record().await, Some(committed), "{mode:?}: unchanged");
         assert_eq!(balance(&rig.store).await, 25, "{mode:?}");
     }
 }
