@@ -1,6 +1,8 @@
 //! A record's final write (a commit with the handler's writes, or a completion) as the store
 //! sees each send, on the embedded store: a send whose answer was lost is sent again
-//! unchanged (so DynamoDB's request token is the same and the write applies once), a result
+//! unchanged (so DynamoDB's request token is the same and the write applies once; the
+//! embedded store, which has no token, refuses it, and the refusing record shows it ours,
+//! as DynamoDB's does once the token is forgotten), a result
 //! too large for the record is sent again compressed (in optimistic mode at a fresh time, so
 //! with a fresh token; under a lease at the same time and expiry), and the data the record
 //! keeps and replays is the data of the last send. Checked per delivery: the handler's runs,
@@ -331,6 +333,28 @@ async fn a_commit_under_a_lease_is_refitted_at_the_same_time_and_expiry() {
     assert_eq!(store.balance(), Some(Attr::n(1)), "credited once");
     let again = deliver(&store, IdempotencyMode::Lease, Some("other"), 2).await;
     store.assert_redelivery(&again, Outcome::Replayed, Some(&large), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lease_commit_whose_answer_was_lost_is_recognised_by_the_record_it_wrote() {
+    // Send 0: applied, its answer lost. Send 1: the same again, refused by its owner fence
+    // (the record is no longer in progress), and the refusing record shows the commit ours.
+    let store = Sends::new(&[0]);
+    let first = deliver(&store, IdempotencyMode::Lease, Some("ok"), 1).await;
+    assert_acknowledged(&first, Outcome::Executed, "first delivery");
+    assert_eq!(first.records[0].value.as_deref(), Some("ok"));
+    assert_eq!(store.runs(), 1);
+    let sent = store.sent();
+    assert_eq!(sent.len(), 2, "{sent:#?}");
+    assert_eq!(carried(&sent[1]), carried(&sent[0]), "resent unchanged");
+    let last = &sent[1];
+    let (owner, expiration_secs, data) = (&last.owner, last.expiration_secs, &last.data);
+    store
+        .assert_stored(Status::Completed, owner, expiration_secs, data)
+        .await;
+    assert_eq!(store.balance(), Some(Attr::n(1)), "credited once");
+    let again = deliver(&store, IdempotencyMode::Lease, Some("other"), 2).await;
+    store.assert_redelivery(&again, Outcome::Replayed, Some("ok"), 2);
 }
 
 #[tokio::test(start_paused = true)]

@@ -1,5 +1,5 @@
 //! Faults at the commit: kills before and after, a lost response, a lost lease, conflicts.
-//! Checked per delivery: the handler's runs, the commits sent, each outcome,
+//! Checked per delivery: the handler's runs, the commits attempted, each outcome,
 //! `batchItemFailures`, the stored record (status, owner, lease) and the ledger.
 
 use lambda_idempotency_test_support as support;
@@ -25,7 +25,8 @@ const ALICE: &str = "evt-1001";
 const ALICE_MESSAGE: &str = "0b1f5a52-7d3e-4c1a-9f60-2a51c1d0e001";
 
 /// The one record was answered `outcome` and acknowledged, and the handler's runs and the
-/// commits sent, over every delivery so far, are `(runs, commits)`.
+/// commits attempted, over every delivery so far, are `(runs, commits)`.
+#[track_caller]
 fn acknowledged(
     ledger: &Ledger,
     mode: IdempotencyMode,
@@ -40,6 +41,7 @@ fn acknowledged(
 }
 
 /// The record is completed, holds no lease, and was written by `owner` if given.
+#[track_caller]
 fn assert_completed(record: &Record, owner: Option<&OwnerToken>, mode: IdempotencyMode) {
     assert_eq!(record.status, Status::Completed, "{mode:?}");
     assert_eq!(record.lease_expiration_ms, None, "{mode:?}: no lease");
@@ -96,6 +98,11 @@ async fn a_kill_after_the_commit_replays_after_redelivery() {
             .deliver_and_die(mode, one_record("batch.json", 0))
             .await;
         assert_eq!((ledger.runs(), ledger.commits()), (1, 1), "{mode:?}");
+        let leases = match mode {
+            IdempotencyMode::Lease => 1,
+            _ => 0,
+        };
+        assert_eq!(ledger.acquires(), leases, "{mode:?}");
         assert_eq!(ledger.balance("acct-alice").await, 25, "{mode:?}");
         let committed = ledger.record(ALICE).await.expect("a record");
         assert_completed(&committed, None, mode);
@@ -106,6 +113,7 @@ async fn a_kill_after_the_commit_replays_after_redelivery() {
             .deliver(mode, one_record("batch_redelivered.json", 0))
             .await;
         acknowledged(&ledger, mode, &report, Outcome::Replayed, (1, 1));
+        assert_eq!(ledger.acquires(), leases, "{mode:?}: no lease asked for");
         assert_completed(
             &ledger.record(ALICE).await.expect("a record"),
             committed.owner.as_ref(),

@@ -70,11 +70,20 @@ impl Ledger {
         *self.handler_runs.lock().unwrap()
     }
 
-    /// The commits sent (`commit` and `commit_fresh`), over every delivery.
+    /// The commits attempted (`commit` and `commit_fresh` calls, one a fault cut short
+    /// included), over every delivery.
     fn commits(&self) -> usize {
         self.store
             .calls
             .commit
+            .load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// The leases asked for (`acquire` calls), over every delivery.
+    fn acquires(&self) -> usize {
+        self.store
+            .calls
+            .acquire
             .load(std::sync::atomic::Ordering::SeqCst)
     }
 

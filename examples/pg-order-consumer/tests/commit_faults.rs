@@ -112,12 +112,14 @@ fn first_order() -> lambda_runtime::LambdaEvent<aws_lambda_events::sqs::SqsEvent
 const MESSAGE: &str = "0b1f5a52-7d3e-4c1a-9f60-2a51c1d0e001";
 
 /// The one record was answered `outcome` and acknowledged.
+#[track_caller]
 fn acknowledged(report: &BatchReport<Applied>, outcome: Outcome, mode: IdempotencyMode) {
     assert_eq!(outcomes(report), [outcome], "{mode:?}");
     assert!(reported(report).is_empty(), "{mode:?}");
 }
 
 /// The record is completed and holds no lease.
+#[track_caller]
 fn assert_completed(record: &Record, mode: IdempotencyMode) {
     assert_eq!(record.status, Status::Completed, "{mode:?}");
     assert_eq!(record.lease_expiration_ms, None, "{mode:?}: no lease");

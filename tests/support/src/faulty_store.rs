@@ -1,5 +1,5 @@
-//! A store wrapper that injects one fault at a chosen call: an answer lost after the call
-//! was applied (as when the SDK resends a request whose response never came), a transient
+//! A store wrapper that injects faults, each queued for the next call of its kind: an
+//! answer lost after the call was applied (as when the SDK resends a request whose response never came), a transient
 //! failure, a refusal as invalid, a panic, a slow or lost-lease heartbeat, a commit cut by a
 //! kill or meeting a concurrent transaction. It counts every call.
 
