@@ -155,6 +155,32 @@ async fn a_commit_whose_response_was_lost_is_recognised_not_applied_twice() {
 }
 
 #[tokio::test]
+async fn a_commit_resent_with_a_fresh_token_is_recognised_by_the_record_it_wrote() {
+    for mode in MODES {
+        let Some(ledger) = Ledger::new().await else {
+            return;
+        };
+        // The resend's token is not the first send's (as once DynamoDB forgets a token):
+        // refused by its condition, it meets the record the first send wrote, which shows
+        // it ours.
+        ledger.store.inject(Inject::CommitAnswerLost);
+        ledger.store.inject(Inject::CommitAtAFreshTime);
+        let report = ledger.deliver(mode, one_record("batch.json", 0)).await;
+        acknowledged(&ledger, mode, &report, Outcome::Executed, (1, 2));
+        assert!(
+            ledger.store.pending().is_empty(),
+            "{mode:?}: both faults met"
+        );
+        assert_completed(&ledger.record(ALICE).await.expect("a record"), None, mode);
+        assert_eq!(
+            ledger.balance("acct-alice").await,
+            25,
+            "{mode:?}: applied once"
+        );
+    }
+}
+
+#[tokio::test]
 async fn a_lease_lost_to_another_invocation_applies_nothing() {
     let Some(ledger) = Ledger::new().await else {
         return;

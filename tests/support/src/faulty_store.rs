@@ -65,6 +65,10 @@ pub enum Inject {
     /// The commit meets a concurrent transaction (DynamoDB's `TransactionConflict`) and
     /// applies nothing. Queue it once per commit it strikes.
     CommitConflicts,
+    /// The commit is sent a millisecond later than asked, so with another request token:
+    /// after `CommitAnswerLost`, a resend DynamoDB no longer recognises by its token (it
+    /// keeps one for ten minutes), which meets the record the first send wrote.
+    CommitAtAFreshTime,
 }
 
 /// The calls the wrapper saw, by kind.
@@ -247,11 +251,12 @@ impl<S: Store> Store for FaultyStore<S> {
 }
 
 impl<S: TransactionalStore> FaultyStore<S> {
-    /// `commit`, one of the inner store's commits of the same request, with the first queued
-    /// commit fault.
+    /// One commit of `request` (`commit_fresh` if `fresh`), with the first queued commit
+    /// fault.
     async fn commit_with_fault(
         &self,
-        commit: impl std::future::Future<Output = Result<Commit, StoreError>>,
+        request: &CommitRequest,
+        fresh: bool,
     ) -> Result<Commit, StoreError> {
         self.calls.commit.fetch_add(1, Ordering::SeqCst);
         let injected = self.take(|f| {
@@ -261,21 +266,24 @@ impl<S: TransactionalStore> FaultyStore<S> {
                     | Inject::CommitAppliedThenDies
                     | Inject::CommitAnswerLost
                     | Inject::CommitConflicts
+                    | Inject::CommitAtAFreshTime
             )
         });
         match injected {
             Some(Inject::CommitNeverSent) => std::future::pending().await,
             Some(Inject::CommitAppliedThenDies) => {
+                let applied = self.send_commit(request, fresh).await.unwrap();
                 assert_eq!(
-                    commit.await.unwrap(),
+                    applied,
                     Commit::Applied,
                     "injected on a commit that applies"
                 );
                 std::future::pending().await
             }
             Some(Inject::CommitAnswerLost) => {
+                let applied = self.send_commit(request, fresh).await.unwrap();
                 assert_eq!(
-                    commit.await.unwrap(),
+                    applied,
                     Commit::Applied,
                     "injected on a commit that applies"
                 );
@@ -283,19 +291,35 @@ impl<S: TransactionalStore> FaultyStore<S> {
                     "injected: connection reset by peer".into(),
                 ))
             }
-            Some(_) => Ok(Commit::Conflict),
-            None => commit.await,
+            Some(Inject::CommitConflicts) => Ok(Commit::Conflict),
+            Some(_) => {
+                let mut later = request.clone();
+                later.now += Duration::from_millis(1);
+                self.send_commit(&later, fresh).await
+            }
+            None => self.send_commit(request, fresh).await,
+        }
+    }
+
+    async fn send_commit(
+        &self,
+        request: &CommitRequest,
+        fresh: bool,
+    ) -> Result<Commit, StoreError> {
+        if fresh {
+            self.inner.commit_fresh(request).await
+        } else {
+            self.inner.commit(request).await
         }
     }
 }
 
 impl<S: TransactionalStore> TransactionalStore for FaultyStore<S> {
     async fn commit(&self, request: &CommitRequest) -> Result<Commit, StoreError> {
-        self.commit_with_fault(self.inner.commit(request)).await
+        self.commit_with_fault(request, false).await
     }
 
     async fn commit_fresh(&self, request: &CommitRequest) -> Result<Commit, StoreError> {
-        self.commit_with_fault(self.inner.commit_fresh(request))
-            .await
+        self.commit_with_fault(request, true).await
     }
 }
