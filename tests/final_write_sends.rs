@@ -131,6 +131,13 @@ impl Sends {
         assert_eq!(record.data.as_deref(), Some(data));
     }
 
+    /// The record is stored `status` as the commit `last` carried it (owner, expiry, data),
+    /// and holds no lease.
+    async fn assert_stored_as_sent(&self, status: Status, last: &CommitRequest) {
+        self.assert_stored(status, &last.owner, last.expiration_secs, &last.data)
+            .await;
+    }
+
     /// A redelivery answered `outcome` (replaying `value`, if given) without running the
     /// handler again (it ran once) or sending anything (`sends` in all).
     fn assert_redelivery(
@@ -300,10 +307,8 @@ async fn an_optimistic_commit_is_resent_unchanged_and_refitted_at_a_fresh_time()
         .iter()
         .all(|s| s.owner == sent[0].owner && s.status == Status::Completed));
     assert_eq!(carried(&sent[2]), carried(&sent[1]), "resent unchanged");
-    let last = &sent[2];
-    let (owner, expiration_secs, data) = (&last.owner, last.expiration_secs, &last.data);
     store
-        .assert_stored(Status::Completed, owner, expiration_secs, data)
+        .assert_stored_as_sent(Status::Completed, &sent[2])
         .await;
     assert_eq!(store.balance(), Some(Attr::n(1)), "credited once");
     // A redelivery replays the whole result from the compressed record, found by the
@@ -325,10 +330,8 @@ async fn a_commit_under_a_lease_is_refitted_at_the_same_time_and_expiry() {
     assert_eq!(sent[1].now, sent[0].now);
     assert_eq!(sent[1].expiration_secs, sent[0].expiration_secs);
     assert_eq!(sent[1].owner, sent[0].owner);
-    let last = &sent[1];
-    let (owner, expiration_secs, data) = (&last.owner, last.expiration_secs, &last.data);
     store
-        .assert_stored(Status::Completed, owner, expiration_secs, data)
+        .assert_stored_as_sent(Status::Completed, &sent[1])
         .await;
     assert_eq!(store.balance(), Some(Attr::n(1)), "credited once");
     let again = deliver(&store, IdempotencyMode::Lease, Some("other"), 2).await;
@@ -347,10 +350,8 @@ async fn a_lease_commit_whose_answer_was_lost_is_recognised_by_the_record_it_wro
     let sent = store.sent();
     assert_eq!(sent.len(), 2, "{sent:#?}");
     assert_eq!(carried(&sent[1]), carried(&sent[0]), "resent unchanged");
-    let last = &sent[1];
-    let (owner, expiration_secs, data) = (&last.owner, last.expiration_secs, &last.data);
     store
-        .assert_stored(Status::Completed, owner, expiration_secs, data)
+        .assert_stored_as_sent(Status::Completed, &sent[1])
         .await;
     assert_eq!(store.balance(), Some(Attr::n(1)), "credited once");
     let again = deliver(&store, IdempotencyMode::Lease, Some("other"), 2).await;
@@ -369,11 +370,7 @@ async fn an_optimistic_permanent_failure_is_resent_unchanged_and_replayed() {
     assert_eq!(sent[0].status, Status::Failed);
     assert!(sent[0].writes.is_empty(), "a failure commits no writes");
     assert_eq!(carried(&sent[1]), carried(&sent[0]), "resent unchanged");
-    let last = &sent[1];
-    let (owner, expiration_secs, data) = (&last.owner, last.expiration_secs, &last.data);
-    store
-        .assert_stored(Status::Failed, owner, expiration_secs, data)
-        .await;
+    store.assert_stored_as_sent(Status::Failed, &sent[1]).await;
     assert_eq!(store.balance(), None, "nothing credited");
     let again = deliver(&store, IdempotencyMode::Optimistic, Some("other"), 2).await;
     store.assert_redelivery(&again, Outcome::FailedPermanently, None, 2);

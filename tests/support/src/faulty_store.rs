@@ -272,21 +272,11 @@ impl<S: TransactionalStore> FaultyStore<S> {
         match injected {
             Some(Inject::CommitNeverSent) => std::future::pending().await,
             Some(Inject::CommitAppliedThenDies) => {
-                let applied = self.send_commit(request, fresh).await.unwrap();
-                assert_eq!(
-                    applied,
-                    Commit::Applied,
-                    "injected on a commit that applies"
-                );
+                self.apply_commit(request, fresh).await;
                 std::future::pending().await
             }
             Some(Inject::CommitAnswerLost) => {
-                let applied = self.send_commit(request, fresh).await.unwrap();
-                assert_eq!(
-                    applied,
-                    Commit::Applied,
-                    "injected on a commit that applies"
-                );
+                self.apply_commit(request, fresh).await;
                 Err(StoreError::Unavailable(
                     "injected: connection reset by peer".into(),
                 ))
@@ -299,6 +289,16 @@ impl<S: TransactionalStore> FaultyStore<S> {
             }
             None => self.send_commit(request, fresh).await,
         }
+    }
+
+    /// Sends the commit, which the fault injected on it expects to apply.
+    async fn apply_commit(&self, request: &CommitRequest, fresh: bool) {
+        let applied = self.send_commit(request, fresh).await.unwrap();
+        assert_eq!(
+            applied,
+            Commit::Applied,
+            "injected on a commit that applies"
+        );
     }
 
     async fn send_commit(
