@@ -273,7 +273,8 @@ pub(crate) async fn commit_fresh<St: TransactionalStore, C: Clock>(
 }
 
 /// The refusing record shows that this very commit was applied before (an earlier send's
-/// answer was lost).
+/// answer was lost). Each run has an owner token of its own and commits one status, so the
+/// owner alone would tell; the status is compared as well, defensively.
 pub(crate) fn is_our_commit(record: Option<&Record>, request: &CommitRequest) -> bool {
     record.is_some_and(|r| r.owner.as_ref() == Some(&request.owner) && r.status == request.status)
 }

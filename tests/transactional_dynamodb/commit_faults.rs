@@ -1,6 +1,7 @@
-//! Faults at the commit: kills before and after, a lost response, a lost lease, conflicts.
-//! Checked per delivery: the handler's runs, the commits attempted, each outcome,
-//! `batchItemFailures`, the stored record (status, owner, lease) and the ledger.
+//! Faults at the commit: kills before and after, a lost response (resent with the same
+//! request token or another), a lost lease, conflicts. Checked per delivery: the handler's
+//! runs, the commits attempted, each outcome, `batchItemFailures`, the stored record (status
+//! and lease; its owner where a delivery takes it over or must leave it) and the ledger.
 
 use lambda_idempotency_test_support as support;
 

@@ -1,7 +1,8 @@
-//! A store wrapper that injects faults, each queued for the next call of its kind: an
-//! answer lost after the call was applied (as when the SDK resends a request whose response never came), a transient
-//! failure, a refusal as invalid, a panic, a slow or lost-lease heartbeat, a commit cut by a
-//! kill or meeting a concurrent transaction. It counts every call.
+//! A store wrapper that injects faults, queued, each for the next call of its kind (a slow
+//! extension for every one): an answer lost after the call was applied (as when the SDK
+//! resends a request whose response never came), a transient failure, a refusal as invalid,
+//! a panic, a slow or lost-lease heartbeat, a commit cut by a kill, meeting a concurrent
+//! transaction or resent with another request token. It counts every call.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
