@@ -4,103 +4,23 @@
 //! wiring: the ledger moves exactly once.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use lambda_idempotency::batch::BatchReport;
 use lambda_idempotency::key::IdempotencyKey;
-use lambda_idempotency::record::{OwnerToken, Record, Status};
-use lambda_idempotency::store::postgres::PgTransaction;
-use lambda_idempotency::store::{
-    Acquire, AcquireRequest, Commit, CompleteRequest, ExtendRequest, Fenced, PostgresStore, Store,
-    StoreError, TransactionScope,
-};
+use lambda_idempotency::record::{Record, Status};
+use lambda_idempotency::store::{PostgresStore, Store};
 use lambda_idempotency::{IdempotencyMode, Outcome};
 use lambda_idempotency_test_support as support;
 use pg_order_consumer::{connect, processor, Applied, Settings, KEY_PREFIX};
+use support::faulty_store::{FaultyStore, Inject};
 use support::{invocation, load_event, outcomes, reported};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Notify;
 
 const MODES: [IdempotencyMode; 2] = [IdempotencyMode::Lease, IdempotencyMode::Optimistic];
 const REMAINING: Duration = Duration::from_secs(3);
-
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Fault {
-    /// The process dies before it sends the final write and the commit.
-    DieBeforeCommit,
-    /// The commit is applied, then the process dies before it sees the answer.
-    DieAfterCommit,
-}
-
-/// A `PostgresStore` that dies (never answers, and says so) at its next `complete_in`.
-#[derive(Clone)]
-struct Faulty {
-    inner: PostgresStore,
-    fault: Arc<Mutex<Option<Fault>>>,
-    died: Arc<Notify>,
-}
-
-impl Store for Faulty {
-    async fn acquire(&self, request: &AcquireRequest) -> Result<Acquire, StoreError> {
-        self.inner.acquire(request).await
-    }
-    async fn complete(&self, request: &CompleteRequest) -> Result<Fenced, StoreError> {
-        self.inner.complete(request).await
-    }
-    async fn extend(&self, request: &ExtendRequest) -> Result<Fenced, StoreError> {
-        self.inner.extend(request).await
-    }
-    async fn release(
-        &self,
-        key: &IdempotencyKey,
-        owner: &OwnerToken,
-    ) -> Result<Fenced, StoreError> {
-        self.inner.release(key, owner).await
-    }
-    async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
-        self.inner.get(key).await
-    }
-}
-
-impl TransactionScope for Faulty {
-    type Transaction = PgTransaction;
-
-    async fn begin(&self, hold_for: Duration) -> Result<PgTransaction, StoreError> {
-        self.inner.begin(hold_for).await
-    }
-    async fn acquire_in(
-        &self,
-        transaction: &PgTransaction,
-        request: &AcquireRequest,
-    ) -> Result<Acquire, StoreError> {
-        self.inner.acquire_in(transaction, request).await
-    }
-    async fn complete_in(
-        &self,
-        transaction: &PgTransaction,
-        request: &CompleteRequest,
-    ) -> Result<Commit, StoreError> {
-        let fault = self.fault.lock().unwrap().take();
-        match fault {
-            None => self.inner.complete_in(transaction, request).await,
-            Some(Fault::DieBeforeCommit) => {
-                self.died.notify_one();
-                std::future::pending().await
-            }
-            Some(Fault::DieAfterCommit) => {
-                let applied = self.inner.complete_in(transaction, request).await;
-                assert_eq!(applied.unwrap(), Commit::Applied);
-                self.died.notify_one();
-                std::future::pending().await
-            }
-        }
-    }
-    async fn rollback(&self, transaction: &PgTransaction) {
-        self.inner.rollback(transaction).await;
-    }
-}
 
 fn first_order() -> lambda_runtime::LambdaEvent<aws_lambda_events::sqs::SqsEvent> {
     let mut event = load_event("batch.json");
@@ -140,18 +60,14 @@ async fn balance(store: &PostgresStore) -> i64 {
 
 struct Rig {
     store: PostgresStore,
-    faulty: Faulty,
+    faulty: FaultyStore<PostgresStore>,
     settings: Settings,
 }
 
 impl Rig {
     async fn new(url: &str, mode: IdempotencyMode) -> Self {
         let store = connect(url).await.expect("connect");
-        let faulty = Faulty {
-            inner: store.clone(),
-            fault: Arc::new(Mutex::new(None)),
-            died: Arc::new(Notify::new()),
-        };
+        let faulty = FaultyStore::new(store.clone());
         let mut settings = Settings::new(url, mode);
         settings.deadline_margin = Duration::from_millis(500);
         Self {
@@ -173,14 +89,16 @@ impl Rig {
         self.store.get(&key).await.unwrap()
     }
 
-    /// Delivers with `fault` armed; the invocation "dies" where the fault strikes.
-    async fn deliver_and_die(&self, fault: Fault) {
-        *self.faulty.fault.lock().unwrap() = Some(fault);
+    /// Delivers with `fault` armed on the write that commits the transaction: the
+    /// invocation "dies" where it strikes (the fault never lets it answer, and its future
+    /// is dropped after a second).
+    async fn deliver_and_die(&self, fault: Inject) {
+        self.faulty.inject(fault);
         let processor = processor(self.faulty.clone(), &self.settings);
-        tokio::select! {
-            report = processor.process(first_order()) => panic!("it did not die: {:?}", outcomes(&report)),
-            () = self.faulty.died.notified() => {}
-        }
+        let run = processor.process(first_order());
+        let died = tokio::time::timeout(Duration::from_secs(1), run).await;
+        assert!(died.is_err(), "it did not die");
+        assert!(self.faulty.pending().is_empty(), "the fault struck");
     }
 }
 
@@ -191,7 +109,7 @@ async fn a_kill_before_the_commit_applies_nothing_and_the_redelivery_once() {
             return;
         };
         let rig = Rig::new(&url, mode).await;
-        rig.deliver_and_die(Fault::DieBeforeCommit).await;
+        rig.deliver_and_die(Inject::CommitNeverSent).await;
         assert_eq!(balance(&rig.store).await, 0, "{mode:?}");
         let dead_owner = if mode == IdempotencyMode::Lease {
             // The dead lease holds until its invocation's deadline.
@@ -226,7 +144,7 @@ async fn a_kill_after_the_commit_replays_on_redelivery() {
             return;
         };
         let rig = Rig::new(&url, mode).await;
-        rig.deliver_and_die(Fault::DieAfterCommit).await;
+        rig.deliver_and_die(Inject::CommitAppliedThenDies).await;
         assert_eq!(balance(&rig.store).await, 25, "{mode:?}");
         let committed = rig.record().await.expect("a record");
         assert_completed(&committed, mode);

@@ -5,6 +5,7 @@
 //! transaction or resent with another request token. It counts every call.
 
 use std::collections::VecDeque;
+use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -13,7 +14,7 @@ use lambda_idempotency::key::IdempotencyKey;
 use lambda_idempotency::record::{OwnerToken, Record, Status};
 use lambda_idempotency::store::{
     Acquire, AcquireRequest, Commit, CommitRequest, CompleteRequest, ExtendRequest, Fenced, Store,
-    StoreError, TransactionalStore,
+    StoreError, TransactionScope, TransactionalStore,
 };
 
 /// A fault for the next call of its kind.
@@ -75,7 +76,7 @@ pub enum Inject {
 /// The calls the wrapper saw, by kind.
 #[derive(Debug, Default)]
 pub struct Calls {
-    /// `acquire` calls.
+    /// `acquire` and `acquire_in` calls.
     pub acquire: AtomicUsize,
     /// `complete` calls.
     pub complete: AtomicUsize,
@@ -87,7 +88,7 @@ pub struct Calls {
     pub get_many: AtomicUsize,
     /// `get` calls.
     pub get: AtomicUsize,
-    /// `commit` and `commit_fresh` calls.
+    /// `commit`, `commit_fresh` and `complete_in` calls.
     pub commit: AtomicUsize,
 }
 
@@ -251,14 +252,39 @@ impl<S: Store> Store for FaultyStore<S> {
     }
 }
 
-impl<S: TransactionalStore> FaultyStore<S> {
-    /// One commit of `request` (`commit_fresh` if `fresh`), with the first queued commit
-    /// fault.
-    async fn commit_with_fault(
+/// A final write sent at a time of its own: its `now` enters its request token.
+trait SentAt: Clone {
+    /// The same write, a millisecond later.
+    fn later(&self) -> Self;
+}
+
+impl SentAt for CommitRequest {
+    fn later(&self) -> Self {
+        let mut later = self.clone();
+        later.now += Duration::from_millis(1);
+        later
+    }
+}
+
+impl SentAt for CompleteRequest {
+    fn later(&self) -> Self {
+        let mut later = self.clone();
+        later.now += Duration::from_millis(1);
+        later
+    }
+}
+
+impl<S: Store> FaultyStore<S> {
+    /// One commit of `request` through `send`, with the first queued commit fault.
+    async fn commit_with_fault<R, Fut>(
         &self,
-        request: &CommitRequest,
-        fresh: bool,
-    ) -> Result<Commit, StoreError> {
+        request: &R,
+        send: impl Fn(R) -> Fut,
+    ) -> Result<Commit, StoreError>
+    where
+        R: SentAt,
+        Fut: Future<Output = Result<Commit, StoreError>>,
+    {
         self.calls.commit.fetch_add(1, Ordering::SeqCst);
         let injected = self.take(|f| {
             matches!(
@@ -270,57 +296,82 @@ impl<S: TransactionalStore> FaultyStore<S> {
                     | Inject::CommitAtAFreshTime
             )
         });
+        // Sends the commit, which the fault injected on it expects to apply.
+        let apply = |request: &R| {
+            let sent = send(request.clone());
+            async move {
+                let applied = sent.await.unwrap();
+                assert_eq!(
+                    applied,
+                    Commit::Applied,
+                    "injected on a commit that applies"
+                );
+            }
+        };
         match injected {
             Some(Inject::CommitNeverSent) => std::future::pending().await,
             Some(Inject::CommitAppliedThenDies) => {
-                self.apply_commit(request, fresh).await;
+                apply(request).await;
                 std::future::pending().await
             }
             Some(Inject::CommitAnswerLost) => {
-                self.apply_commit(request, fresh).await;
+                apply(request).await;
                 Err(StoreError::Unavailable(
                     "injected: connection reset by peer".into(),
                 ))
             }
             Some(Inject::CommitConflicts) => Ok(Commit::Conflict),
-            Some(_) => {
-                let mut later = request.clone();
-                later.now += Duration::from_millis(1);
-                self.send_commit(&later, fresh).await
-            }
-            None => self.send_commit(request, fresh).await,
-        }
-    }
-
-    /// Sends the commit, which the fault injected on it expects to apply.
-    async fn apply_commit(&self, request: &CommitRequest, fresh: bool) {
-        let applied = self.send_commit(request, fresh).await.unwrap();
-        assert_eq!(
-            applied,
-            Commit::Applied,
-            "injected on a commit that applies"
-        );
-    }
-
-    async fn send_commit(
-        &self,
-        request: &CommitRequest,
-        fresh: bool,
-    ) -> Result<Commit, StoreError> {
-        if fresh {
-            self.inner.commit_fresh(request).await
-        } else {
-            self.inner.commit(request).await
+            Some(_) => send(request.later()).await,
+            None => send(request.clone()).await,
         }
     }
 }
 
 impl<S: TransactionalStore> TransactionalStore for FaultyStore<S> {
     async fn commit(&self, request: &CommitRequest) -> Result<Commit, StoreError> {
-        self.commit_with_fault(request, false).await
+        self.commit_with_fault(request, |request| async move {
+            self.inner.commit(&request).await
+        })
+        .await
     }
 
     async fn commit_fresh(&self, request: &CommitRequest) -> Result<Commit, StoreError> {
-        self.commit_with_fault(request, true).await
+        self.commit_with_fault(request, |request| async move {
+            self.inner.commit_fresh(&request).await
+        })
+        .await
+    }
+}
+
+/// The commit faults strike `complete_in`, the write that commits the transaction.
+impl<S: TransactionScope> TransactionScope for FaultyStore<S> {
+    type Transaction = S::Transaction;
+
+    async fn begin(&self, hold_for: Duration) -> Result<S::Transaction, StoreError> {
+        self.inner.begin(hold_for).await
+    }
+
+    async fn acquire_in(
+        &self,
+        transaction: &S::Transaction,
+        request: &AcquireRequest,
+    ) -> Result<Acquire, StoreError> {
+        self.calls.acquire.fetch_add(1, Ordering::SeqCst);
+        self.inner.acquire_in(transaction, request).await
+    }
+
+    async fn complete_in(
+        &self,
+        transaction: &S::Transaction,
+        request: &CompleteRequest,
+    ) -> Result<Commit, StoreError> {
+        self.commit_with_fault(request, |request| async move {
+            self.inner.complete_in(transaction, &request).await
+        })
+        .await
+    }
+
+    async fn rollback(&self, transaction: &S::Transaction) {
+        self.inner.rollback(transaction).await;
     }
 }
