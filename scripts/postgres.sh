@@ -11,14 +11,12 @@ postgres_bindir() {
   [ -n "$dir" ] && [ -x "$dir/initdb" ] && echo "$dir"
 }
 
+# shellcheck source=scripts/debian-package.sh
+source "$(dirname "${BASH_SOURCE[0]}")/debian-package.sh"
+
 postgres_install() {
   postgres_bindir >/dev/null && return 0
-  if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
-    echo "PostgreSQL is required: install it (Debian: apt-get install postgresql)" >&2
-    return 1
-  fi
-  echo "Installing PostgreSQL from the Debian packages" >&2
-  { apt-get install -y -q postgresql || { apt-get update -q && apt-get install -y -q postgresql; }; } >&2 || return 1
+  debian_package_install postgresql PostgreSQL
 }
 
 # Runs a command as the cluster's owner (the `postgres` user when we are root).

@@ -3,14 +3,12 @@
 # with its data in a temporary directory and nothing persisted, stop. Source this file, then
 # call redis_start (exports LAMBDA_IDEMPOTENCY_REDIS_URL) and redis_stop.
 
+# shellcheck source=scripts/debian-package.sh
+source "$(dirname "${BASH_SOURCE[0]}")/debian-package.sh"
+
 redis_install() {
   command -v redis-server >/dev/null && return 0
-  if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
-    echo "redis-server is required: install it (Debian: apt-get install redis-server)" >&2
-    return 1
-  fi
-  echo "Installing redis-server from the Debian packages" >&2
-  { apt-get install -y -q redis-server || { apt-get update -q && apt-get install -y -q redis-server; }; } >&2 || return 1
+  debian_package_install redis-server redis-server
 }
 
 redis_start() {

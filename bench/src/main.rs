@@ -14,12 +14,15 @@
 //! names to run, default all, `toolkit-alone` and `duplicate-layers` included: for profiling
 //! one scenario; the report then lacks the others), `BENCH_ENFORCE_BUDGET=1` (exit 1, after
 //! writing the report, when a budgeted scenario's allocations per record are over the
-//! budget of [`report::budget_failures`] or were not counted; CI's smoke sets it).
+//! budget of [`report::budget_failures`] or were not counted; CI's smoke sets it),
+//! `BENCH_INSTRUCTIONS` (`all`, or comma-separated scenario names: count those scenarios'
+//! instructions per record under callgrind, [`instructions`]; needs valgrind).
 //!
 //! The toolkit runs as order-consumer runs it: its processor, from `order_consumer`.
 
 mod allocations;
 mod alone;
+mod instructions;
 mod latency;
 mod layers;
 mod python;
@@ -60,6 +63,21 @@ async fn main() {
         only.as_deref()
             .is_none_or(|o| o.split(',').any(|n| n.trim() == name))
     };
+    if std::env::var_os(instructions::LABELS_ENV).is_some() {
+        // The child under callgrind ([`instructions::measure`]): the chosen scenarios at
+        // 0 ms, without a warm-up (DynamoDB Local's speed does not change the count), nothing
+        // else.
+        for scenario in SCENARIOS.iter().filter(|s| chosen(s.name)) {
+            let n = batches_at(batches, scenario, 0);
+            let target = Target {
+                endpoint: &local,
+                added_ms: 0,
+            };
+            run_all_modes(scenario, n, None, target).await;
+        }
+        instructions::write_labels();
+        return;
+    }
     warm_up(&local).await;
     let mut lines = Vec::new();
     for added_ms in ADDED_LATENCY_MS {
@@ -77,19 +95,23 @@ async fn main() {
             .filter(|s| runs_at(s, added_ms) && chosen(s.name))
         {
             let n = batches_at(batches, scenario, added_ms);
-            for mode in [IdempotencyMode::Optimistic, IdempotencyMode::Lease] {
-                for line in run_scenario(scenario, mode, n, python.as_deref(), target).await {
-                    println!("{line}");
-                    lines.push(line);
-                }
-            }
-            if scenario.batch_size == 10 && !scenario.cache && scenario.duplicates != 5 {
-                for line in sequenced::run_sequenced(scenario, n, target).await {
-                    println!("{line}");
-                    lines.push(line);
-                }
+            for line in run_all_modes(scenario, n, python.as_deref(), target).await {
+                println!("{line}");
+                lines.push(line);
             }
         }
+    }
+    // Instructions per record, counted under callgrind (a child process).
+    if let Some(which) = std::env::var("BENCH_INSTRUCTIONS")
+        .ok()
+        .filter(|w| !w.is_empty())
+    {
+        let scenarios = instructions::scenarios(&which, chosen);
+        let counted = instructions::measure(&scenarios, instructions::BATCHES.min(batches)).await;
+        for line in &counted {
+            println!("{line}");
+        }
+        instructions::merge(&mut lines, &counted);
     }
     // The toolkit's own work, without I/O.
     if chosen("toolkit-alone") {
@@ -157,6 +179,25 @@ async fn main() {
             std::process::exit(1);
         }
     }
+}
+
+/// `scenario` over `batches` batches against `target` in each mode it runs in: both modes,
+/// and sequence-guarded for the batches of 10 whose records are all fresh or all
+/// duplicates, without a cache.
+async fn run_all_modes(
+    scenario: &scenario::Scenario,
+    batches: usize,
+    python: Option<&str>,
+    target: Target<'_>,
+) -> Vec<serde_json::Value> {
+    let mut lines = Vec::new();
+    for mode in [IdempotencyMode::Optimistic, IdempotencyMode::Lease] {
+        lines.extend(run_scenario(scenario, mode, batches, python, target).await);
+    }
+    if scenario.batch_size == 10 && !scenario.cache && scenario.duplicates != 5 {
+        lines.extend(sequenced::run_sequenced(scenario, batches, target).await);
+    }
+    lines
 }
 
 /// Untimed batches of both modes, so that DynamoDB Local's JIT has compiled its hot paths

@@ -13,10 +13,14 @@ use lambda_runtime::LambdaEvent;
 use order_consumer::{processor, Settings, Tables};
 use serde_json::{json, Value};
 
-use crate::allocations;
 use crate::python::Python;
 use crate::raw::raw_batch;
-use crate::scenario::{batch, context, order_message, process_cpu, Sample, Scenario};
+use crate::scenario::{batch, context, order_message, Sample, Scenario, Timed};
+
+/// The toolkit's name in the JSON lines and the report.
+pub const OURS: &str = "lambda-idempotency";
+/// The raw requests' name in the JSON lines and the report.
+pub const RAW: &str = "raw-dynamodb";
 
 /// Fresh tables for one implementation.
 pub async fn tables(client: &aws_sdk_dynamodb::Client) -> Tables {
@@ -124,33 +128,22 @@ pub async fn run_scenario(
         // The toolkit and the raw requests take turns going first, so that neither always
         // runs right after the Python worker (cold caches) or right after the other.
         for ours_turn in [b % 2 == 0, b % 2 == 1] {
+            let records = timed.records.len();
             if ours_turn {
                 let event = LambdaEvent::new(timed.clone(), context());
-                let (started, cpu, allocated) =
-                    (Instant::now(), process_cpu(), allocations::count());
+                let timing = Timed::start();
                 let report = ours.process(event).await;
-                let took = started.elapsed();
-                s_ours.cpu += process_cpu() - cpu;
-                *s_ours.allocations.get_or_insert(0) += allocations::count() - allocated;
+                timing.finish(&mut s_ours, records, [scenario.name, OURS, mode_name]);
                 assert!(report.response.batch_item_failures.is_empty(), "{report:?}");
-                s_ours.latencies_ms.push(took.as_secs_f64() * 1000.0);
-                s_ours.busy += took;
-                s_ours.records += timed.records.len();
             } else if raw_too {
                 // Its own copy of the event (and context), dropped within the timing, as the
                 // toolkit's is: both are handed an event and are done with it when they answer.
                 // The toolkit's answer, the batch report, is dropped after its timing.
                 let event = LambdaEvent::new(timed.clone(), context());
-                let (started, cpu, allocated) =
-                    (Instant::now(), process_cpu(), allocations::count());
+                let timing = Timed::start();
                 raw_batch(&raw_client, &raw_t, mode, &event.payload).await;
                 drop(event);
-                let took = started.elapsed();
-                s_raw.cpu += process_cpu() - cpu;
-                *s_raw.allocations.get_or_insert(0) += allocations::count() - allocated;
-                s_raw.latencies_ms.push(took.as_secs_f64() * 1000.0);
-                s_raw.busy += took;
-                s_raw.records += timed.records.len();
+                timing.finish(&mut s_raw, records, [scenario.name, RAW, mode_name]);
             }
         }
         if let Some(py) = py.as_mut() {
@@ -175,9 +168,9 @@ pub async fn run_scenario(
     }
     let line =
         |name: &str, mode: &str, sample: &Sample| json_line(scenario, target, name, mode, sample);
-    let mut lines = vec![line("lambda-idempotency", mode_name, &s_ours)];
+    let mut lines = vec![line(OURS, mode_name, &s_ours)];
     if raw_too {
-        lines.push(line("raw-dynamodb", mode_name, &s_raw));
+        lines.push(line(RAW, mode_name, &s_raw));
     }
     if let Some(mut py) = py {
         lines.push(line("powertools-python", "lease", &s_py));

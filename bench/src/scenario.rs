@@ -1,12 +1,14 @@
 //! The scenarios: batches of orders, fresh or already completed, and what is measured of
 //! each implementation.
 
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
 use lambda_idempotency::clock::epoch_ms;
 use lambda_runtime::Context;
 use serde_json::json;
+
+use crate::{allocations, instructions};
 
 /// One scenario: its batches' size, how many records of each were completed before, whether
 /// SQS marks those as delivered before, and whether the toolkit keeps a local cache.
@@ -129,6 +131,40 @@ impl Sample {
     /// `x` per record.
     pub fn per_record(&self, x: f64) -> f64 {
         x / self.records as f64
+    }
+}
+
+/// One implementation's batch, timed from [`Timed::start`] to [`Timed::finish`]: its wall
+/// time, the process's CPU time and heap allocations, and under callgrind its instructions
+/// ([`instructions`]).
+pub struct Timed {
+    started: Instant,
+    cpu: Duration,
+    allocated: u64,
+}
+
+impl Timed {
+    pub fn start() -> Self {
+        let timed = Self {
+            started: Instant::now(),
+            cpu: process_cpu(),
+            allocated: allocations::count(),
+        };
+        instructions::batch_started();
+        timed
+    }
+
+    /// The batch of `records` records ended: its figures added to `sample`, and its
+    /// instructions labelled with its `[scenario, implementation, mode]`.
+    pub fn finish(self, sample: &mut Sample, records: usize, label: [&str; 3]) {
+        let [scenario, implementation, mode] = label;
+        instructions::batch_finished(scenario, implementation, mode, records);
+        let took = self.started.elapsed();
+        sample.cpu += process_cpu() - self.cpu;
+        *sample.allocations.get_or_insert(0) += allocations::count() - self.allocated;
+        sample.latencies_ms.push(took.as_secs_f64() * 1000.0);
+        sample.busy += took;
+        sample.records += records;
     }
 }
 

@@ -3,8 +3,6 @@
 //! sequence 1), so a fresh order is one conditional `UpdateItem` and a duplicate finds its
 //! entity applied. There is no Powertools equivalent (Powertools writes a record).
 
-use std::time::Instant;
-
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
 use aws_sdk_dynamodb::Client;
@@ -17,10 +15,9 @@ use lambda_idempotency_test_support::dynamodb::{counted_client, counted_client_a
 use lambda_runtime::LambdaEvent;
 use serde_json::Value;
 
-use crate::allocations;
 use crate::raw::at_the_processors_concurrency;
-use crate::run::{json_line, tables, Target};
-use crate::scenario::{batch, context, process_cpu, Sample, Scenario};
+use crate::run::{json_line, tables, Target, OURS, RAW};
+use crate::scenario::{batch, context, Sample, Scenario, Timed};
 
 fn order(m: &SqsMessage) -> Result<Value, KeyError> {
     serde_json::from_str(m.body.as_deref().unwrap_or_default()).map_err(|_| KeyError::MissingBody)
@@ -87,7 +84,7 @@ pub async fn run_sequenced(scenario: &Scenario, batches: usize, target: Target<'
             // Each is handed its own copy of the event, and is done with it (drops it) within
             // the timing; the toolkit's answer, the batch report, is dropped after it.
             let event = LambdaEvent::new(timed.clone(), context());
-            let (started, cpu, allocated) = (Instant::now(), process_cpu(), allocations::count());
+            let timing = Timed::start();
             let report = if ours_turn {
                 Some(ours.process(event).await)
             } else {
@@ -95,16 +92,16 @@ pub async fn run_sequenced(scenario: &Scenario, batches: usize, target: Target<'
                 drop(event);
                 None
             };
-            let took = started.elapsed();
-            let sample = if ours_turn { &mut s_ours } else { &mut s_raw };
-            sample.cpu += process_cpu() - cpu;
-            *sample.allocations.get_or_insert(0) += allocations::count() - allocated;
+            let (sample, name) = if ours_turn {
+                (&mut s_ours, OURS)
+            } else {
+                (&mut s_raw, RAW)
+            };
+            let records = timed.records.len();
+            timing.finish(sample, records, [scenario.name, name, "sequenced"]);
             if let Some(report) = report {
                 assert!(report.response.batch_item_failures.is_empty(), "{report:?}");
             }
-            sample.latencies_ms.push(took.as_secs_f64() * 1000.0);
-            sample.busy += took;
-            sample.records += timed.records.len();
         }
     }
     for (sample, counter) in [(&mut s_ours, &ours_counter), (&mut s_raw, &raw_counter)] {
@@ -114,8 +111,8 @@ pub async fn run_sequenced(scenario: &Scenario, batches: usize, target: Target<'
         sample.rcu = counter.read_units();
     }
     vec![
-        json_line(scenario, target, "lambda-idempotency", "sequenced", &s_ours),
-        json_line(scenario, target, "raw-dynamodb", "sequenced", &s_raw),
+        json_line(scenario, target, OURS, "sequenced", &s_ours),
+        json_line(scenario, target, RAW, "sequenced", &s_raw),
     ]
 }
 

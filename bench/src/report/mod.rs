@@ -74,6 +74,14 @@ fn verdict(met: bool) -> &'static str {
 const MODES: [&str; 2] = ["optimistic", "lease"];
 const IMPLEMENTATIONS: [&str; 3] = ["lambda-idempotency", "raw-dynamodb", "powertools-python"];
 
+/// `v`, or `-` where it was not measured.
+fn or_dash(v: &Value) -> String {
+    match v {
+        Value::Null => "-".to_string(),
+        n => n.to_string(),
+    }
+}
+
 /// `secs` as minutes and seconds.
 fn minutes(secs: u64) -> String {
     format!("{} min {} s", secs / 60, secs % 60)
@@ -139,10 +147,10 @@ pub fn report(lines: &[Value], batches: usize, took: Took) -> String {
         minutes(took.run_secs)
     );
     let _ = writeln!(md, "## Batches\n");
-    let _ = writeln!(md, "| scenario | added ms | implementation | mode | median ms | p99 ms | records/s | calls/record | WCU/record | refused-write WCU/record | RCU/record | client CPU µs/record | allocations/record |");
+    let _ = writeln!(md, "| scenario | added ms | implementation | mode | median ms | p99 ms | records/s | calls/record | WCU/record | refused-write WCU/record | RCU/record | client CPU µs/record | allocations/record | instructions/record |");
     let _ = writeln!(
         md,
-        "| --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+        "| --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
     );
     for l in lines.iter().filter(|l| {
         !["cold-start", "toolkit-alone", "duplicate-layers"]
@@ -150,7 +158,7 @@ pub fn report(lines: &[Value], batches: usize, took: Took) -> String {
     }) {
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             l["scenario"].as_str().unwrap(),
             l["added_latency_ms"],
             l["implementation"].as_str().unwrap(),
@@ -163,10 +171,8 @@ pub fn report(lines: &[Value], batches: usize, took: Took) -> String {
             l["refused_wcu_per_record"],
             l["rcu_per_record"],
             l["client_cpu_us_per_record"],
-            match &l["allocations_per_record"] {
-                Value::Null => "-".to_string(),
-                n => n.to_string(),
-            }
+            or_dash(&l["allocations_per_record"]),
+            or_dash(&l["instructions_per_record"]),
         );
     }
     let _ = writeln!(md, "\n## Round trips on the critical path per batch\n");
@@ -205,6 +211,7 @@ pub fn report(lines: &[Value], batches: usize, took: Took) -> String {
     let _ = writeln!(md, "- *sequenced* is the sequence-guarded (natural) mode: each order is the first event of its own entity (a ledger item keyed by its `eventId`), so a fresh order is one conditional `UpdateItem` on the entity and no idempotency record is written; a redelivered duplicate is one consistent `GetItem` of the entity; an unmarked one (retries-10) runs the handler and its write is refused. Its raw limit makes the same calls. Powertools has no such mode.");
     let _ = writeln!(md, "- Client CPU is the CPU time the client process spent during its timed batches (`CLOCK_PROCESS_CPUTIME_ID` for the bench process, which runs the toolkit and the raw requests in turn, each handed its own copy of the batch's event and dropping it within its timing (the toolkit's batch report after it); `time.process_time()` in the Python worker), per record. The raw requests' figure is the SDK's own cost (serialization, signing, HTTP, TLS-free loopback); the toolkit's adds key and payload hashing, JSON, and its decisions.");
     let _ = writeln!(md, "- Allocations are the heap allocations (and reallocations) made on every thread of the bench process during the timed batches, per record, counted by the process's global allocator (the system allocator with a count beside it, `bench/src/allocations.rs`). Unlike CPU time, the count barely changes from run to run (the SDK's buffers vary by a few), so the toolkit's figure against the raw requests' shows its own work per record without this machine's noise. The Python worker's are not counted (`-`).");
+    let _ = writeln!(md, "- Instructions are the instructions executed on every thread of the bench process during the timed batches, per record, counted by callgrind (`valgrind --tool=callgrind`) in a second run of the same batches at 0 ms ({} batches per scenario, scaled as above; `bench/src/instructions.rs`): callgrind writes its count out as each batch starts and ends. A scenario's count is the same in every run within a fraction of a point, where the CPU time of the same code moves by 5 points or more between runs on this machine, so the client work target is decided by instructions where they were counted (`-`: not counted; the Python worker, and the scenarios with a cache, which have no raw requests beside them), by CPU time otherwise.", crate::instructions::BATCHES.min(batches));
     let _ = writeln!(md, "- Cold start is the time from process start to the function's first request for an event on the Runtime API; peak memory is VmHWM after three batches of 10.");
     let _ = writeln!(md, "\n## JSON lines\n\n```json");
     for l in lines {

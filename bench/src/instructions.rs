@@ -1,0 +1,280 @@
+//! Instructions per record, counted by callgrind rather than timed: the measure of the
+//! toolkit's own work per record that this machine's noise does not move (the CPU time of
+//! the same code moves by 5 points or more between runs; the instruction count of the same
+//! scenario by well under one).
+//!
+//! [`measure`] runs this bench again under `valgrind --tool=callgrind` (a child process,
+//! the chosen scenarios at 0 ms, every implementation in turn as in the timed run). In the
+//! child, each timed batch calls [`batch_started`] as it starts and [`batch_finished`] as it
+//! ends, right where its CPU time is read. Both call one empty function on which callgrind
+//! writes its counters out and zeroes them (`--dump-before`, callgrind's own trigger on a
+//! function's name): one file for the untimed work before the batch, one for the batch. A
+//! native run only makes two empty calls a batch. The child labels each file, in order, in a
+//! file of labels; the parent adds up each implementation's batches and divides by their
+//! records.
+//!
+//! Callgrind counts every thread of the process (the runtime's workers drive the SDK's
+//! connections) and serializes them; DynamoDB Local runs outside it, at full speed.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::{Mutex, OnceLock};
+
+use serde_json::{json, Value};
+
+use crate::run::round;
+use crate::scenario::SCENARIOS;
+
+/// The environment variable naming the child's file of labels: set, this process is the
+/// child under callgrind.
+pub const LABELS_ENV: &str = "BENCH_INSTRUCTIONS_LABELS";
+
+/// The function on whose entry callgrind writes out and zeroes its counters.
+const DUMP_BEFORE: &str = "bench_instructions_dump";
+
+/// The label of the untimed work between two batches, whose count is left out.
+const UNTIMED: &str = "untimed";
+
+/// Callgrind writes out and zeroes its counters on entering this function (`--dump-before`).
+/// One function for both ends of a batch: two empty ones could be folded into one address by
+/// the compiler, under either name.
+#[no_mangle]
+#[inline(never)]
+pub extern "C" fn bench_instructions_dump() {
+    std::hint::black_box(());
+}
+
+/// The labels of the files written so far, in order; `None` unless this is the child.
+fn labels() -> Option<&'static Mutex<Vec<String>>> {
+    static LABELS: OnceLock<Option<Mutex<Vec<String>>>> = OnceLock::new();
+    LABELS
+        .get_or_init(|| std::env::var_os(LABELS_ENV).map(|_| Mutex::new(Vec::new())))
+        .as_ref()
+}
+
+/// A timed batch starts: callgrind writes out the untimed work before it, and zeroes.
+pub fn batch_started() {
+    bench_instructions_dump();
+    label(|| UNTIMED.to_string());
+}
+
+/// A timed batch of `records` records of `implementation` in `scenario` and `mode` ended:
+/// callgrind writes its counters out here, and the child names the batch.
+pub fn batch_finished(scenario: &str, implementation: &str, mode: &str, records: usize) {
+    bench_instructions_dump();
+    label(|| format!("{scenario}\t{implementation}\t{mode}\t{records}"));
+}
+
+/// In the child, the file just written labelled.
+fn label(text: impl FnOnce() -> String) {
+    if let Some(labels) = labels() {
+        labels.lock().unwrap().push(text());
+    }
+}
+
+/// The child's end: its labels written where the parent reads them.
+pub fn write_labels() {
+    if let (Some(labels), Some(path)) = (labels(), std::env::var_os(LABELS_ENV)) {
+        let text: String = labels
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|l| format!("{l}\n"))
+            .collect();
+        std::fs::write(path, text).expect("write the instruction labels");
+    }
+}
+
+/// Batches per scenario counted, at most (fewer when the timed run has fewer; scaled per
+/// scenario as the timed run's are, by [`batches_at`](crate::scenario::batches_at)): the count of a batch barely changes from one
+/// to the next, so a few suffice, and callgrind runs each many times slower than natively.
+pub const BATCHES: usize = 10;
+
+/// The scenarios to count, comma-separated: `which` is `all` (every chosen scenario without a
+/// cache, the ones with the raw requests beside the toolkit) or a comma-separated list.
+pub fn scenarios(which: &str, chosen: impl Fn(&str) -> bool) -> String {
+    SCENARIOS
+        .iter()
+        .filter(|s| !s.cache && chosen(s.name))
+        .filter(|s| which == "all" || which.split(',').any(|n| n.trim() == s.name))
+        .map(|s| s.name)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Runs `scenarios` (comma-separated) over `batches` batches each under callgrind, and gives
+/// one JSON line per scenario, implementation and mode with its instructions per record.
+/// Panics when valgrind is missing or the child fails: asked for, the count is never
+/// silently left out.
+pub async fn measure(scenarios: &str, batches: usize) -> Vec<Value> {
+    let dir = std::env::temp_dir().join(format!("bench-instructions-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("a directory for callgrind's files");
+    let (out, labels) = (dir.join("callgrind.out"), dir.join("labels"));
+    let status = tokio::process::Command::new("valgrind")
+        .arg("--tool=callgrind")
+        .arg(format!("--callgrind-out-file={}", out.display()))
+        .arg(format!("--dump-before={DUMP_BEFORE}"))
+        .args(["--dump-line=no", "--compress-strings=no", "--quiet"])
+        .arg(std::env::current_exe().expect("the bench binary"))
+        .env(LABELS_ENV, &labels)
+        .env("BENCH_SCENARIOS", scenarios)
+        .env("BENCH_BATCHES", batches.to_string())
+        .stdout(Stdio::null())
+        .status()
+        .await
+        .expect("valgrind is required to count instructions (Debian: apt-get install valgrind)");
+    assert!(
+        status.success(),
+        "the bench under callgrind failed: {status}"
+    );
+    let lines = per_record(&dir, &labels);
+    let _ = std::fs::remove_dir_all(&dir);
+    lines
+}
+
+/// The instructions of each batch's file (`callgrind.out.N`, N from 1, in the order of the
+/// labels), added up per label and divided by its records.
+fn per_record(dir: &Path, labels: &Path) -> Vec<Value> {
+    let labels = std::fs::read_to_string(labels).expect("the child's instruction labels");
+    let mut totals = BTreeMap::<(&str, &str, &str), (u64, u64, usize)>::new();
+    let mut n = 0;
+    for (i, label) in labels.lines().enumerate() {
+        let dump = dir.join(format!("callgrind.out.{}", i + 1));
+        let text =
+            std::fs::read_to_string(&dump).unwrap_or_else(|e| panic!("{}: {e}", dump.display()));
+        let ir = text
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix("summary:")
+                    .or_else(|| l.strip_prefix("totals:"))
+            })
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("{}: no total", dump.display()));
+        n = i + 1;
+        if label == UNTIMED {
+            continue;
+        }
+        let mut parts = label.split('\t');
+        let (Some(scenario), Some(implementation), Some(mode), Some(records)) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            panic!("a malformed label: {label:?}");
+        };
+        let entry = totals.entry((scenario, implementation, mode)).or_default();
+        entry.0 += ir;
+        entry.1 += records.parse::<u64>().expect("a label's records");
+        entry.2 += 1;
+    }
+    assert!(
+        !dir.join(format!("callgrind.out.{}", n + 1)).exists(),
+        "callgrind wrote more batches than were labelled"
+    );
+    totals
+        .into_iter()
+        .map(
+            |((scenario, implementation, mode), (ir, records, batches))| {
+                json!({
+                    "scenario": scenario,
+                    "added_latency_ms": 0,
+                    "implementation": implementation,
+                    "mode": mode,
+                    "instruction_batches": batches,
+                    "instructions_per_record": round(ir as f64 / records as f64),
+                })
+            },
+        )
+        .collect()
+}
+
+/// Each count of `counted` added to its batch line in `lines` (same scenario, implementation
+/// and mode, at 0 ms) as `instructions_per_record`.
+pub fn merge(lines: &mut [Value], counted: &[Value]) {
+    for count in counted {
+        let line = lines.iter_mut().find(|l| {
+            ["scenario", "implementation", "mode"]
+                .iter()
+                .all(|k| l[*k] == count[*k])
+                && l["added_latency_ms"] == 0
+                && l.get("median_ms").is_some()
+        });
+        if let Some(Value::Object(line)) = line {
+            line.insert(
+                "instructions_per_record".into(),
+                count["instructions_per_record"].clone(),
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dumps(totals: &[u64], labels: &[&str]) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!(
+            "bench-instructions-test-{}-{}",
+            std::process::id(),
+            totals.len()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        for (i, total) in totals.iter().enumerate() {
+            let text =
+                format!("# callgrind format\nevents: Ir\nsummary: {total}\n\nfn=x\n1 {total}\n");
+            std::fs::write(dir.join(format!("callgrind.out.{}", i + 1)), text).unwrap();
+        }
+        let labels: String = labels.iter().map(|l| format!("{l}\n")).collect();
+        std::fs::write(dir.join("labels"), labels).unwrap();
+        dir
+    }
+
+    #[test]
+    fn each_implementations_batches_are_added_up_per_record_without_the_untimed_work() {
+        let (ours, raw) = (
+            "fresh-10\tlambda-idempotency\toptimistic\t10",
+            "fresh-10\traw-dynamodb\toptimistic\t10",
+        );
+        let dir = dumps(
+            &[9_000_000, 1_000, 5_000, 2_000, 7_000, 1_000_000, 3_000],
+            &[UNTIMED, ours, UNTIMED, raw, UNTIMED, raw, ours],
+        );
+        let lines = per_record(&dir, &dir.join("labels"));
+        let of = |implementation: &str| {
+            lines
+                .iter()
+                .find(|l| l["implementation"] == implementation)
+                .cloned()
+                .unwrap()
+        };
+        // (1,000 + 3,000) / 20 records and (2,000 + 1,000,000) / 20.
+        assert_eq!(of("lambda-idempotency")["instructions_per_record"], 200.0);
+        assert_eq!(of("raw-dynamodb")["instructions_per_record"], 50_100.0);
+        assert_eq!(of("raw-dynamodb")["instruction_batches"], 2);
+        assert_eq!(lines.len(), 2);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    #[should_panic(expected = "more batches than were labelled")]
+    fn a_file_beyond_the_labels_is_an_error() {
+        let dir = dumps(&[1, 2, 3], &[UNTIMED, "fresh-10\traw-dynamodb\tlease\t10"]);
+        per_record(&dir, &dir.join("labels"));
+    }
+
+    #[test]
+    fn a_count_is_merged_into_its_batch_line_at_0_ms_only() {
+        let batch = |added: u64| {
+            json!({"scenario": "fresh-10", "added_latency_ms": added, "implementation": "raw-dynamodb",
+                   "mode": "lease", "median_ms": 1.0})
+        };
+        let mut lines = vec![batch(8), batch(0)];
+        let counted = [json!({"scenario": "fresh-10", "added_latency_ms": 0,
+                              "implementation": "raw-dynamodb", "mode": "lease",
+                              "instructions_per_record": 123.0})];
+        merge(&mut lines, &counted);
+        assert_eq!(lines[0].get("instructions_per_record"), None);
+        assert_eq!(lines[1]["instructions_per_record"], 123.0);
+    }
+}
