@@ -69,14 +69,13 @@ pub(crate) fn to_hex(prefix: &[&str], digest: &[u8]) -> String {
     for part in prefix {
         hex.push_str(part);
     }
-    // Two digits per byte, written as bytes in chunks (a `char` pushed at a time costs an
-    // encoding and a capacity check each).
+    // Each byte's two digits at once, written as bytes in chunks (a `char` pushed at a time
+    // costs an encoding and a capacity check each).
     let mut digits = [0u8; 64];
     for chunk in digest.chunks(digits.len() / 2) {
-        let pairs = digits.chunks_exact_mut(2).zip(chunk);
-        for (pair, byte) in pairs {
-            pair[0] = HEX[usize::from(byte >> 4)];
-            pair[1] = HEX[usize::from(byte & 0x0f)];
+        let (pairs, _) = digits.as_chunks_mut::<2>();
+        for (pair, byte) in pairs.iter_mut().zip(chunk) {
+            *pair = DIGIT_PAIRS[usize::from(*byte)];
         }
         let written = &digits[..2 * chunk.len()];
         hex.push_str(std::str::from_utf8(written).expect("hex digits are ASCII"));
@@ -85,6 +84,17 @@ pub(crate) fn to_hex(prefix: &[&str], digest: &[u8]) -> String {
 }
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
+
+/// Each byte's two lower-case hex digits.
+const DIGIT_PAIRS: [[u8; 2]; 256] = {
+    let mut pairs = [[0u8; 2]; 256];
+    let mut byte = 0;
+    while byte < 256 {
+        pairs[byte] = [HEX[byte >> 4], HEX[byte & 0x0f]];
+        byte += 1;
+    }
+    pairs
+};
 
 #[cfg(test)]
 mod tests {
@@ -122,6 +132,15 @@ mod tests {
             String::from_utf8(legacy_canonical_json(&json!({"k\"": "é\n"}))).unwrap(),
             "{\"k\\\"\":\"é\\n\"}"
         );
+    }
+
+    #[test]
+    fn every_byte_is_written_as_its_two_lower_case_digits_across_chunks() {
+        let bytes: Vec<u8> = (0..=255).collect();
+        let expected: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(to_hex(&["p", "#"], &bytes), format!("p#{expected}"));
+        assert_eq!(to_hex(&[], &bytes[..33]), expected[..66]);
+        assert_eq!(to_hex(&[], &[]), "");
     }
 
     #[test]
