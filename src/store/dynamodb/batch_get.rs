@@ -63,26 +63,28 @@ impl DynamoDbStore {
                 .consistent_read(true)
                 .build()
                 .map_err(unavailable)?;
-            let output = self
+            let mut output = self
                 .client
                 .batch_get_item()
                 .request_items(&self.table, request)
                 .send()
                 .await
                 .map_err(unavailable)?;
-            for item in output
-                .responses()
-                .and_then(|tables| tables.get(&self.table))
-                .into_iter()
-                .flatten()
-            {
-                records.extend(readable(self.record_from_item(item).map(Some)));
+            // The answers are read once: their strings move into the records.
+            let items = output
+                .responses
+                .take()
+                .and_then(|mut tables| tables.remove(&self.table))
+                .unwrap_or_default();
+            for item in items {
+                records.extend(readable(self.record_from_owned_item(item).map(Some)));
             }
             if let Some(left) = output
-                .unprocessed_keys()
-                .and_then(|tables| tables.get(&self.table))
+                .unprocessed_keys
+                .take()
+                .and_then(|mut tables| tables.remove(&self.table))
             {
-                keys = left.keys().to_vec();
+                keys = left.keys;
             }
         }
         if !keys.is_empty() {

@@ -21,47 +21,122 @@ impl DynamoDbStore {
         item: &HashMap<String, AttributeValue>,
     ) -> Result<Record, StoreError> {
         let n = &self.names;
-        let key = item
-            .get(n.stored_key_attribute())
-            .and_then(|v| v.as_s().ok())
-            .cloned()
-            .unwrap_or_default();
+        let text = |name: &str| item.get(name).and_then(|v| v.as_s().ok()).cloned();
+        let key = text(n.stored_key_attribute()).unwrap_or_default();
+        let (expiration, lease) = (&n.expiration, &n.in_progress_expiration);
+        let checked = Checked::read(
+            &key,
+            item.get(&n.status),
+            (expiration, item.get(expiration)),
+            (lease, item.get(lease)),
+        )?;
+        Ok(checked.record(key, text(&n.owner), text(&n.data), text(&n.validation)))
+    }
+
+    /// [`record_from_item`](Self::record_from_item) of an item the caller owns, in one pass
+    /// over its attributes: its strings move into the record instead of being copied, and no
+    /// name is hashed to be looked up (a `BatchGetItem`'s answers, read once).
+    pub(crate) fn record_from_owned_item(
+        &self,
+        item: HashMap<String, AttributeValue>,
+    ) -> Result<Record, StoreError> {
+        let n = &self.names;
+        let wanted = [
+            n.stored_key_attribute(),
+            &n.owner,
+            &n.data,
+            &n.validation,
+            &n.status,
+            &n.expiration,
+            &n.in_progress_expiration,
+        ];
+        // The names are distinct (`AttributeNames::check`; a store with names that are not
+        // refuses every request), so each attribute fills one slot at most.
+        let mut found: [Option<AttributeValue>; 7] = Default::default();
+        for (name, value) in item {
+            if let Some(at) = wanted.iter().position(|w| *w == name) {
+                found[at] = Some(value);
+            }
+        }
+        let [key, owner, data, validation, status, expiration, lease] = found;
+        let text = |value: Option<AttributeValue>| match value? {
+            AttributeValue::S(text) => Some(text),
+            _ => None,
+        };
+        let key = text(key).unwrap_or_default();
+        let checked = Checked::read(
+            &key,
+            status.as_ref(),
+            (&n.expiration, expiration.as_ref()),
+            (&n.in_progress_expiration, lease.as_ref()),
+        )?;
+        Ok(checked.record(key, text(owner), text(data), text(validation)))
+    }
+}
+
+/// A stored item's status, expiration and lease end, checked.
+struct Checked {
+    status: Status,
+    expiration_secs: u64,
+    lease_expiration_ms: Option<u64>,
+}
+
+impl Checked {
+    /// The status, expiration and lease end of the record with `key`, from their attributes
+    /// (the two numbers with their names, for the errors).
+    fn read(
+        key: &str,
+        status: Option<&AttributeValue>,
+        (expiration_name, expiration): (&str, Option<&AttributeValue>),
+        (lease_name, lease): (&str, Option<&AttributeValue>),
+    ) -> Result<Self, StoreError> {
         let malformed = |reason: String| StoreError::Malformed {
-            key: key.clone(),
+            key: key.to_string(),
             reason,
         };
-        let text = |name: &str| item.get(name).and_then(|v| v.as_s().ok()).cloned();
-        let number = |name: &str| -> Result<Option<u64>, StoreError> {
-            match item.get(name) {
-                None => Ok(None),
-                Some(value) => {
-                    let raw = value
-                        .as_n()
-                        .map_err(|_| malformed(format!("{name} is not a number")))?;
-                    raw.parse::<u64>()
-                        .map(Some)
-                        .map_err(|_| malformed(format!("{name} is not an integer: {raw}")))
-                }
-            }
-        };
-        let status_text = item
-            .get(&n.status)
+        let number =
+            |name: &str, value: Option<&AttributeValue>| -> Result<Option<u64>, StoreError> {
+                let Some(value) = value else {
+                    return Ok(None);
+                };
+                let raw = value
+                    .as_n()
+                    .map_err(|_| malformed(format!("{name} is not a number")))?;
+                raw.parse::<u64>()
+                    .map(Some)
+                    .map_err(|_| malformed(format!("{name} is not an integer: {raw}")))
+            };
+        let status_text = status
             .and_then(|v| v.as_s().ok())
             .ok_or_else(|| malformed("no status".into()))?;
         let status = Status::parse(status_text)
             .ok_or_else(|| malformed(format!("unknown status {status_text:?}")))?;
-        let expiration_secs =
-            number(&n.expiration)?.ok_or_else(|| malformed("no expiration".into()))?;
-        let lease_expiration_ms = number(&n.in_progress_expiration)?;
-        Ok(Record {
-            key: IdempotencyKey::from_stored(key),
+        let expiration_secs = number(expiration_name, expiration)?
+            .ok_or_else(|| malformed("no expiration".into()))?;
+        let lease_expiration_ms = number(lease_name, lease)?;
+        Ok(Self {
             status,
             expiration_secs,
             lease_expiration_ms,
-            owner: text(&n.owner).map(OwnerToken::new),
-            data: text(&n.data),
-            validation: text(&n.validation),
         })
+    }
+
+    fn record(
+        self,
+        key: String,
+        owner: Option<String>,
+        data: Option<String>,
+        validation: Option<String>,
+    ) -> Record {
+        Record {
+            key: IdempotencyKey::from_stored(key),
+            status: self.status,
+            expiration_secs: self.expiration_secs,
+            lease_expiration_ms: self.lease_expiration_ms,
+            owner: owner.map(OwnerToken::new),
+            data,
+            validation,
+        }
     }
 }
 
@@ -106,17 +181,25 @@ mod tests {
         let s = |v: &str| AttributeValue::S(v.into());
         let n = |v: &str| AttributeValue::N(v.into());
         let store = store();
-        let record = store
-            .record_from_item(&item(&[
-                ("pk", s("fn#k")),
-                ("st", s("COMPLETED")),
-                ("ttl", n("100")),
-                ("lease_ms", n("5000")),
-                ("holder", s("o")),
-                ("result", s("7")),
-                ("hash", s("v2:h")),
-            ]))
-            .unwrap();
+        // Read by reference and as an owned item (a `BatchGetItem`'s answers): the same.
+        let read = |item: &Key| {
+            let owned = store.record_from_owned_item(item.clone());
+            let borrowed = store.record_from_item(item);
+            assert_eq!(format!("{owned:?}"), format!("{borrowed:?}"));
+            borrowed
+        };
+        let record = read(&item(&[
+            ("pk", s("fn#k")),
+            ("st", s("COMPLETED")),
+            ("ttl", n("100")),
+            ("lease_ms", n("5000")),
+            ("holder", s("o")),
+            ("result", s("7")),
+            ("hash", s("v2:h")),
+            // Another attribute of the item, and a field of another type, are not read.
+            ("other", s("x")),
+        ]))
+        .unwrap();
         assert_eq!(record.key.as_str(), "fn#k");
         assert_eq!(record.status, Status::Completed);
         assert_eq!(record.expiration_secs, 100);
@@ -124,6 +207,19 @@ mod tests {
         assert_eq!(record.owner.as_ref().map(|o| o.as_str()), Some("o"));
         assert_eq!(record.data.as_deref(), Some("7"));
         assert_eq!(record.validation.as_deref(), Some("v2:h"));
+        // A text field of another type reads as absent, as an absent one does.
+        let record = read(&item(&[
+            ("pk", s("fn#k")),
+            ("st", s("INPROGRESS")),
+            ("ttl", n("100")),
+            ("holder", n("1")),
+        ]))
+        .unwrap();
+        assert_eq!(record.status, Status::InProgress);
+        assert_eq!(
+            (record.owner, record.data, record.lease_expiration_ms),
+            (None, None, None)
+        );
         for (bad, reason) in [
             (item(&[("pk", s("fn#k")), ("ttl", n("1"))]), "no status"),
             (
@@ -140,7 +236,7 @@ mod tests {
                 "lease_ms is not an integer: 1.5",
             ),
         ] {
-            match store.record_from_item(&bad) {
+            match read(&bad) {
                 Err(StoreError::Malformed { key, reason: got }) => {
                     assert_eq!((key.as_str(), got.as_str()), ("fn#k", reason));
                 }
