@@ -7,7 +7,8 @@
 # the format check, clippy, the docs build and every test of
 # the workspace (the library, the examples, the CLI, bench, tests/support), the DynamoDB
 # Local ones included, and stops it; then runs scripts/run-local.sh, which must PASS, and
-# again against a corrupted ledger, where it must FAIL.
+# again against a corrupted ledger, where it must FAIL. The bench smoke between them installs
+# valgrind (Debian's package) if missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/dynamodb-local.sh
@@ -79,7 +80,7 @@ cargo test --workspace
 echo "== retry shaping with the visibility timeout (feature sqs-visibility) against moto's SQS server at $LAMBDA_IDEMPOTENCY_SQS_URL"
 RUSTDOCFLAGS=-Dwarnings cargo doc -p lambda-idempotency --no-deps --all-features --quiet
 cargo test -p lambda-idempotency --features sqs-visibility --lib --test visibility_sqs
-echo "== scripts/bench.sh smoke (debug build, a few batches, report written to a temporary file)"
+echo "== scripts/bench.sh smoke (debug build, a few batches, fresh-10's instructions under callgrind (valgrind installed if missing), report written to a temporary file)"
 BENCH_SMOKE=1 scripts/bench.sh
 echo "== scripts/run-local.sh (the Quickstart's main job) ends with PASS"
 run_local="$(mktemp -t run-local.XXXXXX)"
