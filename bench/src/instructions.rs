@@ -1,7 +1,7 @@
 //! Instructions per record, counted by callgrind rather than timed: the measure of the
-//! toolkit's own work per record that this machine's noise does not move (the CPU time of
-//! the same code moves by 5 points or more between runs; the instruction count of the same
-//! scenario by well under one).
+//! toolkit's own work per record that this machine's noise barely moves (the toolkit's CPU
+//! time over the raw requests' moves by 5 points or more between runs of the same code; its
+//! instructions over theirs by about a point, up to 1.3 in repeated runs of each scenario).
 //!
 //! [`measure`] runs this bench again under `valgrind --tool=callgrind` (a child process,
 //! the chosen scenarios at 0 ms, every implementation in turn as in the timed run). In the
@@ -24,7 +24,7 @@ use std::sync::{Mutex, OnceLock};
 use serde_json::{json, Value};
 
 use crate::run::round;
-use crate::scenario::SCENARIOS;
+use crate::scenario::{batches_at, SCENARIOS};
 
 /// The environment variable naming the child's file of labels: set, this process is the
 /// child under callgrind.
@@ -53,10 +53,11 @@ fn labels() -> Option<&'static Mutex<Vec<String>>> {
         .as_ref()
 }
 
-/// A timed batch starts: callgrind writes out the untimed work before it, and zeroes.
+/// A timed batch starts: callgrind writes out the untimed work before it, and zeroes. (The
+/// label is written before the file, so that its work is not the batch's.)
 pub fn batch_started() {
-    bench_instructions_dump();
     label(|| UNTIMED.to_string());
+    bench_instructions_dump();
 }
 
 /// A timed batch of `records` records of `implementation` in `scenario` and `mode` ended:
@@ -66,7 +67,7 @@ pub fn batch_finished(scenario: &str, implementation: &str, mode: &str, records:
     label(|| format!("{scenario}\t{implementation}\t{mode}\t{records}"));
 }
 
-/// In the child, the file just written labelled.
+/// In the child, the next file labelled.
 fn label(text: impl FnOnce() -> String) {
     if let Some(labels) = labels() {
         labels.lock().unwrap().push(text());
@@ -86,21 +87,47 @@ pub fn write_labels() {
     }
 }
 
-/// Batches per scenario counted, at most (fewer when the timed run has fewer; scaled per
-/// scenario as the timed run's are, by [`batches_at`](crate::scenario::batches_at)): the count of a batch barely changes from one
-/// to the next, so a few suffice, and callgrind runs each many times slower than natively.
+/// Batches counted per scenario, before scaling (fewer when the timed run has fewer; then
+/// scaled per scenario as the timed run's are, by [`batches_at`]): a batch's count barely
+/// changes from one to the next, so a few suffice, and callgrind runs each many times slower
+/// than natively.
 pub const BATCHES: usize = 10;
 
+/// How many batches of fresh-10 are counted when the timed run has `batches`.
+pub fn counted_batches(batches: usize) -> usize {
+    batches_at(BATCHES.min(batches), &SCENARIOS[0], 0)
+}
+
 /// The scenarios to count, comma-separated: `which` is `all` (every chosen scenario without a
-/// cache, the ones with the raw requests beside the toolkit) or a comma-separated list.
+/// cache, the ones with the raw requests beside the toolkit) or a comma-separated list of
+/// such scenarios. Panics on a name that is not one, and when none is left: asked for, the
+/// count is never silently left out.
 pub fn scenarios(which: &str, chosen: impl Fn(&str) -> bool) -> String {
-    SCENARIOS
+    let countable = |name: &str| {
+        SCENARIOS
+            .iter()
+            .any(|s| s.name == name && !s.cache && chosen(s.name))
+    };
+    if which != "all" {
+        for name in which.split(',').map(str::trim) {
+            assert!(
+                countable(name),
+                "BENCH_INSTRUCTIONS names {name:?}: not a scenario without a cache that this run \
+                 runs (BENCH_SCENARIOS)"
+            );
+        }
+    }
+    let names: Vec<&str> = SCENARIOS
         .iter()
-        .filter(|s| !s.cache && chosen(s.name))
+        .filter(|s| countable(s.name))
         .filter(|s| which == "all" || which.split(',').any(|n| n.trim() == s.name))
         .map(|s| s.name)
-        .collect::<Vec<_>>()
-        .join(",")
+        .collect();
+    assert!(
+        !names.is_empty(),
+        "BENCH_INSTRUCTIONS={which}: no scenario to count in this run"
+    );
+    names.join(",")
 }
 
 /// Runs `scenarios` (comma-separated) over `batches` batches each under callgrind, and gives
@@ -108,15 +135,17 @@ pub fn scenarios(which: &str, chosen: impl Fn(&str) -> bool) -> String {
 /// Panics when valgrind is missing or the child fails: asked for, the count is never
 /// silently left out.
 pub async fn measure(scenarios: &str, batches: usize) -> Vec<Value> {
-    let dir = std::env::temp_dir().join(format!("bench-instructions-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("a directory for callgrind's files");
-    let (out, labels) = (dir.join("callgrind.out"), dir.join("labels"));
+    // Removed when dropped, a panic's unwinding included (a full count writes about 165 MB).
+    let dir = tempfile::Builder::new()
+        .prefix("bench-instructions-")
+        .tempdir()
+        .expect("a directory for callgrind's files");
+    let (out, labels) = (dir.path().join("callgrind.out"), dir.path().join("labels"));
     let status = tokio::process::Command::new("valgrind")
         .arg("--tool=callgrind")
         .arg(format!("--callgrind-out-file={}", out.display()))
         .arg(format!("--dump-before={DUMP_BEFORE}"))
-        .args(["--dump-line=no", "--compress-strings=no", "--quiet"])
+        .args(["--compress-strings=no", "--quiet"])
         .arg(std::env::current_exe().expect("the bench binary"))
         .env(LABELS_ENV, &labels)
         .env("BENCH_SCENARIOS", scenarios)
@@ -129,38 +158,36 @@ pub async fn measure(scenarios: &str, batches: usize) -> Vec<Value> {
         status.success(),
         "the bench under callgrind failed: {status}"
     );
-    let lines = per_record(&dir, &labels);
-    let _ = std::fs::remove_dir_all(&dir);
-    lines
+    per_record(dir.path(), &labels)
 }
 
-/// The function whose own instructions are left out of the count: SHA-256's block function,
-/// which callgrind can only run in software, at many times the instructions this CPU's SHA
-/// extensions take natively (counted, it was nearly 30% of the raw requests' count in
-/// fresh-10, where each `TransactWriteItems` is signed). Both sides hash: the SDK signs every
-/// request; the toolkit hashes each record's key and payload.
+/// The function whose instructions, with those of everything it calls, are left out of the
+/// count: SHA-256's block function, which callgrind can only run in software (about 3,300
+/// instructions a 64-byte block, where this CPU's SHA extensions take under 200 natively;
+/// counted, it was nearly 30% of the raw requests' count in fresh-10, where each
+/// `TransactWriteItems` is signed). Both sides hash: the SDK signs every request; the toolkit
+/// hashes each record's key and payload. In a release build the software blocks are inlined
+/// into it; in a debug build it calls them.
 pub const LEFT_OUT: &str = "sha2::sha256::compress256";
 
-/// A callgrind file's instructions (its `summary:`), less the own instructions of
-/// [`LEFT_OUT`]; an error when there is no total or [`LEFT_OUT`] ran none (every batch
-/// signs its requests: a renamed function would count the software blocks unnoticed).
+/// A callgrind file's instructions (its `summary:`), less those of [`LEFT_OUT`] and its
+/// calls (its own cost lines and its calls' cost lines); an error when there is no total or
+/// [`LEFT_OUT`] ran none (every batch signs its requests: a renamed function would count the
+/// software blocks unnoticed).
 fn counted(text: &str) -> Result<u64, String> {
     let total = text
         .lines()
         .find_map(|l| l.strip_prefix("summary:"))
         .and_then(|v| v.trim().parse::<u64>().ok())
         .ok_or("no summary")?;
-    let (mut left_out, mut in_left_out, mut call_cost_next) = (0u64, false, false);
+    // Within its block, a cost line is its own or (after `calls=`) a call's, with the
+    // callee's whole cost: both are left out. (It does not call itself.)
+    let (mut left_out, mut in_left_out) = (0u64, false);
     for line in text.lines() {
         if let Some(name) = line.strip_prefix("fn=") {
-            (in_left_out, call_cost_next) = (name.trim() == LEFT_OUT, false);
-        } else if line.starts_with("calls=") {
-            // The cost line after it is the call's, not the function's own.
-            call_cost_next = true;
-        } else if line.starts_with(|c: char| c.is_ascii_digit() || "+-*".contains(c)) {
-            if std::mem::take(&mut call_cost_next) || !in_left_out {
-                continue;
-            }
+            in_left_out = name.trim() == LEFT_OUT;
+        } else if in_left_out && line.starts_with(|c: char| c.is_ascii_digit() || "+-*".contains(c))
+        {
             left_out += line
                 .split_whitespace()
                 .nth(1)
@@ -245,14 +272,9 @@ pub fn merge(lines: &mut [Value], counted: &[Value]) {
 mod tests {
     use super::*;
 
-    fn dumps(totals: &[u64], labels: &[&str]) -> std::path::PathBuf {
-        let dir = std::env::temp_dir().join(format!(
-            "bench-instructions-test-{}-{}",
-            std::process::id(),
-            totals.len()
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+    fn dumps(totals: &[u64], labels: &[&str]) -> tempfile::TempDir {
+        let temp = tempfile::tempdir().unwrap();
+        let dir = temp.path();
         for (i, total) in totals.iter().enumerate() {
             if labels.get(i) == Some(&UNTIMED) {
                 // The untimed work between batches need not sign a request.
@@ -260,20 +282,19 @@ mod tests {
                 std::fs::write(dir.join(format!("callgrind.out.{}", i + 1)), text).unwrap();
                 continue;
             }
-            // `total` counted: x's own and y's own (7); SHA-256's blocks' own 100 left out,
-            // though they call y and x calls them (the calls' costs are not their own).
+            // `total` counted: x's own. Left out: SHA-256's blocks' own 100 and the 7 of y,
+            // which they call (x's call into them is x's line, not theirs).
             let text = format!(
-                "# callgrind format\nevents: Ir\nsummary: {}\n\nfn=x\n0 {}\n\
+                "# callgrind format\nevents: Ir\nsummary: {}\n\nfn=x\n0 {total}\n\
                  cfn={LEFT_OUT}\ncalls=1 0\n0 107\nfn={LEFT_OUT}\n0 60\n\
                  cfn=y\ncalls=1 0\n0 7\n+1 40\nfn=y\n0 7\n",
-                total + 100,
-                total - 7
+                total + 107
             );
             std::fs::write(dir.join(format!("callgrind.out.{}", i + 1)), text).unwrap();
         }
         let labels: String = labels.iter().map(|l| format!("{l}\n")).collect();
         std::fs::write(dir.join("labels"), labels).unwrap();
-        dir
+        temp
     }
 
     #[test]
@@ -286,7 +307,7 @@ mod tests {
             &[9_000_000, 1_000, 5_000, 2_000, 7_000, 1_000_000, 3_000],
             &[UNTIMED, ours, UNTIMED, raw, UNTIMED, raw, ours],
         );
-        let lines = per_record(&dir, &dir.join("labels"));
+        let lines = per_record(dir.path(), &dir.path().join("labels"));
         let of = |implementation: &str| {
             lines
                 .iter()
@@ -299,7 +320,26 @@ mod tests {
         assert_eq!(of("raw-dynamodb")["instructions_per_record"], 50_100.0);
         assert_eq!(of("raw-dynamodb")["instruction_batches"], 2);
         assert_eq!(lines.len(), 2);
-        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn the_scenarios_counted_are_those_named_that_run_without_a_cache() {
+        let all = |_: &str| true;
+        assert_eq!(
+            scenarios("all", all),
+            "fresh-10,duplicates-10,retries-10,mixed-10,fresh-100"
+        );
+        assert_eq!(scenarios(" mixed-10,fresh-10", all), "fresh-10,mixed-10");
+        assert_eq!(scenarios("all", |n: &str| n == "retries-10"), "retries-10");
+        for (which, chosen) in [
+            ("fresh10", "fresh-10"),
+            ("duplicates-10-cached", "duplicates-10-cached"),
+            ("fresh-10", "mixed-10"),
+            ("all", "duplicates-10-cached"),
+        ] {
+            let asked = std::panic::catch_unwind(|| scenarios(which, |n: &str| n == chosen));
+            assert!(asked.is_err(), "{which} with {chosen} run");
+        }
     }
 
     #[test]
@@ -316,7 +356,7 @@ mod tests {
             &[1_000, 2_000, 3_000],
             &[UNTIMED, "fresh-10\traw-dynamodb\tlease\t10"],
         );
-        per_record(&dir, &dir.join("labels"));
+        per_record(dir.path(), &dir.path().join("labels"));
     }
 
     #[test]

@@ -182,7 +182,8 @@ pub(super) fn latency_miss(lines: &[Value], ours_line: &Value) -> String {
         if o > r {
             let _ = write!(
                 why,
-                " The toolkit spent {:.2} ms more client CPU a batch than the raw requests (the client work rows \
+                " The toolkit spent {:.2} ms more client CPU a batch than the raw requests in this run (CPU time, \
+                 which moves from run to run, is beside the steadier instruction count in the client work rows \
                  above), on the same {cores} cores as DynamoDB Local, which serves every call with its own CPU.",
                 (o - r) * size / 1000.0
             );

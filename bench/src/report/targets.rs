@@ -196,8 +196,8 @@ pub(super) fn targets(md: &mut String, lines: &[Value]) {
 
 /// The client's work per record against the raw requests', one target row per scenario and
 /// mode at 0 ms: decided by the instructions counted under callgrind where they were counted
-/// (the same in every run within a fraction of a point), by CPU time otherwise (which moves
-/// by 5 to 15 points between runs of the same code); both are shown.
+/// (the toolkit's over the raw requests' moves by about a point between runs), by CPU time
+/// otherwise (which moves by 5 points or more); both are shown.
 fn client_work(md: &mut String, lines: &[Value], why: &mut Vec<String>) {
     for l in lines
         .iter()
