@@ -33,13 +33,16 @@ impl DynamoDbStore {
         Ok(checked.record(key, text(&n.owner), text(&n.data), text(&n.validation)))
     }
 
-    /// [`record_from_item`](Self::record_from_item) of an item the caller owns, in one pass
-    /// over its attributes: its strings move into the record instead of being copied, and no
-    /// name is hashed to be looked up (a `BatchGetItem`'s answers, read once).
+    /// [`record_from_item`](Self::record_from_item) of an item the caller owns, given the
+    /// store's attribute names are distinct (a store whose names are not sends no request,
+    /// so has no answer to read), in one pass over its attributes: its strings move into the
+    /// record instead of being copied, and no name is hashed to be looked up (a
+    /// `BatchGetItem`'s answers, read once).
     pub(crate) fn record_from_owned_item(
         &self,
         item: HashMap<String, AttributeValue>,
     ) -> Result<Record, StoreError> {
+        debug_assert!(self.names_fault.is_none(), "read with unusable names");
         let n = &self.names;
         let wanted = [
             n.stored_key_attribute(),
@@ -151,6 +154,10 @@ mod tests {
     type Key = HashMap<String, AttributeValue>;
 
     fn store() -> DynamoDbStore {
+        store_with(AttributeNames::default())
+    }
+
+    fn store_with(names: AttributeNames) -> DynamoDbStore {
         let config = Config::builder()
             .behavior_version(BehaviorVersion::latest())
             .region(Region::new("us-east-1"))
@@ -158,7 +165,7 @@ mod tests {
             .build();
         // Every attribute under a name of its own, so a field read under its default name
         // shows.
-        let names = AttributeNames::default()
+        let names = names
             .with_key("pk")
             .with_status("st")
             .with_expiration("ttl")
@@ -196,7 +203,7 @@ mod tests {
             ("holder", s("o")),
             ("result", s("7")),
             ("hash", s("v2:h")),
-            // Another attribute of the item, and a field of another type, are not read.
+            // Another attribute of the item is not read.
             ("other", s("x")),
         ]))
         .unwrap();
@@ -220,6 +227,16 @@ mod tests {
             (record.owner, record.data, record.lease_expiration_ms),
             (None, None, None)
         );
+        // A key that is missing or of another type reads as empty, and names a malformed
+        // record so.
+        for key in [None, Some(n("1"))] {
+            let mut bad = item(&[("st", s("DONE")), ("ttl", n("1"))]);
+            bad.extend(key.map(|key| ("pk".to_string(), key)));
+            match read(&bad) {
+                Err(StoreError::Malformed { key, .. }) => assert_eq!(key, ""),
+                other => panic!("{other:?}"),
+            }
+        }
         for (bad, reason) in [
             (item(&[("pk", s("fn#k")), ("ttl", n("1"))]), "no status"),
             (
@@ -243,5 +260,23 @@ mod tests {
                 other => panic!("{reason}: {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn in_the_single_table_layout_the_sort_key_is_the_records_key_read_both_ways() {
+        let s = |v: &str| AttributeValue::S(v.into());
+        let store = store_with(AttributeNames::default().with_sort_key("sk", "idempotency"));
+        let stored = item(&[
+            ("pk", s("idempotency")),
+            ("sk", s("fn#k")),
+            ("st", s("COMPLETED")),
+            ("ttl", AttributeValue::N("100".into())),
+            ("result", s("7")),
+        ]);
+        let owned = store.record_from_owned_item(stored.clone()).unwrap();
+        let borrowed = store.record_from_item(&stored).unwrap();
+        assert_eq!(owned, borrowed);
+        assert_eq!(owned.key.as_str(), "fn#k");
+        assert_eq!(owned.data.as_deref(), Some("7"));
     }
 }
