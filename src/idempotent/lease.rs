@@ -183,7 +183,14 @@ where
         Err(answer) => return answer,
     };
     let (store, clock, config) = (&protocol.store, &protocol.clock, &protocol.config);
-    let (key, deadline, validation) = (&claim.key, claim.deadline, claim.stored_validation());
+    let (key, deadline) = (&claim.key, claim.deadline);
+    // Only a commit carries the payload hash again; a completion keeps the one the lease
+    // stored (so a result-only handler copies no hash it would drop).
+    let validation = if M::HAS_WRITES {
+        claim.stored_validation()
+    } else {
+        None
+    };
     let heartbeat = protocol.heartbeat(key, &owner, deadline, held_until_ms);
     // The heartbeat covers the handler and the final write.
     let work = async {
