@@ -14,13 +14,15 @@ use super::{find, num};
 /// Allocations per record beyond the raw requests' that each scenario and mode may make:
 /// the figures measured when the budget was set (2026-11-27: fresh-10 35, 44 and 48;
 /// duplicates-10 14, 14 and 26; retries-10 40, 12 and 55; mixed-10 26 and 30) and 8 more
-/// (the most a figure was seen to move between runs is about 3).
+/// (the most a figure was seen to move between runs is about 3). duplicates-10 optimistic
+/// and lease were lowered the same day to 10 and 10 (a `BatchGetItem`'s answers moved into
+/// the records instead of copied) and 8 more.
 const BUDGET: [(&str, &str, f64); 11] = [
     ("fresh-10", "optimistic", 43.0),
     ("fresh-10", "lease", 52.0),
     ("fresh-10", "sequenced", 56.0),
-    ("duplicates-10", "optimistic", 22.0),
-    ("duplicates-10", "lease", 22.0),
+    ("duplicates-10", "optimistic", 18.0),
+    ("duplicates-10", "lease", 18.0),
     ("duplicates-10", "sequenced", 34.0),
     ("retries-10", "optimistic", 48.0),
     ("retries-10", "lease", 20.0),
@@ -141,24 +143,24 @@ mod tests {
     #[test]
     fn a_scenario_over_its_budget_fails() {
         let lines = [
-            line("lambda-idempotency", "optimistic", 89.0),
+            line("lambda-idempotency", "optimistic", 85.0),
             line("raw-dynamodb", "optimistic", 67.0),
-            line("lambda-idempotency", "lease", 89.5),
+            line("lambda-idempotency", "lease", 85.5),
             line("raw-dynamodb", "lease", 67.0),
         ];
         let spent = spent(&lines);
         assert_eq!(spent.len(), BUDGET.len(), "every budgeted scenario");
         let (within, over) = (of(&spent, "optimistic"), of(&spent, "lease"));
-        assert!(within.extra == Some(22.0) && !within.fails(), "{within:?}");
-        assert!(over.extra == Some(22.5) && over.fails(), "{over:?}");
+        assert!(within.extra == Some(18.0) && !within.fails(), "{within:?}");
+        assert!(over.extra == Some(18.5) && over.fails(), "{over:?}");
         let mut md = String::new();
         budget(&mut md, &lines);
         assert!(
-            md.contains("| duplicates-10 | optimistic | +22.0 | +22 | within |"),
+            md.contains("| duplicates-10 | optimistic | +18.0 | +18 | within |"),
             "{md}"
         );
         assert!(
-            md.contains("| duplicates-10 | lease | +22.5 | +22 | over |"),
+            md.contains("| duplicates-10 | lease | +18.5 | +18 | over |"),
             "{md}"
         );
     }
@@ -181,7 +183,7 @@ mod tests {
         let mut md = String::new();
         budget(&mut md, &lines);
         assert!(
-            md.contains("| duplicates-10 | lease | - | +22 | not counted |"),
+            md.contains("| duplicates-10 | lease | - | +18 | not counted |"),
             "{md}"
         );
     }
