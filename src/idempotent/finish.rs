@@ -41,7 +41,9 @@ pub(crate) trait Finish<R, St> {
     type Value: Serialize + DeserializeOwned + Send + 'static;
     /// The final write as this mode sends it.
     type Request: CarriesData + Send + Sync;
-    /// Whether the response carries writes (a record without a key cannot take them).
+    /// Whether the response carries writes (a record without a key cannot take them), and
+    /// so whether the final write is a commit, which carries the payload hash again (a
+    /// completion keeps the one its lease stored).
     const HAS_WRITES: bool;
 
     /// The result and the writes.
