@@ -206,15 +206,15 @@ fn counted(text: &str) -> Result<u64, String> {
 fn per_record(dir: &Path, labels: &Path) -> Vec<Value> {
     let labels = std::fs::read_to_string(labels).expect("the child's instruction labels");
     let mut totals = BTreeMap::<(&str, &str, &str), (u64, u64, usize)>::new();
-    let mut n = 0;
     for (i, label) in labels.lines().enumerate() {
         let dump = dir.join(format!("callgrind.out.{}", i + 1));
-        let text =
-            std::fs::read_to_string(&dump).unwrap_or_else(|e| panic!("{}: {e}", dump.display()));
-        n = i + 1;
         if label == UNTIMED {
+            // Left out, so not read; but there, or the files and labels are out of step.
+            assert!(dump.exists(), "{}: missing", dump.display());
             continue;
         }
+        let text =
+            std::fs::read_to_string(&dump).unwrap_or_else(|e| panic!("{}: {e}", dump.display()));
         let ir = counted(&text).unwrap_or_else(|e| panic!("{}: {e}", dump.display()));
         let mut parts = label.split('\t');
         let (Some(scenario), Some(implementation), Some(mode), Some(records)) =
@@ -228,7 +228,8 @@ fn per_record(dir: &Path, labels: &Path) -> Vec<Value> {
         entry.2 += 1;
     }
     assert!(
-        !dir.join(format!("callgrind.out.{}", n + 1)).exists(),
+        !dir.join(format!("callgrind.out.{}", labels.lines().count() + 1))
+            .exists(),
         "callgrind wrote more batches than were labelled"
     );
     totals

@@ -244,14 +244,13 @@ fn client_work(md: &mut String, lines: &[Value], why: &mut Vec<String>) {
                         o - r
                     ))
                 ),
-                (None, _) => {
-                    let (ours, raw) = cpu.unwrap_or_default();
-                    format!(
-                        "{:.0} µs more client CPU per record than the raw requests ({:+.0}%)",
-                        ours - raw,
-                        over((ours, raw))
-                    )
-                }
+                (None, Some((ours, raw))) => format!(
+                    "{:.0} µs more client CPU per record than the raw requests ({:+.0}%)",
+                    ours - raw,
+                    over((ours, raw))
+                ),
+                // Nothing measured: no row was written above.
+                (None, None) => continue,
             };
             why.push(format!(
                 "{scenario}, {mode}: {beyond}. The raw requests only build, sign and send the calls; the toolkit also {}.{}{}",
