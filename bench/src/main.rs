@@ -139,10 +139,7 @@ async fn main() {
             "runtime".to_string(),
         ];
         for _ in 0..5 {
-            for (name, command) in [
-                ("order-consumer", &rust_cmd),
-                ("powertools-python", &py_cmd),
-            ] {
+            for (name, command) in [("order-consumer", &rust_cmd), (run::POWERTOOLS, &py_cmd)] {
                 let t = tables(&client).await;
                 let (ms, kb) = cold_start(command, &t).await;
                 let entry = cold.entry(name).or_default();

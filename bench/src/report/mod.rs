@@ -9,6 +9,7 @@ mod misses;
 mod targets;
 
 use crate::raw::processors_limit;
+use crate::run::POWERTOOLS;
 use crate::scenario::{batches_at, REALISTIC_MS, ROUND_TRIP_PROBE_MS, SCENARIOS};
 pub use budget::budget_failures;
 use targets::{round_trips, targets};
@@ -72,7 +73,17 @@ fn verdict(met: bool) -> &'static str {
 }
 
 const MODES: [&str; 2] = ["optimistic", "lease"];
-const IMPLEMENTATIONS: [&str; 3] = ["lambda-idempotency", "raw-dynamodb", "powertools-python"];
+const IMPLEMENTATIONS: [&str; 3] = ["lambda-idempotency", "raw-dynamodb", POWERTOOLS];
+
+/// The mode column of `implementation`'s line in `mode`: Powertools has one design, a lease,
+/// and its lines are named by the toolkit mode whose batches it alternated with.
+fn mode_shown(implementation: &str, mode: &str) -> String {
+    if implementation == POWERTOOLS {
+        format!("lease (beside {mode})")
+    } else {
+        mode.to_string()
+    }
+}
 
 /// `v`, or `-` where it was not measured.
 fn or_dash(v: &Value) -> String {
@@ -162,7 +173,10 @@ pub fn report(lines: &[Value], batches: usize, took: Took) -> String {
             l["scenario"].as_str().unwrap(),
             l["added_latency_ms"],
             l["implementation"].as_str().unwrap(),
-            l["mode"].as_str().unwrap(),
+            mode_shown(
+                l["implementation"].as_str().unwrap(),
+                l["mode"].as_str().unwrap()
+            ),
             l["median_ms"],
             l["p99_ms"],
             l["records_per_sec"],
@@ -181,19 +195,12 @@ pub fn report(lines: &[Value], batches: usize, took: Took) -> String {
     for scenario in ["fresh-10", "duplicates-10", "retries-10", "mixed-10"] {
         for implementation in IMPLEMENTATIONS {
             for mode in ["optimistic", "lease", "sequenced"] {
-                let mode = if implementation == "powertools-python" {
-                    "lease"
-                } else {
-                    mode
-                };
                 if let Some(trips) = round_trips(lines, scenario, implementation, mode) {
+                    let mode = mode_shown(implementation, mode);
                     let _ = writeln!(
                         md,
                         "| {scenario} | {implementation} | {mode} | {trips:.1} |"
                     );
-                }
-                if implementation == "powertools-python" {
-                    break;
                 }
             }
         }
@@ -204,7 +211,7 @@ pub fn report(lines: &[Value], batches: usize, took: Took) -> String {
     budget::budget(&mut md, lines);
     let _ = writeln!(md, "\n## Reading the figures\n");
     let _ = writeln!(md, "- *raw-dynamodb* issues exactly the requests each mode must make (optimistic: one `TransactWriteItems` per fresh record; lease: a conditional `PutItem`, then the `TransactWriteItems`; a duplicate SQS marks as redelivered: its share of one strongly consistent `BatchGetItem`, the pre-check; an unmarked duplicate: the one refused request), with the same attributes (its keys as long as the toolkit's, its payload hash and owner the same size), the same conditions (taking over expired records and elapsed leases; the owner fence), `ALL_OLD` on refusal and a `ClientRequestToken`, at the same concurrency (at most {} records at once, the batch processor's default, a new one starting as soon as any running one finishes, as the processor schedules them), with no toolkit logic (each body parsed once). The toolkit's overhead over it is key hashing, payload hashing, JSON, and decoding.", processors_limit());
-    let _ = writeln!(md, "- *powertools-python* is `BatchProcessor` with `idempotent_function` (`scripts/bench_powertools.py`), on the same DynamoDB Local and events. It cannot commit the ledger write with its record, so it makes three calls per fresh record (put, the ledger update, update) and its effect is not exactly-once. It processes a batch's records one after another, as its `BatchProcessor` does.");
+    let _ = writeln!(md, "- *powertools-python* is `BatchProcessor` with `idempotent_function` (`scripts/bench_powertools.py`), on the same DynamoDB Local and events. It cannot commit the ledger write with its record, so it makes three calls per fresh record (put, the ledger update, update) and its effect is not exactly-once. It processes a batch's records one after another, as its `BatchProcessor` does. It has one design, a lease, and runs beside each of the toolkit's optimistic and lease runs, its batches alternating with theirs (its mode column names the run), so that each mode's ratio to it compares batches of the same minutes: DynamoDB Local's speed drifts from one minute to the next.");
     let _ = writeln!(md, "- *duplicates-10*: every record completed before and redelivered by SQS (`ApproximateReceiveCount` 2), to a container that never saw it (no local cache). *retries-10*: the same duplicates unmarked (a producer's retries, each a new message), which the default pre-check does not look up. *mixed-10*: five redelivered duplicates and five first deliveries.");
     let _ = writeln!(md, "- Calls are counted by an SDK interceptor (botocore event hooks on the Python side). WCU and RCU come from `ReturnConsumedCapacity=TOTAL` as DynamoDB Local reports them. A write refused by its condition reports no capacity, although DynamoDB charges it: the refused-write column counts it as DynamoDB would for items up to 1 KB (1 unit per refused item write, 2 per item of a refused transaction). An estimate, not a report.");
     let _ = writeln!(md, "- Without the pre-check, in optimistic mode a duplicate is computed again and learns it is one from the refused commit; in lease mode the refused conditional put answers it. With the local cache on, a warm container answers duplicates without any call.");
