@@ -4,7 +4,8 @@ same DynamoDB Local, tables and events as the Rust toolkit.
 
     python bench_powertools.py worker    # JSON lines on stdin: {"event": {...}}; answers
                                          # {"ms": ..., "failures": n, "calls": n, "wcu": x,
-                                         #  "refused_wcu": x, "rcu": x, "cpu_ms": x}
+                                         #  "refused_wcu": x, "rcu": x, "cpu_ms": x,
+                                         #  "operations": ["PutItem", ...]}
     python bench_powertools.py runtime   # a Lambda-style process polling AWS_LAMBDA_RUNTIME_API
                                          # (for the cold start and memory figures)
 
@@ -38,12 +39,14 @@ LEDGER = os.environ["LEDGER_TABLE"]
 # units as DynamoDB Local reports them, and the units DynamoDB charges for a write refused by
 # its condition (which DynamoDB Local does not report): 1 per refused item write.
 stats = {"calls": 0, "wcu": 0.0, "refused_wcu": 0.0, "rcu": 0.0}
+operations = set()  # the operations sent (PutItem, ...), per batch
 WRITES = {"PutItem", "UpdateItem", "DeleteItem", "TransactWriteItems"}
 READS = {"GetItem", "BatchGetItem"}
 
 
 def _count(model, params, **_):
     stats["calls"] += 1
+    operations.add(model.name)
     if model.name in WRITES or model.name in READS:
         params["ReturnConsumedCapacity"] = "TOTAL"
 
@@ -125,12 +128,14 @@ def worker():
         if "event" not in request:
             break
         stats.update(calls=0, wcu=0.0, refused_wcu=0.0, rcu=0.0)
+        operations.clear()
         started, cpu = time.perf_counter(), time.process_time()
         response = handler(request["event"], Context(time.time() * 1000 + 30_000))
         ms = (time.perf_counter() - started) * 1000
         cpu_ms = (time.process_time() - cpu) * 1000
         print(json.dumps({"ms": ms, "cpu_ms": cpu_ms,
-                          "failures": len(response["batchItemFailures"]), **stats}), flush=True)
+                          "failures": len(response["batchItemFailures"]),
+                          "operations": sorted(operations), **stats}), flush=True)
 
 
 def runtime():

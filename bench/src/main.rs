@@ -32,12 +32,12 @@ mod run;
 mod scenario;
 mod sequenced;
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 use lambda_idempotency::IdempotencyMode;
 use lambda_idempotency_test_support::dynamodb::{counted_client, CallCounter};
-use serde_json::json;
+use serde_json::{json, Value};
 
 use latency::LatencyProxy;
 use report::{report, Took};
@@ -78,7 +78,7 @@ async fn main() {
         instructions::write_labels();
         return;
     }
-    warm_up(&local).await;
+    let warmed = operations_sent(&warm_up(&local, batches, python.as_deref()).await);
     let mut lines = Vec::new();
     for added_ms in ADDED_LATENCY_MS {
         // Every implementation reaches DynamoDB Local through the same proxy.
@@ -96,6 +96,12 @@ async fn main() {
         {
             let n = batches_at(batches, scenario, added_ms);
             for line in run_all_modes(scenario, n, python.as_deref(), target).await {
+                let cold = not_warmed(&line, &warmed);
+                assert!(
+                    cold.is_empty(),
+                    "{line}: its timed batches sent {cold:?}, which the warm-up did not, so \
+                     DynamoDB Local compiled them during the timed batches"
+                );
                 println!("{line}");
                 lines.push(line);
             }
@@ -197,19 +203,75 @@ async fn run_all_modes(
     lines
 }
 
-/// Untimed batches of both modes, so that DynamoDB Local's JIT has compiled its hot paths
-/// before the first timed scenario (the first batches of a fresh JVM are several times
-/// slower).
-async fn warm_up(endpoint: &str) {
-    let warm = scenario::Scenario {
-        name: "warm-up",
-        ..SCENARIOS[0]
-    };
+/// Untimed batches of every scenario of 10 without a cache, in each mode it runs in, with
+/// the Powertools worker beside them, so that DynamoDB Local's JIT has compiled the hot paths
+/// of the requests the timed scenarios make before the first of them: the first batches of
+/// a fresh JVM are several times slower, and a request first made in a timed scenario was
+/// slower there than in the next (the pre-check's `BatchGetItem` in duplicates-10's
+/// optimistic run, before its lease run). Between 5 and 20 batches each, fewer when the run
+/// has fewer; their JSON lines.
+async fn warm_up(endpoint: &str, batches: usize, python: Option<&str>) -> Vec<Value> {
     let target = Target {
         endpoint,
         added_ms: 0,
     };
-    for mode in [IdempotencyMode::Optimistic, IdempotencyMode::Lease] {
-        run_scenario(&warm, mode, 20, None, target).await;
+    let mut lines = Vec::new();
+    for scenario in SCENARIOS.iter().filter(|s| s.batch_size == 10 && !s.cache) {
+        let warm = scenario::Scenario {
+            name: "warm-up",
+            ..*scenario
+        };
+        lines.extend(run_all_modes(&warm, batches.clamp(5, 20), python, target).await);
+    }
+    lines
+}
+
+/// The (implementation, operation) pairs that the batches of `lines` sent.
+fn operations_sent(lines: &[Value]) -> BTreeSet<(String, String)> {
+    lines
+        .iter()
+        .flat_map(|l| {
+            let implementation = l["implementation"].as_str().unwrap_or_default();
+            l["operations"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .map(move |o| (implementation.to_string(), o.to_string()))
+        })
+        .collect()
+}
+
+/// The operations that `line`'s batches sent and its implementation did not send in
+/// `warmed`.
+fn not_warmed(line: &Value, warmed: &BTreeSet<(String, String)>) -> Vec<String> {
+    operations_sent(std::slice::from_ref(line))
+        .into_iter()
+        .filter(|sent| !warmed.contains(sent))
+        .map(|(_, operation)| operation)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_operation_the_warm_up_did_not_send_is_named() {
+        let line = |implementation: &str, operations: &[&str]| json!({"implementation": implementation, "operations": operations});
+        // The warm-up of fresh batches alone: writes, no pre-check.
+        let warmed = operations_sent(&[
+            line("lambda-idempotency", &["PutItem", "TransactWriteItems"]),
+            line("powertools-python", &["PutItem", "UpdateItem"]),
+        ]);
+        let duplicates = line("lambda-idempotency", &["BatchGetItem", "PutItem"]);
+        assert_eq!(not_warmed(&duplicates, &warmed), ["BatchGetItem"]);
+        // Each implementation's own warm-up counts, not another's.
+        let theirs = line("powertools-python", &["TransactWriteItems"]);
+        assert_eq!(not_warmed(&theirs, &warmed), ["TransactWriteItems"]);
+        let warm = line("lambda-idempotency", &["TransactWriteItems"]);
+        assert!(not_warmed(&warm, &warmed).is_empty());
+        // A line without operations (the cold start, the layers) has none to warm.
+        assert!(not_warmed(&json!({"implementation": "order-consumer"}), &warmed).is_empty());
     }
 }

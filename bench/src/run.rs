@@ -63,6 +63,7 @@ pub fn json_line(
         "rcu_per_record": round(sample.per_record(sample.rcu)),
         "client_cpu_us_per_record": round(sample.per_record(sample.cpu.as_secs_f64() * 1e6)),
         "allocations_per_record": sample.allocations.map(|n| round(sample.per_record(n as f64))),
+        "operations": sample.operations,
     })
 }
 
@@ -162,14 +163,15 @@ pub async fn run_scenario(
             s_py.refused_wcu += answer["refused_wcu"].as_f64().unwrap();
             s_py.rcu += answer["rcu"].as_f64().unwrap();
             s_py.cpu += Duration::from_secs_f64(answer["cpu_ms"].as_f64().unwrap() / 1000.0);
+            let operations = answer["operations"]
+                .as_array()
+                .expect("the worker's operations");
+            s_py.operations
+                .extend(operations.iter().map(|o| o.as_str().unwrap().to_string()));
         }
     }
-    for (sample, counter) in [(&mut s_ours, &ours_counter), (&mut s_raw, &raw_counter)] {
-        sample.calls = counter.total();
-        sample.wcu = counter.capacity_units();
-        sample.refused_wcu = counter.refused_write_units();
-        sample.rcu = counter.read_units();
-    }
+    s_ours.count(&ours_counter);
+    s_raw.count(&raw_counter);
     let line =
         |name: &str, mode: &str, sample: &Sample| json_line(scenario, target, name, mode, sample);
     let mut lines = vec![line(OURS, mode_name, &s_ours)];

@@ -1,10 +1,12 @@
 //! The scenarios: batches of orders, fresh or already completed, and what is measured of
 //! each implementation.
 
+use std::collections::BTreeSet;
 use std::time::{Duration, Instant, SystemTime};
 
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
 use lambda_idempotency::clock::epoch_ms;
+use lambda_idempotency_test_support::dynamodb::CallCounter;
 use lambda_runtime::Context;
 use serde_json::json;
 
@@ -111,6 +113,8 @@ pub struct Sample {
     /// Heap allocations made during its batches, on every thread of this process (`None`
     /// for the Python worker, which does not count them).
     pub allocations: Option<u64>,
+    /// The DynamoDB operations its batches sent (`PutItem`, `BatchGetItem`, ...).
+    pub operations: BTreeSet<String>,
 }
 
 impl Sample {
@@ -131,6 +135,15 @@ impl Sample {
     /// `x` per record.
     pub fn per_record(&self, x: f64) -> f64 {
         x / self.records as f64
+    }
+    /// Takes the calls, capacity units and operations that `counter` counted during the
+    /// batches.
+    pub fn count(&mut self, counter: &CallCounter) {
+        self.calls = counter.total();
+        self.wcu = counter.capacity_units();
+        self.refused_wcu = counter.refused_write_units();
+        self.rcu = counter.read_units();
+        self.operations = counter.all().into_keys().map(String::from).collect();
     }
 }
 

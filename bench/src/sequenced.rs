@@ -104,12 +104,8 @@ pub async fn run_sequenced(scenario: &Scenario, batches: usize, target: Target<'
             }
         }
     }
-    for (sample, counter) in [(&mut s_ours, &ours_counter), (&mut s_raw, &raw_counter)] {
-        sample.calls = counter.total();
-        sample.wcu = counter.capacity_units();
-        sample.refused_wcu = counter.refused_write_units();
-        sample.rcu = counter.read_units();
-    }
+    s_ours.count(&ours_counter);
+    s_raw.count(&raw_counter);
     vec![
         json_line(scenario, target, OURS, "sequenced", &s_ours),
         json_line(scenario, target, RAW, "sequenced", &s_raw),
