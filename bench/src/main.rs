@@ -78,7 +78,12 @@ async fn main() {
         instructions::write_labels();
         return;
     }
-    let warmed = operations_sent(&warm_up(&local, batches, python.as_deref()).await);
+    // Warmed up only when a batch scenario runs (not for `toolkit-alone` alone, say).
+    let warmed = if SCENARIOS.iter().any(|s| chosen(s.name)) {
+        operations_sent(&warm_up(&local, batches, python.as_deref()).await)
+    } else {
+        BTreeSet::new()
+    };
     let mut lines = Vec::new();
     for added_ms in ADDED_LATENCY_MS {
         // Every implementation reaches DynamoDB Local through the same proxy.
@@ -96,6 +101,7 @@ async fn main() {
         {
             let n = batches_at(batches, scenario, added_ms);
             for line in run_all_modes(scenario, n, python.as_deref(), target).await {
+                assert!(line["operations"].is_array(), "{line}: no operations");
                 let cold = not_warmed(&line, &warmed);
                 assert!(
                     cold.is_empty(),
@@ -271,7 +277,17 @@ mod tests {
         assert_eq!(not_warmed(&theirs, &warmed), ["TransactWriteItems"]);
         let warm = line("lambda-idempotency", &["TransactWriteItems"]);
         assert!(not_warmed(&warm, &warmed).is_empty());
-        // A line without operations (the cold start, the layers) has none to warm.
-        assert!(not_warmed(&json!({"implementation": "order-consumer"}), &warmed).is_empty());
+        // A scenario's line lists its sample's operations.
+        let sample = scenario::Sample {
+            operations: BTreeSet::from(["BatchGetItem".to_string()]),
+            ..Default::default()
+        };
+        let target = run::Target {
+            endpoint: "",
+            added_ms: 0,
+        };
+        let line = run::json_line(&SCENARIOS[1], target, run::OURS, "optimistic", &sample);
+        assert_eq!(line["operations"], json!(["BatchGetItem"]));
+        assert_eq!(not_warmed(&line, &warmed), ["BatchGetItem"]);
     }
 }

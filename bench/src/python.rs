@@ -45,8 +45,8 @@ impl Python {
         }
     }
 
-    /// Processes `event`; the worker's answer (`ms`, `calls`, `wcu`, `refused_wcu`, `rcu`,
-    /// `failures`).
+    /// Processes `event`; the worker's answer (`ms`, `cpu_ms`, `calls`, `wcu`,
+    /// `refused_wcu`, `rcu`, `failures`, `operations`).
     pub async fn run(&mut self, event: &SqsEvent) -> Value {
         let line = json!({ "event": event }).to_string() + "\n";
         self.stdin.write_all(line.as_bytes()).await.unwrap();

@@ -137,13 +137,19 @@ impl Sample {
         x / self.records as f64
     }
     /// Takes the calls, capacity units and operations that `counter` counted during the
-    /// batches.
+    /// batches. Panics on an operation the counter does not name ("Other"): the warm-up
+    /// check compares operations by name.
     pub fn count(&mut self, counter: &CallCounter) {
         self.calls = counter.total();
         self.wcu = counter.capacity_units();
         self.refused_wcu = counter.refused_write_units();
         self.rcu = counter.read_units();
         self.operations = counter.all().into_keys().map(String::from).collect();
+        assert!(
+            !self.operations.contains("Other"),
+            "an operation the call counter does not name: {:?}",
+            self.operations
+        );
     }
 }
 

@@ -121,9 +121,9 @@ pub fn report(lines: &[Value], batches: usize, took: Took) -> String {
          figure (AWS documents DynamoDB as answering in single-digit milliseconds; 8 ms is the upper end, nearer a \
          `TransactWriteItems` than a `GetItem`), and {ROUND_TRIP_PROBE_MS} ms, from which the round trips on a batch's critical \
          path follow: (median at {ROUND_TRIP_PROBE_MS} ms - median at {REALISTIC_MS} ms) / ({ROUND_TRIP_PROBE_MS} - {REALISTIC_MS}) ms. \
-         DynamoDB Local is warmed up (JIT) with untimed batches of every scenario of 10 in every mode, Powertools beside \
-         them, before the first scenario: the run stops if a timed batch sends an operation its implementation did not \
-         send in the warm-up (the `operations` of the JSON lines).\n"
+         DynamoDB Local is warmed up (JIT) with untimed batches of every scenario of 10 without a cache in every mode, \
+         by every implementation of the run, before the first scenario: the run stops if a timed batch sends an \
+         operation its implementation did not send in the warm-up (the `operations` of the JSON lines).\n"
     );
     let _ = writeln!(md, "- Machine: {}", machine());
     let _ = writeln!(
