@@ -4,6 +4,20 @@ use serde_json::json;
 
 use super::*;
 
+/// The targets section of `lines`.
+fn targets_of(lines: &[Value]) -> String {
+    let mut md = String::new();
+    targets(&mut md, lines);
+    md
+}
+
+/// Asserts that `md` holds each of `rows`.
+fn assert_holds(md: &str, rows: &[&str]) {
+    for row in rows {
+        assert!(md.contains(row), "{row} in {md}");
+    }
+}
+
 #[test]
 fn a_client_cpu_miss_names_the_counted_allocations_beside_the_raw_requests() {
     let line = |implementation: &str, allocations: Value| {
@@ -99,14 +113,13 @@ fn each_mode_is_compared_with_the_powertools_batches_beside_it() {
         line("raw-dynamodb", "lease", 950.0),
         line(POWERTOOLS, "lease", 80.0),
     ];
-    let mut md = String::new();
-    targets(&mut md, &lines);
-    for row in [
-        "| duplicates-10 at 0 ms: throughput at least 10x Powertools (optimistic) | 11.0x | met |",
-        "| duplicates-10 at 0 ms: throughput at least 10x Powertools (lease) | 11.0x | met |",
-    ] {
-        assert!(md.contains(row), "{row} in {md}");
-    }
+    assert_holds(
+        &targets_of(&lines),
+        &[
+            "| duplicates-10 at 0 ms: throughput at least 10x Powertools (optimistic) | 11.0x | met |",
+            "| duplicates-10 at 0 ms: throughput at least 10x Powertools (lease) | 11.0x | met |",
+        ],
+    );
     // A miss is explained with the raw requests over the same Powertools batches, in
     // either order of the lines.
     for lines in [
@@ -123,8 +136,7 @@ fn each_mode_is_compared_with_the_powertools_batches_beside_it() {
             line(POWERTOOLS, "optimistic", 50.0),
         ],
     ] {
-        let mut md = String::new();
-        targets(&mut md, &lines);
+        let md = targets_of(&lines);
         let said = if lines[0]["mode"] == "lease" {
             "- duplicates-10 at 0 ms, lease: 8.8x Powertools' throughput. The raw requests alone reach 9.5x"
         } else {
@@ -151,14 +163,13 @@ fn each_mode_s_round_trips_are_shown_beside_powertools_in_the_same_run() {
         lines.push(line(POWERTOOLS, mode, 8, py.0));
         lines.push(line(POWERTOOLS, mode, 50, py.1));
     }
-    let mut md = String::new();
-    targets(&mut md, &lines);
-    for row in [
-        "| fresh-10: 1 critical-path round trips per batch (optimistic) | 1.0 (Powertools: 30.0) | met |",
-        "| fresh-10: 2 critical-path round trips per batch (lease) | 2.0 (Powertools: 31.0) | met |",
-    ] {
-        assert!(md.contains(row), "{row} in {md}");
-    }
+    assert_holds(
+        &targets_of(&lines),
+        &[
+            "| fresh-10: 1 critical-path round trips per batch (optimistic) | 1.0 (Powertools: 30.0) | met |",
+            "| fresh-10: 2 critical-path round trips per batch (lease) | 2.0 (Powertools: 31.0) | met |",
+        ],
+    );
     let md = super::super::report(
         &lines,
         40,
@@ -167,11 +178,12 @@ fn each_mode_s_round_trips_are_shown_beside_powertools_in_the_same_run() {
             run_secs: 0,
         },
     );
-    for row in [
-        "| fresh-10 | powertools-python | lease (beside optimistic) | 30.0 |",
-        "| fresh-10 | powertools-python | lease (beside lease) | 31.0 |",
-        "| fresh-10 | 8 | powertools-python | lease (beside lease) | 310.0 |",
-    ] {
-        assert!(md.contains(row), "{row} in {md}");
-    }
+    assert_holds(
+        &md,
+        &[
+            "| fresh-10 | powertools-python | lease (beside optimistic) | 30.0 |",
+            "| fresh-10 | powertools-python | lease (beside lease) | 31.0 |",
+            "| fresh-10 | 8 | powertools-python | lease (beside lease) | 310.0 |",
+        ],
+    );
 }
