@@ -6,6 +6,17 @@ use std::time::Duration;
 use crate::hooks::{Created, Hooks, Replay};
 use crate::validation::PayloadValidation;
 
+/// The default record window ([`Config::with_expires_after`]): 43 days, longer than a message
+/// can live in SQS with a dead-letter queue and one redrive at the longest retention SQS
+/// allows. A message lives up to 14 days in its queue; a dead-letter queue keeps it up to 14
+/// days more (a FIFO queue's restarts the clock when the message moves; a standard queue's
+/// counts from the first send, so 14 days for both queues there); a redrive sends it to the
+/// queue anew, for up to 14 days again. 3 × 14 days, plus a day: a message redriven from the
+/// dead-letter queue still finds its record, and is replayed rather than applied again (keyed
+/// by a producer's id: a redriven message has a new `messageId`). A shorter window is an
+/// explicit choice: make it longer than your queues' retention periods added up.
+pub const DEFAULT_EXPIRES_AFTER: Duration = Duration::from_secs((3 * 14 + 1) * 24 * 3600);
+
 /// What to do with a record whose idempotency key cannot be derived.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -49,7 +60,8 @@ impl IdempotencyMode {
 /// # Default
 /// - key prefix: the Lambda function name (from the invocation `Context`, else
 ///   `AWS_LAMBDA_FUNCTION_NAME`);
-/// - records expire 1 hour after completion;
+/// - records expire [`DEFAULT_EXPIRES_AFTER`] (43 days) after completion: longer than a
+///   message can live in SQS with a dead-letter queue and a redrive;
 /// - the lease ends at the invocation deadline, with no further cap;
 /// - no payload validation, no local cache, a missing key fails the record;
 /// - 3 acquire attempts when the record changes underneath; 3 attempts, with backoff and
@@ -80,7 +92,7 @@ impl Default for Config {
     fn default() -> Self {
         Self {
             key_prefix: None,
-            expires_after: Duration::from_secs(3600),
+            expires_after: DEFAULT_EXPIRES_AFTER,
             max_lease: None,
             validation: PayloadValidation::Off,
             local_cache_capacity: 0,
@@ -110,7 +122,10 @@ impl Config {
         self
     }
 
-    /// How long a completed record is replayed (and a record counts at all).
+    /// How long a completed record is replayed (and a record counts at all); default
+    /// [`DEFAULT_EXPIRES_AFTER`], 43 days. A duplicate that arrives after the window runs
+    /// again: keep it longer than the longest a message can live in your queues (the queue's
+    /// retention, the dead-letter queue's, and the queue's again after a redrive).
     pub fn with_expires_after(mut self, window: Duration) -> Self {
         self.expires_after = window;
         self
@@ -243,6 +258,17 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_default_window_outlives_sqs_with_a_dead_letter_queue_and_a_redrive() {
+        // SQS's longest retention, in the queue, the dead-letter queue and the queue again.
+        let longest_sqs_life = 3 * Duration::from_secs(14 * 24 * 3600);
+        assert!(Config::new().expires_after() > longest_sqs_life);
+        assert_eq!(DEFAULT_EXPIRES_AFTER, Duration::from_secs(43 * 24 * 3600));
+        // A shorter one is a choice.
+        let hour = Config::new().with_expires_after(Duration::from_secs(3600));
+        assert_eq!(hour.expires_after(), Duration::from_secs(3600));
+    }
 
     #[test]
     fn the_heartbeat_period_follows_the_lease_in_force() {

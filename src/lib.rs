@@ -148,7 +148,7 @@ mod canonical;
 mod hashing;
 mod pointer;
 
-pub use config::{Config, IdempotencyMode, MissingKey};
+pub use config::{Config, IdempotencyMode, MissingKey, DEFAULT_EXPIRES_AFTER};
 pub use error::{BoxError, Error, Permanent};
 pub use idempotent::{Completion, IdempotencyLayer, Idempotent, InTransaction, TransactionEvent};
 pub use input::Input;
