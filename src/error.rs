@@ -131,6 +131,15 @@ impl Error {
 }
 
 impl Error {
+    /// The store is not set up for this function ([`StoreError::Misconfigured`]): no record
+    /// can be processed until it is fixed, so the invocation fails as a whole.
+    pub fn misconfiguration(&self) -> Option<&crate::store::Misconfiguration> {
+        match self {
+            Error::Store(store) => store.misconfiguration(),
+            _ => None,
+        }
+    }
+
     /// The outcome this error gives the record.
     pub fn outcome(&self) -> Outcome {
         match self {
@@ -142,9 +151,11 @@ impl Error {
             }
             Error::Permanent { .. } => Outcome::FailedPermanently,
             Error::ResultUnavailable => Outcome::Replayed,
+            Error::Store(StoreError::Misconfigured(_)) => Outcome::Misconfigured,
             Error::Store(store) if store.is_request_fault() => Outcome::Rejected,
             // The handler's own statements may have aborted its transaction.
             Error::Store(StoreError::TransactionAborted(_)) => Outcome::Failed,
+            Error::Store(StoreError::DeadlineReached { .. }) => Outcome::DeadlineNear,
             Error::Store(_) => Outcome::StoreUnavailable,
             Error::Handler(_) | Error::Panic { .. } | Error::SameKeyFailed { .. } => {
                 Outcome::Failed
@@ -178,7 +189,8 @@ impl Error {
             Error::Store(StoreError::InvalidWrite { .. }) => "Idempotency.InvalidWrite",
             Error::Store(StoreError::InvalidRequest { .. }) => "Idempotency.InvalidRequest",
             Error::Store(StoreError::TransactionAborted(_)) => "Idempotency.TransactionAborted",
-            Error::Store(StoreError::Misconfigured { .. }) => "Idempotency.StoreMisconfigured",
+            Error::Store(StoreError::Misconfigured(_)) => "Idempotency.Misconfigured",
+            Error::Store(StoreError::DeadlineReached { .. }) => "Idempotency.DeadlineReached",
             Error::Permanent { .. } => "Idempotency.PermanentFailure",
             Error::ConditionFailed { .. } => "Idempotency.ConditionFailed",
             Error::ResultUnavailable => "Idempotency.ResultUnavailable",

@@ -71,13 +71,17 @@ use lambda_runtime::{Context, LambdaEvent};
 use serde::Serialize;
 use tower::{BoxError, Layer, Service, ServiceExt};
 
-use crate::clock::{epoch_ms, Clock};
+use crate::clock::Clock;
 use crate::config::IdempotencyMode;
 use crate::error::Error;
 use crate::idempotent::{within_call, IdempotencyLayer, Mode};
 use crate::input::Serialized;
 use crate::key::{BodyHash, KeyError};
 use crate::processed::Processed;
+
+/// The deadline of a call outside an invocation: none (the end of time, as epoch
+/// milliseconds).
+const NO_DEADLINE_MS: u64 = u64::MAX;
 
 /// The function as the idempotent service sees it: a service of its serialized arguments.
 #[derive(Debug, Clone)]
@@ -168,16 +172,16 @@ where
         M: Mode<FunctionCall<F>, St, K, C, Serialized<A>>,
         FunctionCall<F>: Service<LambdaEvent<Serialized<A>>, Error: Into<BoxError>>,
     {
-        let args =
-            Serialized::new(args).map_err(|err| Error::Key(KeyError::Unserializable(err)))?;
-        let service = self.layer.layer(FunctionCall { f: self.f.clone() });
-        // A memo of its own: a failed call does not stop a later one in the same batch.
-        within_call(service.oneshot(LambdaEvent::new(args, context.clone()))).await
+        self.call_on(&self.layer, args, context).await
     }
 
     /// Calls the function with `args` outside an invocation (or with a shorter lease than
     /// the invocation's): its lease ends `lease` from now, by the layer's clock (a lease past
-    /// the end of time saturates).
+    /// the end of time saturates), or at the layer's own cap
+    /// ([`Config::with_max_lease`](crate::Config::with_max_lease)) if that comes first. No
+    /// invocation deadline bounds the call, its store calls included: one that outlives its
+    /// lease still sends its result, fenced by its owner token (refused,
+    /// [`Error::LeaseLost`], when another call took the key over).
     pub async fn call_with_lease<A>(
         &self,
         args: A,
@@ -188,9 +192,31 @@ where
         M: Mode<FunctionCall<F>, St, K, C, Serialized<A>>,
         FunctionCall<F>: Service<LambdaEvent<Serialized<A>>, Error: Into<BoxError>>,
     {
-        let lease_ms = u64::try_from(lease.as_millis()).unwrap_or(u64::MAX);
+        let mut layer = self.layer.clone();
+        let config = layer.config_mut();
+        config.max_lease = Some(config.max_lease.map_or(lease, |cap| cap.min(lease)));
         let mut context = Context::default();
-        context.deadline = epoch_ms(self.layer.clock().now()).saturating_add(lease_ms);
-        self.call(args, &context).await
+        context.deadline = NO_DEADLINE_MS;
+        self.call_on(&layer, args, &context).await
+    }
+
+    /// Calls the function with `args` through `layer` (this function's, or one with a
+    /// shorter lease) inside the invocation of `context`.
+    async fn call_on<A>(
+        &self,
+        layer: &IdempotencyLayer<St, K, C, M>,
+        args: A,
+        context: &Context,
+    ) -> Result<Processed<M::Value>, Error>
+    where
+        A: Serialize,
+        M: Mode<FunctionCall<F>, St, K, C, Serialized<A>>,
+        FunctionCall<F>: Service<LambdaEvent<Serialized<A>>, Error: Into<BoxError>>,
+    {
+        let args =
+            Serialized::new(args).map_err(|err| Error::Key(KeyError::Unserializable(err)))?;
+        let service = layer.layer(FunctionCall { f: self.f.clone() });
+        // A memo of its own: a failed call does not stop a later one in the same batch.
+        within_call(service.oneshot(LambdaEvent::new(args, context.clone()))).await
     }
 }

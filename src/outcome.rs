@@ -21,6 +21,11 @@ pub enum Outcome {
     Rejected,
     /// The store failed: the handler did not run (or its result was not stored), reported.
     StoreUnavailable,
+    /// The store is not set up for this function (a missing table, denied access, wrong
+    /// credentials: [`StoreError::Misconfigured`](crate::store::StoreError::Misconfigured)):
+    /// nothing was applied. Never a record's fault: a batch with such a record fails its
+    /// invocation as a whole, so the source retries the batch until the setup is fixed.
+    Misconfigured,
     /// The handler failed with a [`Permanent`](crate::Permanent) error (now, or in an
     /// earlier delivery whose stored failure is replayed): acknowledged, not retried.
     FailedPermanently,
@@ -40,7 +45,7 @@ pub enum Outcome {
 
 impl Outcome {
     /// Every outcome, in declaration order.
-    pub const ALL: [Outcome; 12] = [
+    pub const ALL: [Outcome; 13] = [
         Outcome::Executed,
         Outcome::Replayed,
         Outcome::Unprotected,
@@ -48,6 +53,7 @@ impl Outcome {
         Outcome::Failed,
         Outcome::Rejected,
         Outcome::StoreUnavailable,
+        Outcome::Misconfigured,
         Outcome::FailedPermanently,
         Outcome::LeaseLost,
         Outcome::DeadlineNear,
@@ -65,6 +71,7 @@ impl Outcome {
             Outcome::Failed => "failed",
             Outcome::Rejected => "rejected",
             Outcome::StoreUnavailable => "store_unavailable",
+            Outcome::Misconfigured => "misconfigured",
             Outcome::FailedPermanently => "failed_permanently",
             Outcome::LeaseLost => "lease_lost",
             Outcome::DeadlineNear => "deadline_near",
@@ -84,6 +91,7 @@ impl Outcome {
             Outcome::Failed => "RecordsFailed",
             Outcome::Rejected => "RecordsRejected",
             Outcome::StoreUnavailable => "RecordsStoreUnavailable",
+            Outcome::Misconfigured => "RecordsMisconfigured",
             Outcome::FailedPermanently => "RecordsFailedPermanently",
             Outcome::LeaseLost => "RecordsLeaseLost",
             Outcome::DeadlineNear => "RecordsDeadlineNear",

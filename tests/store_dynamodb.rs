@@ -97,10 +97,15 @@ async fn colliding_attribute_names_are_refused_before_anything_is_written() {
         expiration_secs: epoch_secs(clock.now() + Duration::from_secs(3600)),
         validation: None,
     };
+    let table = store.table().to_string();
     let refused = |answer: String| {
         assert_eq!(
             answer,
-            "Err(Misconfigured { reason: \"the key and owner attributes are both named \\\"id\\\"\" })"
+            format!(
+                "Err(Misconfigured(Misconfiguration {{ store: \"DynamoDB\", table: \"{table}\", \
+                 code: \"InvalidAttributeNames\", reason: \"the key and owner attributes are both \
+                 named \\\"id\\\"\" }}))"
+            )
         )
     };
     // Two deliveries of one event, two owners: neither takes a lease.
@@ -174,14 +179,18 @@ async fn a_store_with_colliding_names_fails_every_delivery_closed() {
             .collect();
         assert_eq!(
             seen,
-            vec![
-                (
-                    Outcome::StoreUnavailable,
-                    Some("Idempotency.StoreMisconfigured")
-                );
-                ids.len()
-            ],
+            vec![(Outcome::Misconfigured, Some("Idempotency.Misconfigured")); ids.len()],
             "delivery {delivery}"
+        );
+        // The invocation fails as a whole: the batch comes back until the names are fixed.
+        assert!(
+            matches!(
+                &report.invocation_error,
+                Some(lambda_idempotency::batch::BatchError::Misconfigured(fault))
+                    if fault.table == table && fault.code == "InvalidAttributeNames"
+            ),
+            "delivery {delivery}: {:?}",
+            report.invocation_error
         );
         let reported: Vec<String> = report
             .response

@@ -1,6 +1,7 @@
 //! [`BatchError`]: why a whole batch invocation failed.
 
 use crate::error::error_chain;
+use crate::store::Misconfiguration;
 
 /// Why a whole invocation failed: the source then retries the whole batch.
 #[derive(Debug, thiserror::Error)]
@@ -15,6 +16,23 @@ pub enum BatchError {
         /// How many such records.
         count: usize,
     },
+    /// The invocation had no more time before its deadline than a record needs to start
+    /// (the processor's deadline margin), so none could run: the function's timeout is
+    /// shorter than the margin. Reported once, as an error naming both figures, rather than
+    /// as every record `deadline_near` until the messages are dead-lettered.
+    #[error("the invocation had {left_ms} ms before its deadline, no more than the {margin_ms} ms a record needs to start (the deadline margin): raise the function's timeout (or lower the margin)")]
+    DeadlineTooShort {
+        /// The time the invocation had left when the batch began.
+        left_ms: u64,
+        /// The processor's deadline margin.
+        margin_ms: u64,
+    },
+    /// The store is not set up for this function (a table that does not exist, denied
+    /// access, wrong credentials): no record can be processed until it is fixed, and none is
+    /// labelled a poison record for it. The invocation fails, so the source retries the
+    /// whole batch; once the store is set up the batch is applied once.
+    #[error("{0}; failing the invocation so that the batch is retried once it is fixed")]
+    Misconfigured(Misconfiguration),
 }
 
 impl BatchError {
@@ -22,6 +40,8 @@ impl BatchError {
     pub fn error_type(&self) -> &'static str {
         match self {
             BatchError::UnreportableFailures { .. } => "Idempotency.UnreportableFailures",
+            BatchError::DeadlineTooShort { .. } => "Idempotency.DeadlineTooShort",
+            BatchError::Misconfigured(_) => "Idempotency.Misconfigured",
         }
     }
 }

@@ -57,6 +57,13 @@ impl<T> RecordReport<T> {
     pub(crate) fn log(&self, error_text: bool) {
         let id = self.item_identifier.as_deref().unwrap_or("<none>");
         match &self.error {
+            // Said once for the whole batch, as an error.
+            Some(error) if error.misconfiguration().is_some() => tracing::debug!(
+                item_identifier = id,
+                outcome = %self.outcome,
+                error_type = error.error_type(),
+                "record not processed"
+            ),
             None => tracing::info!(
                 item_identifier = id,
                 outcome = %self.outcome,
@@ -93,6 +100,10 @@ pub struct BatchReport<T, R = SqsBatchResponse> {
     pub response: R,
     /// Records to retry that have no identifier and so could not be reported.
     pub unreportable: usize,
+    /// Why the invocation fails as a whole, whatever the records' outcomes: no time for a
+    /// single record ([`BatchError::DeadlineTooShort`]), or a store that is not set up
+    /// ([`BatchError::Misconfigured`]).
+    pub invocation_error: Option<BatchError>,
 }
 
 impl<T, R> BatchReport<T, R> {
@@ -101,9 +112,13 @@ impl<T, R> BatchReport<T, R> {
         self.records.iter().filter(|r| r.outcome == outcome).count()
     }
 
-    /// The response for Lambda, or an error that makes SQS retry the whole batch when a
-    /// record to retry could not be reported.
+    /// The response for Lambda, or an error that makes the source retry the whole batch:
+    /// the [invocation's error](Self::invocation_error), or a record to retry that could not
+    /// be reported.
     pub fn into_response(self) -> Result<R, BatchError> {
+        if let Some(err) = self.invocation_error {
+            return Err(err);
+        }
         if self.unreportable > 0 {
             return Err(BatchError::UnreportableFailures {
                 count: self.unreportable,
@@ -160,5 +175,6 @@ pub(crate) fn summarize<T, E: BatchEvent>(
         records,
         response: E::response(failures),
         unreportable,
+        invocation_error: None,
     }
 }

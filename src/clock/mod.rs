@@ -72,6 +72,16 @@ where
     }
 }
 
+/// The time kept before the invocation deadline to answer Lambda. A record still running
+/// then is stopped and reported, and no store call runs past it: each is bounded by the time
+/// left before it, so the response reaches Lambda before the deadline (Lambda discards a late
+/// one and retries the whole event).
+pub const ANSWER_MARGIN: Duration = Duration::from_millis(500);
+
+/// The least time a store call needs to be worth sending: a call with less than this left
+/// before the answer margin is not sent (no store answers faster than a round trip).
+pub const SHORTEST_CALL: Duration = Duration::from_millis(10);
+
 /// Deadlines below this many epoch milliseconds (September 2001) cannot be absolute times:
 /// local emulators such as `cargo lambda watch` send the remaining time instead.
 pub const RELATIVE_DEADLINE_BELOW_MS: u64 = 1_000_000_000_000;
@@ -120,6 +130,18 @@ impl Deadline {
     /// Whether `now` is at most `margin` before the deadline (or past it).
     pub fn is_within(self, margin: Duration, now: SystemTime) -> bool {
         later_ms(now, margin) >= self.epoch_ms
+    }
+
+    /// The instant by which work must end so the answer reaches Lambda in time:
+    /// [`ANSWER_MARGIN`] before the deadline.
+    pub fn answer_by(self) -> SystemTime {
+        self.before(ANSWER_MARGIN)
+    }
+
+    /// The time left at `now` before [`answer_by`](Self::answer_by) (zero when it has
+    /// passed).
+    pub fn left_to_answer(self, now: SystemTime) -> Duration {
+        self.answer_by().duration_since(now).unwrap_or_default()
     }
 }
 

@@ -244,12 +244,24 @@ where
                     slot.take().unwrap_or_else(|| problem(Problem::Failed))
                 }
                 Err(err) => {
-                    tracing::warn!(
-                        error_type = err.error_type(),
-                        outcome = %err.outcome(),
-                        error = %crate::error::error_chain(&err),
-                        "idempotent request not processed"
-                    );
+                    if let Some(fault) = err.misconfiguration() {
+                        // Answered 503, never stored, until the store is set up.
+                        tracing::error!(
+                            error_type = err.error_type(),
+                            store = fault.store,
+                            table = %fault.table,
+                            code = %fault.code,
+                            error = %fault,
+                            "the idempotency store is misconfigured"
+                        );
+                    } else {
+                        tracing::warn!(
+                            error_type = err.error_type(),
+                            outcome = %err.outcome(),
+                            error = %crate::error::error_chain(&err),
+                            "idempotent request not processed"
+                        );
+                    }
                     problem(Problem::of(&err))
                 }
             })

@@ -29,10 +29,10 @@ use crate::validation::PayloadHash;
 pub const FALLBACK_KEY_PREFIX: &str = "lambda-idempotency";
 
 /// How long before its own deadline a record waiting for another of this process with the
-/// same key stops waiting and answers "in progress": the batch processor's answer margin, so
-/// that an invocation outside a batch (a direct invocation, an HTTP request) answers in time
-/// too. An idempotent function's call waits to its deadline, its lease's end.
-const FOLLOWER_MARGIN: Duration = Duration::from_millis(500);
+/// same key stops waiting and answers "in progress": the answer margin, so that an
+/// invocation outside a batch (a direct invocation, an HTTP request) answers in time too.
+/// An idempotent function's call waits to its deadline, its lease's end.
+const FOLLOWER_MARGIN: Duration = crate::clock::ANSWER_MARGIN;
 
 fn key_prefix<'a>(config: &'a Config, context: &'a Context) -> Cow<'a, str> {
     if let Some(prefix) = config.key_prefix() {

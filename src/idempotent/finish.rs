@@ -9,7 +9,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::completion::Completion;
-use super::retry::with_retries;
+use super::store_call::with_retries;
 use super::stored_result::CarriesData;
 use crate::clock::{later_secs, Clock, Deadline};
 use crate::config::Config;

@@ -5,7 +5,7 @@ use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use super::retry::with_retries;
+use super::store_call::{with_retries, within_deadline};
 use crate::clock::{epoch_ms, later_ms, later_secs, Clock, Deadline};
 use crate::config::Config;
 use crate::error::Error;
@@ -79,8 +79,9 @@ impl<St: Store, C: Clock> Heartbeat<'_, St, C> {
                     now,
                 };
                 let lapses = UNIX_EPOCH + Duration::from_millis(held_until_ms);
+                let extend = || self.store.extend(&request);
                 let extended = tokio::select! {
-                    answer = self.store.extend(&request) => answer,
+                    answer = within_deadline(self.clock, self.deadline, extend) => answer,
                     // No answer before the lease ends: it may be someone else's now.
                     () = self.clock.sleep_until(lapses) => return,
                 };
@@ -126,8 +127,9 @@ impl<St: Store, C: Clock> Heartbeat<'_, St, C> {
     /// Whether the record, read within `budget`, holds this lease's final result (completed
     /// under our owner token). Unread in time or unreadable, it does not.
     async fn finished_by_us(&self, budget: Duration) -> bool {
+        let get = || self.store.get(self.key);
         let read = tokio::select! {
-            read = self.store.get(self.key) => read,
+            read = within_deadline(self.clock, self.deadline, get) => read,
             () = self.clock.sleep(budget) => return false,
         };
         matches!(read, Ok(Some(record))

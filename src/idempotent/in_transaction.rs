@@ -10,7 +10,8 @@
 //!   that dies leaves nothing behind.
 
 use std::sync::Arc;
-use std::time::Duration;
+
+use futures_util::FutureExt;
 
 use lambda_runtime::LambdaEvent;
 use serde::de::DeserializeOwned;
@@ -23,6 +24,7 @@ use super::heartbeat::{self, expiration_for, lease_end_ms};
 use super::invoke::{call_handler, is_permanent};
 use super::lease;
 use super::protocol::Protocol;
+use super::store_call::within_deadline;
 use super::stored_result::{self, store_fitting};
 use crate::clock::{epoch_ms, later_secs, Clock, Deadline};
 use crate::config::IdempotencyMode;
@@ -54,30 +56,48 @@ pub struct TransactionEvent<E, Tx> {
     pub transaction: Tx,
 }
 
-/// How long the transaction may wait or idle: until the deadline.
-fn hold_for<C: Clock>(clock: &C, deadline: Deadline) -> Duration {
-    deadline
-        .time()
-        .duration_since(clock.now())
-        .unwrap_or(Duration::ZERO)
+/// Opens a transaction that may wait or idle until `deadline`'s answer margin, within it.
+async fn begin<St: TransactionScope, C: Clock>(
+    store: &St,
+    clock: &C,
+    deadline: Deadline,
+) -> Result<St::Transaction, StoreError> {
+    let hold_for = deadline.left_to_answer(clock.now());
+    within_deadline(clock, deadline, || store.begin(hold_for)).await
+}
+
+/// Rolls `transaction` back, within `deadline`: a rollback not sent in time is left to the
+/// transaction's drop (dropped, it is rolled back).
+async fn rollback<St: TransactionScope, C: Clock>(
+    store: &St,
+    clock: &C,
+    transaction: &St::Transaction,
+    deadline: Deadline,
+) {
+    let rollback = || store.rollback(transaction).map(Ok);
+    let _ = within_deadline(clock, deadline, rollback).await;
 }
 
 /// The final record (`request` with the result as its data) written in `transaction` and
-/// committed, in its stored form (compressed or a marker when the result does not fit).
-async fn complete_in<St: TransactionScope>(
+/// committed within `deadline`, in its stored form (compressed or a marker when the result
+/// does not fit).
+async fn complete_in<St: TransactionScope, C: Clock>(
     store: &St,
+    clock: &C,
     transaction: &St::Transaction,
     request: CompleteRequest,
     json: Result<String, serde_json::Error>,
+    deadline: Deadline,
 ) -> Result<(Commit, String), StoreError> {
     let finished = store_fitting(json, request, |request| async move {
-        let answer = store.complete_in(transaction, &request).await;
+        let complete = || store.complete_in(transaction, &request);
+        let answer = within_deadline(clock, deadline, complete).await;
         (request, answer)
     })
     .await;
     if finished.is_err() {
         // Nothing was committed; end the transaction if it is still open.
-        store.rollback(transaction).await;
+        rollback(store, clock, transaction, deadline).await;
     }
     finished
 }
@@ -132,7 +152,7 @@ where
     // The heartbeat covers the handler and the commit; cancelled, the transaction is
     // dropped and rolled back.
     let work = async {
-        let transaction = match store.begin(hold_for(clock, deadline)).await {
+        let transaction = match begin(store, clock, deadline).await {
             Ok(transaction) => transaction,
             Err(err) => return Ok(Err(Error::Store(err))),
         };
@@ -143,7 +163,7 @@ where
         let value = match call_handler(inner, handed, clock).await {
             Ok(value) => value,
             Err(err) => {
-                store.rollback(&transaction).await;
+                rollback(store, clock, &transaction, deadline).await;
                 return Ok(Err(err));
             }
         };
@@ -159,7 +179,7 @@ where
         };
         let json = stored_result::to_json(&value);
         heartbeat.final_write_sending();
-        let finished = complete_in(store, &transaction, request, json).await;
+        let finished = complete_in(store, clock, &transaction, request, json, deadline).await;
         Ok(Ok((value, expiration_secs, finished)))
     };
     let (value, expiration_secs, finished) = match heartbeat.run(work).await {
@@ -202,10 +222,8 @@ where
         return Err(Error::DeadlineNear);
     }
     let owner = OwnerToken::generate();
-    let transaction = store
-        .begin(hold_for(clock, claim.deadline))
-        .await
-        .map_err(Error::Store)?;
+    let deadline = claim.deadline;
+    let transaction = begin(store, clock, deadline).await.map_err(Error::Store)?;
     let mut acquired = false;
     for _ in 0..config.acquire_attempts {
         let now = clock.now();
@@ -218,7 +236,8 @@ where
             expiration_secs: expiration_for(config, now, lease_ms),
             validation: claim.stored_validation(),
         };
-        match store.acquire_in(&transaction, &request).await {
+        let acquire = || store.acquire_in(&transaction, &request);
+        match within_deadline(clock, deadline, acquire).await {
             Ok(Acquire::Acquired) => {
                 acquired = true;
                 break;
@@ -229,18 +248,18 @@ where
                 // A record read from before a concurrent commit may show a lease that has
                 // since ended: then ask again (the transaction is intact).
                 if let Some(answer) = claim.answer_existing(protocol, record, now) {
-                    store.rollback(&transaction).await;
+                    rollback(store, clock, &transaction, deadline).await;
                     return answer;
                 }
             }
             Err(err) => {
-                store.rollback(&transaction).await;
+                rollback(store, clock, &transaction, deadline).await;
                 return Err(Error::Store(err));
             }
         }
     }
     if !acquired {
-        store.rollback(&transaction).await;
+        rollback(store, clock, &transaction, deadline).await;
         return Err(Error::Contended { key: claim.key });
     }
     let handed = TransactionEvent {
@@ -251,7 +270,7 @@ where
         Ok(value) => value,
         Err(err) => {
             // The handler's writes go with the transaction, and so does the record.
-            store.rollback(&transaction).await;
+            rollback(store, clock, &transaction, deadline).await;
             if !is_permanent(&err) {
                 claim.handler_failed();
                 return Err(err);
@@ -274,7 +293,7 @@ where
         now,
     };
     let json = stored_result::to_json(&value);
-    match complete_in(store, &transaction, request, json).await {
+    match complete_in(store, clock, &transaction, request, json, deadline).await {
         Ok((Commit::Applied, data)) => {
             config.hooks.created(&Created {
                 key: &claim.key,

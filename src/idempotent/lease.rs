@@ -14,6 +14,7 @@ use super::heartbeat::{self, expiration_for, lease_end_ms};
 use super::in_flight::FlightResult;
 use super::invoke::{call_handler, is_permanent};
 use super::protocol::Protocol;
+use super::store_call::within_deadline;
 use super::stored_result::{self, store_fitting};
 use crate::clock::{epoch_ms, later_secs, Clock};
 use crate::error::Error;
@@ -51,7 +52,9 @@ where
             expiration_secs: expiration_for(config, now, lease_ms),
             validation: claim.stored_validation(),
         };
-        let existing = match protocol.store.acquire(&request).await {
+        let (store, clock) = (&protocol.store, &protocol.clock);
+        let acquired = within_deadline(clock, claim.deadline, || store.acquire(&request)).await;
+        let existing = match acquired {
             Ok(Acquire::Acquired) => {
                 config.hooks.created(&Created {
                     key: &claim.key,
@@ -67,7 +70,6 @@ where
                     // The write may have been applied with its answer lost: release it
                     // under our token rather than leave it held by nobody until the deadline
                     // (once: the store has just failed, so do not wait on it long).
-                    let (store, clock) = (&protocol.store, &protocol.clock);
                     heartbeat::release(store, clock, 1, &claim.key, &owner, claim.deadline).await;
                 }
                 return Err(Err(Error::Store(err)));
@@ -236,11 +238,16 @@ where
         Err(err) => Err(err),
     };
     let err = commit_error(&claim.key, answer);
-    if err.is_request_fault() || matches!(err, Error::Conflict { .. }) {
-        // Nothing was applied and sending it again will not help now: free the key.
+    let refused_for_good = err.is_request_fault() || matches!(err, Error::Conflict { .. });
+    if refused_for_good || err.misconfiguration().is_some() {
+        // Nothing was applied and sending it again will not help now: free the key (for a
+        // store not set up, a table of the handler's writes missing say, so that the batch
+        // applies once it is fixed without waiting for this lease to end).
         let attempts = config.commit_attempts;
         heartbeat::release(store, clock, attempts, &claim.key, &owner, claim.deadline).await;
-        claim.handler_failed();
+        if refused_for_good {
+            claim.handler_failed();
+        }
     }
     Err(err)
 }

@@ -11,8 +11,12 @@
 //!    the handler runs (`invoke`, which calls user code and catches its panics).
 //! 3. `finish`: the mode's final write (an owner-fenced completion of the result, or a
 //!    commit of the handler's writes with the record), in the stored form of
-//!    `stored_result`, retried (`retry`) within the deadline; a permanent failure is stored,
+//!    `stored_result`, retried (`store_call`) within the deadline; a permanent failure is stored,
 //!    any other failure releases the lease.
+//!
+//! Every store call goes through `store_call`, which bounds it by the time left before the
+//! invocation deadline (less the answer margin), whatever the store's client is configured
+//! with.
 //!
 //! Handlers with writes in optimistic mode take the `optimistic` driver instead of 2 and 3:
 //! run first, then commit with the record only if no live record exists. Handlers that
@@ -33,9 +37,9 @@ mod optimistic;
 mod precheck;
 mod protocol;
 mod record_fn;
-mod retry;
 mod sequenced;
 mod service;
+mod store_call;
 mod stored_result;
 
 pub use admission::FALLBACK_KEY_PREFIX;

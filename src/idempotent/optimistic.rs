@@ -16,6 +16,7 @@ use super::finish::{self, commit_error, failure_text, is_our_commit, stored_fail
 use super::in_flight::FlightResult;
 use super::invoke::{call_handler, is_permanent};
 use super::protocol::Protocol;
+use super::store_call::within_deadline;
 use super::stored_result::{self, store_fitting};
 use crate::clock::{epoch_ms, later_secs, Clock, Deadline};
 use crate::error::Error;
@@ -142,7 +143,9 @@ where
     C: Clock,
     T: DeserializeOwned,
 {
-    if let Ok(Some(record)) = protocol.store.get(&claim.key).await {
+    let (store, key) = (&protocol.store, &claim.key);
+    let read = within_deadline(&protocol.clock, claim.deadline, || store.get(key)).await;
+    if let Ok(Some(record)) = read {
         let now = protocol.clock.now();
         if matches!(
             decide(&record, now, claim.validation.as_ref()),

@@ -22,9 +22,10 @@ use tokio::sync::OnceCell;
 use super::admission::{answer_known, derive};
 use super::invoke::panic_message;
 use super::protocol::Protocol;
+use super::store_call::within_deadline;
 use super::stored_result::replay_of;
 use crate::batch::{BatchReplayer, Candidate};
-use crate::clock::Clock;
+use crate::clock::{Clock, Deadline};
 use crate::hooks::ReplaySource;
 use crate::input::Input;
 use crate::key::{IdempotencyKey, KeyExtractor};
@@ -60,12 +61,13 @@ struct Lookup {
 }
 
 impl Lookup {
-    /// What the store holds of the offered keys: read by the first to ask, once.
-    async fn read<St: Store>(&self, store: &St) -> &Found {
+    /// What the store holds of the offered keys: read by the first to ask, once, within
+    /// the batch's `deadline`.
+    async fn read<St: Store, C: Clock>(&self, store: &St, clock: &C, deadline: Deadline) -> &Found {
         self.found
             // Boxed: the store's read (an SDK call, kilobytes of future) is built by the one
             // record that does the lookup, not carried in every record's future.
-            .get_or_init(|| Box::pin(look_up(store, &self.keys)))
+            .get_or_init(|| Box::pin(look_up(store, clock, deadline, &self.keys)))
             .await
     }
 }
@@ -218,11 +220,15 @@ where
     pub(crate) async fn found(&mut self, key: &IdempotencyKey) -> Option<Arc<Record>>
     where
         St: Store,
+        C: Clock,
     {
-        let protocol = self.protocol;
+        let (protocol, context) = (self.protocol, self.context);
         let (lookup, _) = self.lookup()?;
         lookup.keys.binary_search(key).ok()?;
-        let found = lookup.read(&protocol.store).await;
+        let deadline = Deadline::of(context.deadline, protocol.clock.now());
+        let found = lookup
+            .read(&protocol.store, &protocol.clock, deadline)
+            .await;
         find(found, key).map(Arc::clone)
     }
 }
@@ -298,7 +304,14 @@ where
         )
     });
     let found = match to_read {
-        true => Some(lookup.read(&protocol.store).await),
+        true => {
+            let deadline = Deadline::of(context.deadline, now);
+            Some(
+                lookup
+                    .read(&protocol.store, &protocol.clock, deadline)
+                    .await,
+            )
+        }
         false => None,
     };
     derived
@@ -345,17 +358,25 @@ fn replay_at_turn<St, K, C: Clock, T: DeserializeOwned>(
     Some(replay)
 }
 
-/// Reads `keys` (sorted, each once) from the store: what it holds of them, sorted by key. A
-/// lookup that fails, or panics (a store's bug), finds nothing.
-async fn look_up<St: Store>(store: &St, keys: &[IdempotencyKey]) -> Found {
+/// Reads `keys` (sorted, each once) from the store within `deadline`: what it holds of them,
+/// sorted by key. A lookup that fails, or panics (a store's bug), finds nothing.
+async fn look_up<St: Store, C: Clock>(
+    store: &St,
+    clock: &C,
+    deadline: Deadline,
+    keys: &[IdempotencyKey],
+) -> Found {
     // Caught here, once: left to unwind, the panic would reach every offered record in turn
     // (each retries the lookup) and fail them all.
-    let read = AssertUnwindSafe(store.get_many(keys)).catch_unwind().await;
-    let read = read.unwrap_or_else(|panic| {
-        Err(StoreError::Unavailable(
-            format!("get_many panicked: {}", panic_message(panic.as_ref())).into(),
-        ))
-    });
+    let get_many = || async {
+        let read = AssertUnwindSafe(store.get_many(keys)).catch_unwind().await;
+        read.unwrap_or_else(|panic| {
+            Err(StoreError::Unavailable(
+                format!("get_many panicked: {}", panic_message(panic.as_ref())).into(),
+            ))
+        })
+    };
+    let read = within_deadline(clock, deadline, get_many).await;
     match read {
         Ok(records) => {
             tracing::debug!(keys = keys.len(), found = records.len(), "pre-check");

@@ -15,7 +15,8 @@ use tower::{BoxError, Service};
 use super::completion::Completion;
 use super::invoke::{call_handler, catch_panic, is_permanent};
 use super::protocol::Protocol;
-use crate::clock::Clock;
+use super::store_call::within_deadline;
+use crate::clock::{Clock, Deadline};
 use crate::error::Error;
 use crate::input::Input;
 use crate::key::{IdempotencyKey, KeyError};
@@ -274,12 +275,11 @@ where
     if position.sequence == 0 && guard.rule == SequenceRule::Next {
         return Err(invalid("sequence numbers start at 1"));
     }
+    let (store, clock) = (&protocol.store, &protocol.clock);
+    let deadline = Deadline::of(event.context.deadline, clock.now());
+    let read = || store.read_item(&position.table, &position.key);
     if guard.read_redelivered && event.payload.delivered_before() {
-        match protocol
-            .store
-            .read_item(&position.table, &position.key)
-            .await
-        {
+        match within_deadline(clock, deadline, read).await {
             Ok(Some(item)) => {
                 let stored = stored_sequence(&item, &guard.attribute, &position)?;
                 if already_applied(stored, position.sequence) {
@@ -308,10 +308,7 @@ where
         Err(err) if is_permanent(&err) => {
             // A late duplicate's handler may refuse what it did before ("already done"):
             // answered by the entity, read once, when it is at or past the event.
-            let read = protocol
-                .store
-                .read_item(&position.table, &position.key)
-                .await;
+            let read = within_deadline(clock, deadline, read).await;
             // An entity that cannot be read, or whose sequence is malformed, answers nothing:
             // the handler's error stands.
             let stored = match read {
@@ -339,7 +336,7 @@ where
         )));
     }
     let write = guard.guard(writes.remove(0), &position)?;
-    match protocol.store.write_guarded(&write).await? {
+    match within_deadline(clock, deadline, || store.write_guarded(&write)).await? {
         Guarded::Applied => Ok(Processed::Executed(result)),
         Guarded::Refused(old) => {
             let stored = match &old {

@@ -134,10 +134,11 @@ impl AttributeNames {
     /// use lambda_idempotency::store::{AttributeNames, StoreError};
     ///
     /// let names = AttributeNames::default().with_key("pk").with_owner("pk");
-    /// let Err(StoreError::Misconfigured { reason }) = names.check() else {
+    /// let Err(StoreError::Misconfigured(fault)) = names.check() else {
     ///     panic!("two fields under one name are refused");
     /// };
-    /// assert_eq!(reason, r#"the key and owner attributes are both named "pk""#);
+    /// assert_eq!(fault.code, "InvalidAttributeNames");
+    /// assert_eq!(fault.reason, r#"the key and owner attributes are both named "pk""#);
     ///
     /// let names = AttributeNames::default().with_sort_key("sk", "idempotency#orders");
     /// assert!(names.check().is_ok());
@@ -145,7 +146,7 @@ impl AttributeNames {
     pub fn check(&self) -> Result<(), StoreError> {
         match self.fault() {
             None => Ok(()),
-            Some(reason) => Err(StoreError::Misconfigured { reason }),
+            Some(reason) => Err(invalid_names(String::new(), reason)),
         }
     }
 
@@ -186,6 +187,16 @@ impl AttributeNames {
                 })
         })
     }
+}
+
+/// The misconfiguration of a store whose attribute names are unusable (`reason`), on `table`.
+pub(crate) fn invalid_names(table: String, reason: String) -> StoreError {
+    StoreError::Misconfigured(crate::store::Misconfiguration::new(
+        "DynamoDB",
+        table,
+        "InvalidAttributeNames",
+        reason,
+    ))
 }
 
 #[cfg(test)]

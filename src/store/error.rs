@@ -10,6 +10,17 @@ pub enum StoreError {
     /// The backend could not be reached or failed the request.
     #[error("the idempotency store is unavailable")]
     Unavailable(#[source] BoxError),
+    /// The store had not answered when the invocation's time ran out
+    /// ([`ANSWER_MARGIN`](crate::clock::ANSWER_MARGIN) before its deadline): every store call
+    /// is bounded by the time left, whatever its client is configured with. `sent`: the call
+    /// was sent and cut short, so its answer is lost (it may have been applied, as after a
+    /// timeout); otherwise so little time was left that it was not sent at all, and nothing
+    /// was asked.
+    #[error("{}", if *sent { "the store did not answer before the invocation deadline" } else { "too little time was left before the invocation deadline to call the store" })]
+    DeadlineReached {
+        /// The call was sent (and its answer lost), rather than not sent.
+        sent: bool,
+    },
     /// A stored item does not have the record's shape.
     #[error("stored record {key} is malformed: {reason}")]
     Malformed {
@@ -51,15 +62,20 @@ pub enum StoreError {
     /// applied. Not worth sending again: the handler's writes are gone with it.
     #[error("the handler's transaction could not commit; nothing of it was applied")]
     TransactionAborted(#[source] BoxError),
-    /// The store is configured so that it cannot keep records apart (attribute names that
-    /// are empty or collide): every request for a record is refused before it is sent, so
-    /// nothing is written, and the records fail and are retried until it is fixed.
-    /// [`AttributeNames::check`](crate::store::AttributeNames::check) finds it at start-up.
-    #[error("the idempotency store is misconfigured: {reason}")]
-    Misconfigured {
-        /// What is wrong.
-        reason: String,
-    },
+    /// The store is not set up for this function, so no record can be processed until it
+    /// is fixed: a table that does not exist (or is in another region), access denied, or
+    /// credentials that are wrong or expired (DynamoDB's `ResourceNotFoundException`,
+    /// `AccessDeniedException`, `UnrecognizedClientException`, `ExpiredTokenException`, ...;
+    /// Redis's `NOAUTH`, `WRONGPASS`, `NOPERM`; PostgreSQL's `42P01`, `42501`, `28P01`, ...),
+    /// also for the handler's own writes committed with the record; or attribute names that
+    /// cannot keep records apart, refused before anything is sent
+    /// ([`AttributeNames::check`](crate::store::AttributeNames::check) finds them at
+    /// start-up). Nothing was applied. It is never a record's fault: a
+    /// [`BatchProcessor`](crate::batch::BatchProcessor) fails the whole invocation with it
+    /// (one ERROR naming the store, the table and the code), so the source retries the batch
+    /// until it is fixed, and then applies it once.
+    #[error("{0}")]
+    Misconfigured(Misconfiguration),
     /// The store refused the request as invalid (DynamoDB's `ValidationException`, at the
     /// top level or as a transaction's cancellation reason): a bad expression, two
     /// operations on one item, an item over the limit. Sending it again cannot help.
@@ -73,11 +89,69 @@ pub enum StoreError {
     },
 }
 
+/// What is wrong with a store's setup ([`StoreError::Misconfigured`]): which store, which
+/// table, and the code and explanation the store gave.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Misconfiguration {
+    /// The store: `DynamoDB`, `Redis` or `PostgreSQL` (`memory` for the embedded store's
+    /// tables).
+    pub store: &'static str,
+    /// The table the request was for: the idempotency table, or a table of the handler's
+    /// writes (several, `, `-separated, when the store does not say which one it refused).
+    /// Empty when there is none to name (Redis).
+    pub table: String,
+    /// The store's code for the refusal (`ResourceNotFoundException`, `NOAUTH`, `42P01`),
+    /// or this crate's (`InvalidAttributeNames`).
+    pub code: String,
+    /// The store's explanation.
+    pub reason: String,
+}
+
+impl Misconfiguration {
+    /// A misconfiguration of `store`'s `table`, refused with `code` for `reason`.
+    pub fn new(
+        store: &'static str,
+        table: impl Into<String>,
+        code: impl Into<String>,
+        reason: impl Into<String>,
+    ) -> Self {
+        Self {
+            store,
+            table: table.into(),
+            code: code.into(),
+            reason: reason.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for Misconfiguration {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the {} store is misconfigured", self.store)?;
+        if !self.table.is_empty() {
+            write!(f, " (table {})", self.table)?;
+        }
+        write!(f, ": {}: {}", self.code, self.reason)
+    }
+}
+
 impl StoreError {
     /// A fault that may pass: sending the same request again may succeed (the store was
     /// unreachable, throttled or failed). The one place that decides what is retried.
     pub fn is_transient(&self) -> bool {
-        matches!(self, StoreError::Unavailable(_))
+        matches!(
+            self,
+            StoreError::Unavailable(_) | StoreError::DeadlineReached { sent: true }
+        )
+    }
+
+    /// The store is not set up for this function ([`StoreError::Misconfigured`]): no record
+    /// can be processed until it is fixed.
+    pub fn misconfiguration(&self) -> Option<&Misconfiguration> {
+        match self {
+            StoreError::Misconfigured(misconfiguration) => Some(misconfiguration),
+            _ => None,
+        }
     }
 
     /// The request itself is at fault (a handler's invalid or oversized writes, a result

@@ -33,7 +33,7 @@ pub use self::redis::RedisStore;
 pub use attribute_names::AttributeNames;
 #[cfg(feature = "dynamodb")]
 pub use dynamodb::DynamoDbStore;
-pub use error::StoreError;
+pub use error::{Misconfiguration, StoreError};
 pub use guarded::{Guarded, GuardedWrite};
 pub use item_size::{MAX_ITEM_BYTES, MAX_NESTING, MAX_TRANSACTION_BYTES, MAX_TRANSACTION_ITEMS};
 pub use memory::InMemoryStore;

@@ -22,10 +22,19 @@ pub async fn create_table_with_keys(
     sort_key: Option<&str>,
 ) -> String {
     let table = format!("{prefix}-{}", uuid::Uuid::new_v4().simple());
+    create_table_named(client, &table, key, sort_key).await;
+    table
+}
+
+/// Creates the on-demand table `table` with the string partition key `key` and, if given,
+/// the string sort key `sort_key` (a table a test names before it exists, say). Panics when
+/// it cannot be created; a table already under the name (made by this very call, sent again
+/// by the SDK after its first answer was lost) is success.
+pub async fn create_table_named(client: &Client, table: &str, key: &str, sort_key: Option<&str>) {
     let keys = std::iter::once((key, KeyType::Hash)).chain(sort_key.map(|k| (k, KeyType::Range)));
     let mut request = client
         .create_table()
-        .table_name(&table)
+        .table_name(table)
         .billing_mode(BillingMode::PayPerRequest);
     for (name, key_type) in keys {
         let definition = AttributeDefinition::builder()
@@ -50,7 +59,6 @@ pub async fn create_table_with_keys(
                 .is_some_and(|e| e.is_resource_in_use_exception()) => {}
         Err(err) => panic!("create table {table}: {err:?}"),
     }
-    table
 }
 
 /// The numeric `balance` of the item with partition key `account` = `account` in `table`

@@ -4,7 +4,7 @@
 use std::future::Future;
 use std::marker::PhantomData;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -25,6 +25,7 @@ use super::report::{summarize, BatchReport, RecordReport};
 use crate::clock::{epoch_ms, Clock, Deadline, SystemClock};
 use crate::error::Error;
 use crate::processed::Processed;
+use crate::store::{Misconfiguration, StoreError};
 
 /// Which records of a batch are looked up in the store together before they run (one
 /// [`Store::get_many`](crate::store::Store::get_many): a `BatchGetItem` per 100 keys on
@@ -50,9 +51,7 @@ pub enum Precheck {
 /// The default time that must remain before the invocation deadline to start a record.
 pub const DEFAULT_DEADLINE_MARGIN: Duration = Duration::from_secs(1);
 
-/// The time kept before the invocation deadline to answer: a record still running then is
-/// stopped and reported, so the response reaches Lambda before the deadline.
-pub const ANSWER_MARGIN: Duration = Duration::from_millis(500);
+pub use crate::clock::ANSWER_MARGIN;
 
 /// Runs each record of a batch event ([`BatchEvent`]: an `SqsEvent`, a `KinesisEvent`, a DynamoDB
 /// Streams `Event`)
@@ -248,12 +247,16 @@ impl<S, C, E: BatchEvent> BatchProcessor<S, C, E> {
         // The records' services see the normalised deadline.
         context.deadline = deadline.epoch_ms();
         let records = payload.into_records();
+        let now = self.clock.now();
         tracing::debug!(
             records = records.len(),
             deadline_ms = deadline.epoch_ms(),
-            now_ms = epoch_ms(self.clock.now()),
+            now_ms = epoch_ms(now),
             "batch received"
         );
+        if !records.is_empty() && deadline.is_within(self.deadline_margin, now) {
+            return self.no_time_for_a_record(records, deadline, now);
+        }
         // The positions in the batch of the records offered to the pre-check.
         let offered_at: Vec<usize> = match self.precheck {
             Precheck::Off => Vec::new(),
@@ -269,20 +272,59 @@ impl<S, C, E: BatchEvent> BatchProcessor<S, C, E> {
         let offered = Arc::new(offered);
         // Boxed: the records' scheduling makes a future of kilobytes, which the layers around
         // it (the pre-check's offer, the batch's failure memo) would otherwise each copy.
-        let schedule =
-            Box::pin(self.schedule::<T>(mode, records, &offered, offered_at, &context, deadline));
+        let scope = BatchScope {
+            context,
+            deadline,
+            misconfigured: OnceLock::new(),
+        };
+        let schedule = Box::pin(self.schedule::<T>(mode, records, &offered, offered_at, &scope));
         let reports = crate::idempotent::offering(Arc::clone(&offered), schedule).await;
-        summarize::<T, E>(reports)
+        let mut report = summarize::<T, E>(reports);
+        if let Some(fault) = scope.misconfigured.into_inner() {
+            tracing::error!(
+                error_type = "Idempotency.Misconfigured",
+                store = fault.store,
+                table = %fault.table,
+                code = %fault.code,
+                error = %fault,
+                "the idempotency store is misconfigured: failing the invocation, so the \
+                 batch is retried once it is fixed"
+            );
+            report.invocation_error = Some(BatchError::Misconfigured(fault));
+        }
+        report
+    }
+
+    /// The report of a batch that cannot start even one record: the invocation has no more
+    /// time before `deadline` than the deadline margin. Said once, as an error naming both
+    /// figures; every record is reported unstarted and the invocation fails.
+    fn no_time_for_a_record<T>(
+        &self,
+        records: Vec<E::Record>,
+        deadline: Deadline,
+        now: std::time::SystemTime,
+    ) -> BatchReport<T, E::Response> {
+        let left_ms = deadline.epoch_ms().saturating_sub(epoch_ms(now));
+        let margin_ms = u64::try_from(self.deadline_margin.as_millis()).unwrap_or(u64::MAX);
+        let err = BatchError::DeadlineTooShort { left_ms, margin_ms };
+        tracing::error!(left_ms, margin_ms, error_type = err.error_type(), "{err}");
+        let reports = records
+            .iter()
+            .map(|record| RecordReport::of(E::item_identifier(record), Err(Error::DeadlineNear)))
+            .collect();
+        let mut report = summarize::<T, E>(reports);
+        report.invocation_error = Some(err);
+        report
     }
 
     /// Runs `record` through its own call of the service. `margin_checked`: the deadline
     /// margin was checked when the record started (it waited for the batch's replays since),
-    /// so its call starts whatever time is left, as it would have then.
+    /// so its call starts whatever time is left, as it would have then. Once a record of the
+    /// batch found the store misconfigured, later ones are not started.
     pub(super) async fn process_record<T>(
         &self,
         record: E::Record,
-        context: &lambda_runtime::Context,
-        deadline: Deadline,
+        scope: &BatchScope,
         margin_checked: bool,
     ) -> RecordReport<T>
     where
@@ -296,29 +338,44 @@ impl<S, C, E: BatchEvent> BatchProcessor<S, C, E> {
             idempotency_key = tracing::field::Empty,
             outcome = tracing::field::Empty,
         );
+        let deadline = scope.deadline;
         let result = async {
+            if let Some(fault) = scope.misconfigured.get() {
+                return Err(Error::Store(StoreError::Misconfigured(fault.clone())));
+            }
             if !margin_checked && deadline.is_within(self.deadline_margin, self.clock.now()) {
                 return Err(Error::DeadlineNear);
             }
-            let event = LambdaEvent::new(record, context.clone());
+            let event = LambdaEvent::new(record, scope.context.clone());
             // The service catches its handler's panic (and releases the lease); a panic
             // anywhere else on the record's path (a store, a clock, another service) fails
             // this record alone.
             let call = crate::idempotent::catch_panic_async(self.service.clone().oneshot(event));
             tokio::select! {
                 result = call => result,
-                () = self.clock.sleep_until(deadline.before(ANSWER_MARGIN)) => {
+                () = self.clock.sleep_until(deadline.answer_by()) => {
                     Err(Error::DeadlineReached)
                 }
             }
         }
         .instrument(span.clone())
         .await;
+        if let Some(fault) = result.as_ref().err().and_then(Error::misconfiguration) {
+            let _ = scope.misconfigured.set(fault.clone());
+        }
         let report = RecordReport::of(item_identifier, result);
         span.record("outcome", report.outcome.as_str());
         span.in_scope(|| report.log(self.log_error_text));
         report
     }
+}
+
+/// What the records of one batch share while it runs: the invocation's context (its deadline
+/// normalised) and deadline, and the store's misconfiguration once a record met it.
+pub(super) struct BatchScope {
+    pub(super) context: lambda_runtime::Context,
+    pub(super) deadline: Deadline,
+    misconfigured: OnceLock<Misconfiguration>,
 }
 
 /// The future a [`BatchProcessor`] returns as a service of events `E`.

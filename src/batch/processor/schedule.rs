@@ -10,12 +10,12 @@ use lambda_runtime::LambdaEvent;
 use tokio::sync::OnceCell;
 use tower::{Service, ServiceExt};
 
-use super::{BatchProcessor, ANSWER_MARGIN};
+use super::{BatchProcessor, BatchScope};
 use crate::batch::event::BatchEvent;
 use crate::batch::mode::{BatchMode, Stops};
 use crate::batch::replay::Candidate;
 use crate::batch::report::{skipped, RecordReport};
-use crate::clock::{Clock, Deadline};
+use crate::clock::Clock;
 use crate::error::Error;
 use crate::processed::Processed;
 
@@ -104,8 +104,7 @@ impl<S, C, E: BatchEvent> BatchProcessor<S, C, E> {
         records: Vec<Option<E::Record>>,
         offered: &[E::Record],
         offered_at: Vec<usize>,
-        context: &lambda_runtime::Context,
-        deadline: Deadline,
+        scope: &BatchScope,
     ) -> Vec<RecordReport<T>>
     where
         S: Service<LambdaEvent<E::Record>, Response = Processed<T>, Error = Error> + Clone,
@@ -133,18 +132,15 @@ impl<S, C, E: BatchEvent> BatchProcessor<S, C, E> {
                             // A record not started within the deadline margin answers so on
                             // its own path, as it would without the replays.
                             let margin = self.deadline_margin;
-                            if !replayable || deadline.is_within(margin, self.clock.now()) {
+                            if !replayable || scope.deadline.is_within(margin, self.clock.now()) {
                                 let record = record.into_owned();
-                                return self.process_record(record, context, deadline, false).await;
+                                return self.process_record(record, scope, false).await;
                             }
-                            match self
-                                .replay_at(index, replays, offered_at, context, deadline)
-                                .await
-                            {
+                            match self.replay_at(index, replays, offered_at, scope).await {
                                 Turn::Replayed(replay) => self.answered(record.get(), Ok(replay)),
                                 Turn::Own => {
                                     let record = record.into_owned();
-                                    self.process_record(record, context, deadline, true).await
+                                    self.process_record(record, scope, true).await
                                 }
                                 Turn::Stopped => {
                                     self.answered(record.get(), Err(Error::DeadlineReached))
@@ -180,7 +176,7 @@ impl<S, C, E: BatchEvent> BatchProcessor<S, C, E> {
                     let report = if stops.skips(group.as_deref()) {
                         skipped(E::item_identifier(record.get()))
                     } else {
-                        self.process_record::<T>(record.into_owned(), context, deadline, false)
+                        self.process_record::<T>(record.into_owned(), scope, false)
                             .await
                     };
                     if !report.outcome.is_acknowledged() {
@@ -202,8 +198,7 @@ impl<S, C, E: BatchEvent> BatchProcessor<S, C, E> {
         index: usize,
         replays: &Replays<T>,
         offered_at: &[usize],
-        context: &lambda_runtime::Context,
-        deadline: Deadline,
+        scope: &BatchScope,
     ) -> Turn<T>
     where
         S: Service<LambdaEvent<E::Record>, Response = Processed<T>, Error = Error> + Clone,
@@ -211,7 +206,7 @@ impl<S, C, E: BatchEvent> BatchProcessor<S, C, E> {
     {
         let replays = replays
             .get_or_init(|| async {
-                let replays = self.replays(offered_at, context, deadline).await;
+                let replays = self.replays(offered_at, scope).await;
                 replays.map(Mutex::new)
             })
             .await;
@@ -238,8 +233,7 @@ impl<S, C, E: BatchEvent> BatchProcessor<S, C, E> {
     async fn replays<T: 'static>(
         &self,
         offered_at: &[usize],
-        context: &lambda_runtime::Context,
-        deadline: Deadline,
+        scope: &BatchScope,
     ) -> Option<Vec<Option<Candidate<T>>>>
     where
         S: Service<LambdaEvent<E::Record>, Response = Processed<T>, Error = Error> + Clone,
@@ -251,13 +245,13 @@ impl<S, C, E: BatchEvent> BatchProcessor<S, C, E> {
         let phase = AssertUnwindSafe(async {
             let mut service = self.service.clone();
             match ServiceExt::<LambdaEvent<E::Record>>::ready(&mut service).await {
-                Ok(_) => replayer.candidates::<T>(context).await,
+                Ok(_) => replayer.candidates::<T>(&scope.context).await,
                 Err(_) => Vec::new(),
             }
         });
         let mut candidates = tokio::select! {
             candidates = phase.catch_unwind() => candidates.unwrap_or_default().into_iter(),
-            () = self.clock.sleep_until(deadline.before(ANSWER_MARGIN)) => return None,
+            () = self.clock.sleep_until(scope.deadline.answer_by()) => return None,
         };
         let mut by_position: Vec<Option<Candidate<T>>> = Vec::new();
         for &at in offered_at {

@@ -289,6 +289,7 @@ mod tests {
             }],
             response: SqsBatchResponse::default(),
             unreportable: 0,
+            invocation_error: None,
         };
         (m, report)
     }

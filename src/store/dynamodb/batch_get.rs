@@ -7,7 +7,7 @@ use std::time::Duration;
 use aws_sdk_dynamodb::config::AsyncSleep;
 use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
 
-use super::{unavailable, DynamoDbStore};
+use super::{unavailable, unread, DynamoDbStore};
 use crate::key::IdempotencyKey;
 use crate::record::Record;
 use crate::store::{read_together, readable, StoreError};
@@ -69,7 +69,7 @@ impl DynamoDbStore {
                 .request_items(&self.table, request)
                 .send()
                 .await
-                .map_err(unavailable)?;
+                .map_err(|err| unread(err, &self.table))?;
             // The answers are read once: their strings move into the records.
             let items = output
                 .responses

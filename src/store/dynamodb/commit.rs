@@ -13,12 +13,13 @@ use aws_sdk_dynamodb::types::{
 
 use super::request_token::client_request_token;
 use super::{
-    num, s, takeover_values, unavailable, DynamoDbStore, FINAL_STATE_UPDATE, OWNER_CONDITION,
-    TAKEOVER_CONDITION,
+    misconfiguration, num, s, takeover_values, unavailable, DynamoDbStore, FINAL_STATE_UPDATE,
+    OWNER_CONDITION, TAKEOVER_CONDITION,
 };
 use crate::store::item_size::check_commit_size;
 use crate::store::{
-    Attr, Commit, CommitRequest, Item, StoreError, TransactionalStore, Write, WriteKind,
+    Attr, Commit, CommitRequest, Item, Misconfiguration, StoreError, TransactionalStore, Write,
+    WriteKind,
 };
 
 pub(super) fn sdk_value(value: &Attr) -> AttributeValue {
@@ -185,20 +186,27 @@ impl DynamoDbStore {
             {
                 return Ok(Commit::Conflict)
             }
-            // The record's own size was checked (as an upper bound) before sending, so a
-            // refusal here is about the handler's writes: invalid, never "result too large".
-            Some(service)
-                if matches!(
-                    service.code(),
-                    Some("ValidationException" | "ResourceNotFoundException")
-                ) =>
-            {
-                return Err(StoreError::InvalidRequest {
-                    write_index: None,
-                    reason: Box::new(err),
-                })
+            // DynamoDB does not say which table is missing: it is found out.
+            Some(service) if service.code() == Some("ResourceNotFoundException") => {
+                let message = service.message().unwrap_or_default().to_string();
+                return Err(self.missing_table(request, message).await);
             }
-            _ => return Err(unavailable(err)),
+            Some(service) => {
+                if let Some(misconfigured) = misconfiguration(service, &self.tables_of(request)) {
+                    return Err(misconfigured);
+                }
+                // The record's own size was checked (as an upper bound) before sending, so a
+                // refusal here is about the handler's writes: invalid, never "result too
+                // large".
+                if service.code() == Some("ValidationException") {
+                    return Err(StoreError::InvalidRequest {
+                        write_index: None,
+                        reason: Box::new(err),
+                    });
+                }
+                return Err(unavailable(err));
+            }
+            None => return Err(unavailable(err)),
         };
         let reasons = cancelled.cancellation_reasons();
         let code = |i: usize| reasons.get(i).and_then(|r| r.code()).unwrap_or("None");
@@ -226,6 +234,46 @@ impl DynamoDbStore {
             return Ok(Commit::Conflict);
         }
         Err(unavailable(err))
+    }
+
+    /// The tables `request` writes: the store's own, then the handler's writes' (each
+    /// once), `, `-separated.
+    fn tables_of(&self, request: &CommitRequest) -> String {
+        let mut tables = vec![self.table.as_str()];
+        for write in &request.writes {
+            if !tables.contains(&write.table.as_str()) {
+                tables.push(&write.table);
+            }
+        }
+        tables.join(", ")
+    }
+
+    /// The misconfiguration of a transaction refused because a table does not exist, naming
+    /// the table. DynamoDB does not say which one, so the store's own table is read (a
+    /// `GetItem` of the record's key, as the store reads records): when it is there, the
+    /// missing one is among the handler's writes' tables (named when there is one); when
+    /// the read cannot tell, every table of the transaction is named.
+    async fn missing_table(&self, request: &CommitRequest, message: String) -> StoreError {
+        const NOT_FOUND: &str = "ResourceNotFoundException";
+        let ours_exists = match self.get_inner(&request.key).await {
+            Ok(_) => Some(true),
+            Err(StoreError::Misconfigured(m)) if m.code == NOT_FOUND => Some(false),
+            Err(_) => None,
+        };
+        let table = match ours_exists {
+            Some(false) => self.table.clone(),
+            Some(true) => {
+                let mut theirs: Vec<&str> = Vec::new();
+                for write in &request.writes {
+                    if write.table != self.table && !theirs.contains(&write.table.as_str()) {
+                        theirs.push(&write.table);
+                    }
+                }
+                theirs.join(", ")
+            }
+            None => self.tables_of(request),
+        };
+        StoreError::Misconfigured(Misconfiguration::new("DynamoDB", table, NOT_FOUND, message))
     }
 
     async fn commit_inner(&self, request: &CommitRequest) -> Result<Commit, StoreError> {

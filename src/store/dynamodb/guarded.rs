@@ -12,7 +12,7 @@ use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
 
 use super::commit::sdk_item;
-use super::{refused, unavailable, DynamoDbStore};
+use super::{refused, unread, DynamoDbStore};
 use crate::store::item_size::write_size_bytes;
 use crate::store::{Attr, Guarded, GuardedWrite, Item, StoreError, Write, WriteKind};
 
@@ -40,6 +40,7 @@ fn item(map: &HashMap<String, AttributeValue>) -> Item {
 fn answer<O, E, R>(
     result: Result<O, SdkError<E, R>>,
     size: usize,
+    table: &str,
     refusal: impl Fn(&E) -> Option<Option<&HashMap<String, AttributeValue>>>,
 ) -> Result<Guarded, StoreError>
 where
@@ -50,7 +51,7 @@ where
         Ok(_) => Ok(Guarded::Applied),
         Err(err) => match err.as_service_error().and_then(&refusal) {
             Some(old) => Ok(Guarded::Refused(old.map(item))),
-            None => Err(refused(err, size)),
+            None => Err(refused(err, size, table)),
         },
     }
 }
@@ -75,7 +76,7 @@ impl DynamoDbStore {
                     .return_values_on_condition_check_failure(all_old)
                     .send()
                     .await;
-                answer(result, size, |e| match e {
+                answer(result, size, &write.table, |e| match e {
                     PutItemError::ConditionalCheckFailedException(ccf) => Some(ccf.item()),
                     _ => None,
                 })
@@ -94,7 +95,7 @@ impl DynamoDbStore {
                     .return_values_on_condition_check_failure(all_old)
                     .send()
                     .await;
-                answer(result, size, |e| match e {
+                answer(result, size, &write.table, |e| match e {
                     UpdateItemError::ConditionalCheckFailedException(ccf) => Some(ccf.item()),
                     _ => None,
                 })
@@ -116,7 +117,7 @@ impl DynamoDbStore {
             .consistent_read(true)
             .send()
             .await
-            .map_err(unavailable)?;
+            .map_err(|err| unread(err, table))?;
         Ok(output.item().map(item))
     }
 }

@@ -21,11 +21,12 @@ use aws_sdk_dynamodb::Client;
 use crate::clock::{epoch_ms, epoch_secs};
 use crate::key::IdempotencyKey;
 use crate::record::{OwnerToken, Record, Status};
+use crate::store::attribute_names::invalid_names;
 use crate::store::item_size::{check_item_size, completed_size_bytes, record_size_bytes};
 use crate::store::AttributeNames;
 use crate::store::{
-    is_our_completion, Acquire, AcquireRequest, CompleteRequest, ExtendRequest, Fenced, Store,
-    StoreError,
+    is_our_completion, Acquire, AcquireRequest, CompleteRequest, ExtendRequest, Fenced,
+    Misconfiguration, Store, StoreError,
 };
 
 /// A store on a DynamoDB table with a string partition key (`id` by default), or a string
@@ -41,7 +42,9 @@ use crate::store::{
 /// - release: `DeleteItem` with the same condition.
 ///
 /// A `ValidationException` (an item over 400 KB, a bad expression) is the request's fault,
-/// never retried: [`StoreError::ItemTooLarge`] or [`StoreError::InvalidRequest`].
+/// never retried: [`StoreError::ItemTooLarge`] or [`StoreError::InvalidRequest`]. A table
+/// that does not exist (in this region), denied access, wrong or expired credentials, or a
+/// table whose key is not the store's are [`StoreError::Misconfigured`], naming the table.
 ///
 /// The client is injected: configure its timeouts and retries there.
 #[derive(Debug, Clone)]
@@ -98,9 +101,7 @@ impl DynamoDbStore {
         key: &IdempotencyKey,
     ) -> Result<HashMap<String, AttributeValue>, StoreError> {
         if let Some(reason) = &self.names_fault {
-            return Err(StoreError::Misconfigured {
-                reason: reason.clone(),
-            });
+            return Err(invalid_names(self.table.clone(), reason.clone()));
         }
         Ok(self
             .names
@@ -194,7 +195,7 @@ impl DynamoDbStore {
                 Some(item) => Some(self.record_from_item(item)?),
                 None => self.get_inner(&request.key).await?,
             },
-            _ => return Err(refused(err, size_bytes)),
+            _ => return Err(refused(err, size_bytes, &self.table)),
         };
         Ok(match existing {
             // Our own record: an earlier send of this put was applied.
@@ -236,7 +237,7 @@ impl DynamoDbStore {
                 .item()
                 .map(|item| self.record_from_item(item))
                 .transpose()?,
-            _ => return Err(refused(err, size_bytes)),
+            _ => return Err(refused(err, size_bytes, &self.table)),
         };
         Ok(match existing {
             // Our own completion: an earlier send was applied and its answer lost.
@@ -265,7 +266,7 @@ impl DynamoDbStore {
             .set_expression_attribute_values(Some(values))
             .send()
             .await;
-        fenced(result)
+        fenced(result, &self.table)
     }
 
     async fn release_inner(
@@ -285,7 +286,7 @@ impl DynamoDbStore {
             .set_expression_attribute_values(Some(self.owner_condition_values(owner)))
             .send()
             .await;
-        fenced(result)
+        fenced(result, &self.table)
     }
 
     pub(crate) async fn get_inner(
@@ -302,7 +303,7 @@ impl DynamoDbStore {
             .consistent_read(true)
             .send()
             .await
-            .map_err(unavailable)?;
+            .map_err(|err| unread(err, &self.table))?;
         output
             .item()
             .map(|item| self.record_from_item(item))
@@ -317,8 +318,9 @@ pub(crate) const OWNER_CONDITION: &str = "#status = :inprogress AND #owner = :ow
 pub(crate) const FINAL_STATE_UPDATE: &str =
     "SET #status = :final, #data = :data, #exp = :exp REMOVE #ipe";
 
-/// An owner-fenced write's answer: a failed condition means the lease is no longer held.
-fn fenced<O, E, R>(result: Result<O, SdkError<E, R>>) -> Result<Fenced, StoreError>
+/// An owner-fenced write's answer on `table`: a failed condition means the lease is no
+/// longer held.
+fn fenced<O, E, R>(result: Result<O, SdkError<E, R>>, table: &str) -> Result<Fenced, StoreError>
 where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
     R: std::fmt::Debug + Send + Sync + 'static,
@@ -331,7 +333,7 @@ where
         {
             Ok(Fenced::LeaseLost)
         }
-        Err(err) => Err(refused(err, 0)),
+        Err(err) => Err(refused(err, 0, table)),
     }
 }
 
@@ -365,11 +367,66 @@ where
     StoreError::Unavailable(Box::new(err))
 }
 
-/// The store error for a request DynamoDB did not apply (other than a failed condition): a
+/// DynamoDB's codes for a request refused because the store is not set up for this function:
+/// no table of that name (in this region), no permission, credentials that are wrong or
+/// expired. No retry can help.
+const MISCONFIGURED_CODES: [&str; 11] = [
+    "ResourceNotFoundException",
+    "AccessDeniedException",
+    "UnrecognizedClientException",
+    "InvalidSignatureException",
+    "IncompleteSignatureException",
+    "MissingAuthenticationToken",
+    "MissingAuthenticationTokenException",
+    "InvalidClientTokenId",
+    "ExpiredToken",
+    "ExpiredTokenException",
+    "SignatureDoesNotMatch",
+];
+
+/// DynamoDB's messages (with `ValidationException`) for a key that does not match the table's
+/// key schema: the table was created with other key attributes than the request names,
+/// which holds for every request, never for one record alone.
+const KEY_SCHEMA_MESSAGES: [&str; 2] = [
+    "The provided key element does not match the schema",
+    "One of the required keys was not given a value",
+];
+
+/// The misconfiguration DynamoDB's refusal `service` shows, on `table`, if it shows one.
+pub(crate) fn misconfiguration<E: ProvideErrorMetadata>(
+    service: &E,
+    table: &str,
+) -> Option<StoreError> {
+    let code = service.code()?;
+    let message = service.message().unwrap_or_default();
+    let schema =
+        code == "ValidationException" && KEY_SCHEMA_MESSAGES.iter().any(|m| message.contains(m));
+    (MISCONFIGURED_CODES.contains(&code) || schema)
+        .then(|| StoreError::Misconfigured(Misconfiguration::new("DynamoDB", table, code, message)))
+}
+
+/// The store error for a read of `table` that DynamoDB did not answer: the store's setup
+/// ([`StoreError::Misconfigured`]), or an outage.
+pub(crate) fn unread<E, R>(err: SdkError<E, R>, table: &str) -> StoreError
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    R: std::fmt::Debug + Send + Sync + 'static,
+{
+    match err
+        .as_service_error()
+        .and_then(|s| misconfiguration(s, table))
+    {
+        Some(misconfigured) => misconfigured,
+        None => unavailable(err),
+    }
+}
+
+/// The store error for a request on `table` that DynamoDB did not apply (other than a failed
+/// condition): the store's setup ([`StoreError::Misconfigured`]: no such table, no
+/// permission, a key that does not match the table's), never a record's fault; a
 /// `ValidationException` is the request's fault (an item over the size limit, with
-/// `size_bytes` as estimated, or another invalid request), and so is a
-/// `ResourceNotFoundException` (no such table); anything else is an outage.
-pub(crate) fn refused<E, R>(err: SdkError<E, R>, size_bytes: usize) -> StoreError
+/// `size_bytes` as estimated, or another invalid request); anything else is an outage.
+pub(crate) fn refused<E, R>(err: SdkError<E, R>, size_bytes: usize, table: &str) -> StoreError
 where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
     R: std::fmt::Debug + Send + Sync + 'static,
@@ -377,16 +434,11 @@ where
     let Some(service) = err.as_service_error() else {
         return unavailable(err);
     };
-    match service.code() {
-        Some("ValidationException") => {}
-        // A table that does not exist is a configuration fault, not an outage.
-        Some("ResourceNotFoundException") => {
-            return StoreError::InvalidRequest {
-                write_index: None,
-                reason: Box::new(err),
-            }
-        }
-        _ => return unavailable(err),
+    if let Some(misconfigured) = misconfiguration(service, table) {
+        return misconfigured;
+    }
+    if service.code() != Some("ValidationException") {
+        return unavailable(err);
     }
     let message = service.message().unwrap_or_default().to_ascii_lowercase();
     if message.contains("size") && message.contains("exceed") {

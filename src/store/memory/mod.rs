@@ -274,6 +274,14 @@ fn refused(refusal: TransactionRefusal) -> StoreError {
     let write_index = match &refusal {
         TransactionRefusal::Invalid { write_index, .. } => *write_index,
         TransactionRefusal::ConditionFailed { write_index } => Some(*write_index),
+        TransactionRefusal::NoSuchTable { table } => {
+            return StoreError::Misconfigured(crate::store::Misconfiguration::new(
+                "memory",
+                table.clone(),
+                "ResourceNotFoundException",
+                refusal.to_string(),
+            ))
+        }
     };
     StoreError::InvalidRequest {
         write_index,

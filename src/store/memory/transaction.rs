@@ -29,6 +29,12 @@ pub(crate) enum TransactionRefusal {
         /// The lowest index of a write whose condition does not hold.
         write_index: usize,
     },
+    /// A write names a table that was never defined (DynamoDB's
+    /// ResourceNotFoundException): the store is not set up for it.
+    NoSuchTable {
+        /// The table.
+        table: String,
+    },
 }
 
 impl fmt::Display for TransactionRefusal {
@@ -41,6 +47,7 @@ impl fmt::Display for TransactionRefusal {
                     "transaction canceled: the condition of write {write_index} failed"
                 )
             }
+            Self::NoSuchTable { table } => write!(f, "requested resource not found: table {table}"),
         }
     }
 }
@@ -215,6 +222,10 @@ impl Tables {
         let mut addressed = BTreeSet::new();
         let mut keys = Vec::with_capacity(writes.len());
         for (index, write) in writes.iter().enumerate() {
+            if !self.tables.contains_key(&write.table) {
+                let table = write.table.clone();
+                return Err(TransactionRefusal::NoSuchTable { table });
+            }
             let key = self.check(write).map_err(|reason| invalid(index, reason))?;
             if !addressed.insert((write.table.as_str(), key.clone())) {
                 let reason = "Transaction request cannot include multiple operations on one item";

@@ -47,7 +47,7 @@ pub use self::transaction::{PgTransaction, TransactionClient, TransactionFinishe
 use super::item_size::{check_item_size, completed_size_bytes, record_size_bytes};
 use super::{
     is_our_completion, readable, Acquire, AcquireRequest, AttributeNames, CompleteRequest,
-    ExtendRequest, Fenced, Store, StoreError,
+    ExtendRequest, Fenced, Misconfiguration, Store, StoreError,
 };
 use crate::clock::{epoch_ms, epoch_secs};
 use crate::key::IdempotencyKey;
@@ -199,14 +199,54 @@ pub(crate) fn to_sql(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
 }
 
+/// A connection the pool could not give: the server refused the login
+/// ([`StoreError::Misconfigured`]), or could not be reached in time (unavailable).
 pub(crate) fn pool_error(err: deadpool_postgres::PoolError) -> StoreError {
+    if let deadpool_postgres::PoolError::Backend(backend) = &err {
+        if let Some(misconfigured) = misconfiguration(backend) {
+            return misconfigured;
+        }
+    }
     StoreError::Unavailable(Box::new(err))
 }
 
-/// The one place a PostgreSQL error is classified: a data exception (class 22: text the
-/// server cannot store, a number out of range) is the request's fault; anything else leaves
-/// the store unavailable.
+/// PostgreSQL's codes (SQLSTATE) for a request refused because the database is not set up
+/// for this function: no such table (or column), no privilege, a login refused, no such
+/// database. No retry can help.
+const MISCONFIGURED_STATES: [&str; 6] = ["42P01", "42703", "42501", "28P01", "28000", "3D000"];
+
+/// The misconfiguration `err` shows, if it shows one, naming the table when the server did
+/// (`relation "..." does not exist`).
+fn misconfiguration(err: &tokio_postgres::Error) -> Option<StoreError> {
+    let state = err.code()?.code();
+    if !MISCONFIGURED_STATES.contains(&state) {
+        return None;
+    }
+    let db = err.as_db_error();
+    let message = db.map_or_else(|| err.to_string(), |db| db.message().to_string());
+    let table = db
+        .and_then(|db| db.table().map(str::to_string))
+        .or_else(|| {
+            let quoted = message.split('"').nth(1)?;
+            message.starts_with("relation ").then(|| quoted.to_string())
+        })
+        .unwrap_or_default();
+    Some(StoreError::Misconfigured(Misconfiguration::new(
+        "PostgreSQL",
+        table,
+        state,
+        message,
+    )))
+}
+
+/// The one place a PostgreSQL error is classified: the database not set up for this
+/// function ([`StoreError::Misconfigured`]: a missing table, a privilege or login refused);
+/// a data exception (class 22: text the server cannot store, a number out of range) is the
+/// request's fault; anything else leaves the store unavailable.
 pub(crate) fn sql_error(err: tokio_postgres::Error) -> StoreError {
+    if let Some(misconfigured) = misconfiguration(&err) {
+        return misconfigured;
+    }
     if err
         .code()
         .is_some_and(|state| state.code().starts_with("22"))

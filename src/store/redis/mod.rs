@@ -40,7 +40,7 @@ use ::redis::Script;
 use super::item_size::{check_item_size, completed_size_bytes, record_size_bytes};
 use super::{
     get_each, readable, Acquire, AcquireRequest, AttributeNames, CompleteRequest, ExtendRequest,
-    Fenced, Store, StoreError,
+    Fenced, Misconfiguration, Store, StoreError,
 };
 use crate::clock::{epoch_ms, epoch_secs};
 use crate::key::IdempotencyKey;
@@ -125,9 +125,25 @@ fn ttl_ms(now: SystemTime, expiration_secs: u64) -> u64 {
         .map_or(0, |gc_at_ms| gc_at_ms.saturating_sub(epoch_ms(now)).max(1))
 }
 
-/// The error of a call on `key`: a key of another type is malformed, anything else leaves
-/// the store unavailable.
+/// Redis's error codes for a command refused because the server is not set up for this
+/// function: a password required or wrong, an ACL that denies the command or the key.
+const MISCONFIGURED_CODES: [&str; 3] = ["NOAUTH", "WRONGPASS", "NOPERM"];
+
+/// The error of a call on `key`: the server not set up for this function
+/// ([`StoreError::Misconfigured`]: authentication or an ACL refused), a key of another type is
+/// malformed, anything else leaves the store unavailable.
 fn store_error(key: &IdempotencyKey, err: ::redis::RedisError) -> StoreError {
+    let code = match err.code() {
+        Some(code) if MISCONFIGURED_CODES.contains(&code) => Some(code.to_string()),
+        _ if err.kind() == ::redis::ErrorKind::AuthenticationFailed => {
+            Some("AuthenticationFailed".to_string())
+        }
+        _ => None,
+    };
+    if let Some(code) = code {
+        let reason = err.detail().map_or_else(|| err.to_string(), str::to_string);
+        return StoreError::Misconfigured(Misconfiguration::new("Redis", "", code, reason));
+    }
     if err.code() == Some("WRONGTYPE") {
         return StoreError::Malformed {
             key: key.as_str().to_string(),

@@ -1,6 +1,7 @@
 //! A store wrapper that injects faults, queued, each for the next call of its kind (a slow
 //! extension for every one): an answer lost after the call was applied (as when the SDK
-//! resends a request whose response never came), a transient failure, a refusal as invalid,
+//! resends a request whose response never came), an answer that never comes (a hung
+//! connection), a transient failure, a refusal as invalid,
 //! a panic, a slow or lost-lease heartbeat, a commit cut by a kill, meeting a concurrent
 //! transaction or resent with another request token. It counts every call.
 
@@ -27,6 +28,9 @@ pub enum Inject {
     AcquireFailsAfterApply,
     /// The acquire fails before reaching the store.
     AcquireFails,
+    /// The acquire is applied, and its answer never comes (a connection that hangs, past
+    /// any client timeout).
+    AcquireHangs,
     /// The completion fails before reaching the store.
     CompleteFails,
     /// The completion is applied, its answer lost, and it is sent again.
@@ -40,6 +44,8 @@ pub enum Inject {
     CompleteInvalid,
     /// The completion panics (a user's store with a bug).
     CompletePanics,
+    /// The completion is applied, and its answer never comes.
+    CompleteHangs,
     /// Every extension takes this long (then is applied).
     ExtendSlow(Duration),
     /// The extension answers that the lease is lost.
@@ -140,9 +146,16 @@ impl<S: Store> Store for FaultyStore<S> {
         match self.take(|f| {
             matches!(
                 f,
-                Inject::AcquireResent | Inject::AcquireFailsAfterApply | Inject::AcquireFails
+                Inject::AcquireResent
+                    | Inject::AcquireFailsAfterApply
+                    | Inject::AcquireFails
+                    | Inject::AcquireHangs
             )
         }) {
+            Some(Inject::AcquireHangs) => {
+                self.inner.acquire(request).await?;
+                std::future::pending().await
+            }
             Some(Inject::AcquireResent) => {
                 self.inner.acquire(request).await?;
                 self.inner.acquire(request).await
@@ -167,8 +180,13 @@ impl<S: Store> Store for FaultyStore<S> {
                     | Inject::CompleteAnswerSlow(_)
                     | Inject::CompleteInvalid
                     | Inject::CompletePanics
+                    | Inject::CompleteHangs
             )
         }) {
+            Some(Inject::CompleteHangs) => {
+                self.inner.complete(request).await?;
+                std::future::pending().await
+            }
             Some(Inject::CompleteFails) => Err(down()),
             Some(Inject::CompleteInvalid) => Err(StoreError::InvalidRequest {
                 write_index: None,

@@ -120,7 +120,14 @@ fn malformed_writes_are_refused_before_anything_is_read() {
         put.item.insert(name.to_owned(), value);
         put
     };
-    refused(Write::put("missing", key("a")), "not found: table missing");
+    // A table never defined is the store's setup, not a malformed write.
+    let missing = Write::put("missing", key("a"));
+    assert_eq!(
+        tables.validate(&[credit("acct-1", 1), missing]),
+        Err(TransactionRefusal::NoSuchTable {
+            table: "missing".into()
+        })
+    );
     refused(
         Write::put("ledger", [("other", Attr::Null)]),
         "Missing the key account",
