@@ -8,10 +8,10 @@
 //!   (the default) or `lease`, and `IDEMPOTENCY_EXPIRES_AFTER_SECS`, how long records count
 //!   (default 23 days: it must outlive the queue's retention, the dead-letter queue's and the
 //!   queue's again after a redrive; see the README), and `DEADLINE_MARGIN_MS`, the time that
-//!   must remain before the invocation deadline to start a record (default: the store calls
-//!   at their worst, at the SDK's 5 s operation timeout, plus 1 s: 16 s in optimistic mode, a
-//!   commit sent 3 times; 26 s in lease mode, where an acquire and a release come before). The DynamoDB endpoint comes
-//!   from the standard AWS settings (`AWS_ENDPOINT_URL_DYNAMODB` locally).
+//!   must remain before the invocation deadline to start a record (default: the library's,
+//!   1 s; every store call is bounded by the time left before the deadline, whatever the
+//!   SDK's timeouts, so the default works under Lambda's default 3 s timeout). The DynamoDB
+//!   endpoint comes from the standard AWS settings (`AWS_ENDPOINT_URL_DYNAMODB` locally).
 //! - Message body: `{"eventId": string, "account": string, "amount": integer}`. The
 //!   idempotency key is the message attribute `Idempotency-Key` when present, else
 //!   `eventId`. Payload validation covers the body: the same key with another account or
@@ -36,7 +36,7 @@ use aws_config::retry::RetryConfig;
 use aws_config::timeout::TimeoutConfig;
 use aws_config::{BehaviorVersion, SdkConfig};
 use aws_lambda_events::sqs::SqsMessage;
-use lambda_idempotency::batch::BatchProcessor;
+use lambda_idempotency::batch::{BatchProcessor, DEFAULT_DEADLINE_MARGIN};
 use lambda_idempotency::idempotent::{Position, Sequence};
 use lambda_idempotency::key::{JsonPointer, KeyError, KeyExtractor, MessageAttribute};
 use lambda_idempotency::store::{Attr, DynamoDbStore, Write};
@@ -205,30 +205,15 @@ pub fn expires_after(value: Option<&str>) -> Result<Duration, lambda_runtime::Er
     Ok(Duration::from_secs(secs))
 }
 
-/// The SDK's bound on one DynamoDB operation (all its attempts), set by [`sdk_config`].
+/// The SDK's bound on one DynamoDB operation (all its attempts), set by [`sdk_config`]. The
+/// library bounds every store call by the time left before the invocation deadline too.
 pub const OPERATION_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Sends of a commit (`Config`'s default commit attempts).
-const COMMIT_SENDS: u64 = 3;
-
-/// Time to start a record: its store calls at their worst, plus a second to answer. A
-/// commit is sent up to 3 times; in lease mode an acquire (and, after a store error, one
-/// release) comes first.
-pub fn default_deadline_margin(mode: IdempotencyMode) -> Duration {
-    let calls = match mode {
-        IdempotencyMode::Lease => COMMIT_SENDS + 2,
-        _ => COMMIT_SENDS,
-    };
-    Duration::from_secs(OPERATION_TIMEOUT.as_secs() * calls + 1)
-}
-
-/// The start margin from `DEADLINE_MARGIN_MS`, or the mode's default.
-pub fn deadline_margin(
-    value: Option<&str>,
-    mode: IdempotencyMode,
-) -> Result<Duration, lambda_runtime::Error> {
+/// The start margin from `DEADLINE_MARGIN_MS`, or the library's default
+/// ([`DEFAULT_DEADLINE_MARGIN`], 1 s): the same rule for every example.
+pub fn deadline_margin(value: Option<&str>) -> Result<Duration, lambda_runtime::Error> {
     match value.filter(|v| !v.is_empty()) {
-        None => Ok(default_deadline_margin(mode)),
+        None => Ok(DEFAULT_DEADLINE_MARGIN),
         Some(text) => text.trim().parse().map(Duration::from_millis).map_err(|_| {
             format!("DEADLINE_MARGIN_MS must be a whole number of milliseconds, not {text:?}")
                 .into()
@@ -272,14 +257,14 @@ pub struct Settings {
 }
 
 impl Settings {
-    /// The defaults for `tables` in `mode`: the default window and start margin, and a
-    /// local cache of 1024 keys.
+    /// The defaults for `tables` in `mode`: the default window and start margin (the
+    /// library's), and a local cache of 1024 keys.
     pub fn new(tables: Tables, mode: IdempotencyMode) -> Self {
         Self {
             tables,
             mode,
             expires_after: DEFAULT_EXPIRES_AFTER,
-            deadline_margin: default_deadline_margin(mode),
+            deadline_margin: DEFAULT_DEADLINE_MARGIN,
             local_cache: 1024,
             sequenced: false,
         }
@@ -291,8 +276,6 @@ impl Settings {
         let ledger = required_env("LEDGER_TABLE")?;
         let mode_text = std::env::var("IDEMPOTENCY_MODE").unwrap_or_else(|_| "optimistic".into());
         let sequenced = mode_text.trim().eq_ignore_ascii_case("sequenced");
-        // A sequence-guarded order makes at most a read and a write: the optimistic margin
-        // covers it.
         let mode = if sequenced {
             Some(IdempotencyMode::Optimistic)
         } else {
@@ -314,7 +297,7 @@ impl Settings {
                 .as_deref(),
         )?;
         settings.deadline_margin =
-            deadline_margin(std::env::var("DEADLINE_MARGIN_MS").ok().as_deref(), mode)?;
+            deadline_margin(std::env::var("DEADLINE_MARGIN_MS").ok().as_deref())?;
         settings.sequenced = sequenced;
         Ok(settings)
     }

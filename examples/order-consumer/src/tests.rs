@@ -40,21 +40,14 @@ fn the_window_outlives_a_dead_letter_redrive_by_default() {
 }
 
 #[test]
-fn records_start_only_with_time_for_the_store_at_its_worst() {
-    let optimistic = IdempotencyMode::Optimistic;
+fn records_start_with_the_library_s_margin_unless_told_otherwise() {
+    assert_eq!(deadline_margin(None).unwrap(), Duration::from_secs(1));
+    assert_eq!(deadline_margin(Some("")).unwrap(), Duration::from_secs(1));
     assert_eq!(
-        deadline_margin(None, optimistic).unwrap(),
-        Duration::from_secs(16)
+        deadline_margin(Some("1500")).unwrap(),
+        Duration::from_millis(1500)
     );
-    assert_eq!(
-        deadline_margin(None, IdempotencyMode::Lease).unwrap(),
-        Duration::from_secs(26)
-    );
-    assert_eq!(
-        deadline_margin(Some("1000"), optimistic).unwrap(),
-        Duration::from_secs(1)
-    );
-    assert!(deadline_margin(Some("1s"), optimistic).is_err());
+    assert!(deadline_margin(Some("1s")).is_err());
 }
 
 #[tokio::test]

@@ -5,7 +5,8 @@
 //! - Environment: `DATABASE_URL` (a `postgres://` URL), `IDEMPOTENCY_MODE` = `optimistic`
 //!   (the default) or `lease`, `IDEMPOTENCY_EXPIRES_AFTER_SECS` (as the order-consumer's:
 //!   default 23 days) and `DEADLINE_MARGIN_MS`, the time that must remain before the
-//!   invocation deadline to start a record (default 3 s).
+//!   invocation deadline to start a record (as the order-consumer's: default 1 s, the
+//!   library's).
 //! - Tables, created at start if missing: the store's `idempotency_records` (the shipped
 //!   DDL) and `ledger (account text primary key, balance bigint not null)`.
 //! - Message body and key: the order-consumer's (`{"eventId", "account", "amount"}`; the
@@ -31,9 +32,6 @@ pub use order_consumer::{order_key, parse_order, Applied, Order, KEY_PREFIX};
 pub const LEDGER_DDL: &str =
     "CREATE TABLE IF NOT EXISTS ledger (account text PRIMARY KEY, balance bigint NOT NULL)";
 
-/// The default start margin: a few statements at their worst.
-pub const DEFAULT_DEADLINE_MARGIN: Duration = Duration::from_secs(3);
-
 /// How one deployment runs.
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -54,7 +52,7 @@ impl Settings {
             database_url: database_url.into(),
             mode,
             expires_after: order_consumer::DEFAULT_EXPIRES_AFTER,
-            deadline_margin: DEFAULT_DEADLINE_MARGIN,
+            deadline_margin: lambda_idempotency::batch::DEFAULT_DEADLINE_MARGIN,
         }
     }
 
@@ -74,15 +72,8 @@ impl Settings {
                 .ok()
                 .as_deref(),
         )?;
-        if let Some(text) = std::env::var("DEADLINE_MARGIN_MS")
-            .ok()
-            .filter(|v| !v.is_empty())
-        {
-            let ms: u64 = text.trim().parse().map_err(|_| {
-                format!("DEADLINE_MARGIN_MS must be a whole number of milliseconds, not {text:?}")
-            })?;
-            settings.deadline_margin = Duration::from_millis(ms);
-        }
+        settings.deadline_margin =
+            order_consumer::deadline_margin(std::env::var("DEADLINE_MARGIN_MS").ok().as_deref())?;
         Ok(settings)
     }
 }

@@ -26,7 +26,6 @@ impl Deployment for OnPostgres {
             &[
                 ("DATABASE_URL", &self.database_url),
                 ("IDEMPOTENCY_MODE", mode),
-                ("DEADLINE_MARGIN_MS", "1000"),
             ],
         )
     }

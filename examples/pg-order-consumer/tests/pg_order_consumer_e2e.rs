@@ -15,11 +15,7 @@ fn spawn(api: &RuntimeApi, database_url: &str, mode: &str) -> Child {
         env!("CARGO_BIN_EXE_pg-order-consumer"),
         "pg-order-consumer",
         &api.address(),
-        &[
-            ("DATABASE_URL", database_url),
-            ("IDEMPOTENCY_MODE", mode),
-            ("DEADLINE_MARGIN_MS", "1000"),
-        ],
+        &[("DATABASE_URL", database_url), ("IDEMPOTENCY_MODE", mode)],
     )
 }
 

@@ -30,12 +30,13 @@ use support::harness::runtime_api::{Reply, RuntimeApi};
 use support::harness::sqs_sim::Rng;
 use tokio::process::Child;
 
-/// Time the function gets per invocation.
-const DEADLINE: Duration = Duration::from_millis(2200);
+/// Time the function gets per invocation: Lambda's default timeout.
+const DEADLINE: Duration = Duration::from_secs(3);
 /// Reports of the record at the checkpoint before the mapping gives up on it.
 const MAX_ATTEMPTS: u32 = 6;
-/// The pause before a batch is sent again: attempts outlast a killed holder's lease.
-const RETRY_PAUSE: Duration = Duration::from_millis(500);
+/// The pause before a batch is sent again: the attempts outlast a killed holder's lease
+/// (which ends at its invocation's deadline).
+const RETRY_PAUSE: Duration = Duration::from_millis(800);
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name)
@@ -178,7 +179,6 @@ fn spawn(api: &RuntimeApi, tables: &Tables, mode: &str) -> Child {
             ("IDEMPOTENCY_TABLE", &tables.idempotency),
             ("LEDGER_TABLE", &tables.ledger),
             ("IDEMPOTENCY_MODE", mode),
-            ("DEADLINE_MARGIN_MS", "1000"),
         ],
     )
 }

@@ -54,7 +54,6 @@ async fn stream_consumer_holds_its_contract_in_both_modes() {
                 ("IDEMPOTENCY_TABLE", &tables.idempotency),
                 ("LEDGER_TABLE", &tables.ledger),
                 ("IDEMPOTENCY_MODE", mode),
-                ("DEADLINE_MARGIN_MS", "1000"),
             ],
         );
         let invoke = |event: Value| {

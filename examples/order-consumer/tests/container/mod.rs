@@ -68,13 +68,11 @@ fn environment<'a>(
     tables: &'a Tables,
     mode: &'a str,
     endpoint: &'a str,
-) -> [(&'a str, &'a str); 5] {
+) -> [(&'a str, &'a str); 4] {
     [
         ("AWS_ENDPOINT_URL_DYNAMODB", endpoint),
         ("IDEMPOTENCY_TABLE", &tables.idempotency),
         ("LEDGER_TABLE", &tables.ledger),
         ("IDEMPOTENCY_MODE", mode),
-        // The chaos test's invocations last 2.2 s: start records with 1 s left, not 16.
-        ("DEADLINE_MARGIN_MS", "1000"),
     ]
 }

@@ -70,8 +70,8 @@ pub fn sequenced_mode() -> bool {
 pub trait Deployment: Clone + Send + Sync + 'static {
     /// Its name, for the summary line.
     fn name(&self) -> &'static str;
-    /// Starts one process polling `runtime_api`, in `mode` (killed when dropped). Give it
-    /// a start margin of 1 s (`DEADLINE_MARGIN_MS=1000`): invocations last 2.2 s.
+    /// Starts one process polling `runtime_api`, in `mode` (killed when dropped), with its
+    /// default settings: invocations last 3 s, Lambda's default timeout.
     fn spawn(&self, runtime_api: &str, mode: &str) -> Child;
     /// The balance of `account` (0 when it has none).
     fn balance(&self, account: &str) -> impl Future<Output = i64> + Send;
@@ -83,10 +83,11 @@ pub trait Deployment: Clone + Send + Sync + 'static {
     }
 }
 
-/// Time a container gets per invocation (the function timeout).
-const DEADLINE: Duration = Duration::from_millis(2200);
-/// The queue's visibility timeout.
-const VISIBILITY: Duration = Duration::from_millis(2500);
+/// Time a container gets per invocation (the function timeout): Lambda's default, 3 s.
+const DEADLINE: Duration = Duration::from_secs(3);
+/// The queue's visibility timeout: past an invocation's deadline and the harness's wait for
+/// a late answer, as Lambda requires it to be at least the function's timeout.
+const VISIBILITY: Duration = Duration::from_millis(3500);
 /// Receives before a message is dead-lettered.
 const MAX_RECEIVES: u32 = 6;
 
@@ -111,6 +112,11 @@ pub struct Settings {
 }
 
 impl Settings {
+    /// The run's seed (`CHAOS_SEED`), for anything else the run draws (a fault proxy's).
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
     /// The settings from `CHAOS_SEED`, `CHAOS_EVENTS`, `CHAOS_CONTAINERS`,
     /// `CHAOS_KILL_RATE`, `CHAOS_FREEZE_RATE`, `CHAOS_DUPLICATE_RATE` (in-flight duplicates,
     /// standard queue), `CHAOS_LOST_ACK_RATE` (answered batches whose acknowledgment is lost,
