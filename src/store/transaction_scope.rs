@@ -23,7 +23,8 @@ pub trait TransactionScope: Store {
     type Transaction: Clone + Send + Sync + 'static;
 
     /// Opens a transaction. It waits on a row held by another transaction, and stays open
-    /// without activity, for at most `hold_for` (the time left before the deadline);
+    /// without activity, for at most `hold_for` (the time left before the invocation's
+    /// answer margin);
     /// dropped without [`complete_in`](Self::complete_in) or
     /// [`rollback`](Self::rollback), it is rolled back.
     fn begin(

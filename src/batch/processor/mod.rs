@@ -48,7 +48,11 @@ pub enum Precheck {
     Always,
 }
 
-/// The default time that must remain before the invocation deadline to start a record.
+/// The default time that must remain before the invocation deadline to start a record: the
+/// answer margin ([`ANSWER_MARGIN`], 500 ms) and half a second for the record's store calls
+/// at their usual latency and its handler. Every store call is bounded by the deadline
+/// itself, so the store client's timeouts need not fit in it; with it, Lambda's default 3 s
+/// timeout leaves 2 s to start records.
 pub const DEFAULT_DEADLINE_MARGIN: Duration = Duration::from_secs(1);
 
 pub use crate::clock::ANSWER_MARGIN;
@@ -151,7 +155,10 @@ impl<S, C, E> BatchProcessor<S, C, E> {
         self
     }
 
-    /// Starts a record only while at least `margin` remains before the deadline.
+    /// Starts a record only while more than `margin` remains before the deadline (default
+    /// [`DEFAULT_DEADLINE_MARGIN`]). An invocation that starts with no more than `margin`
+    /// left fails as a whole ([`BatchError::DeadlineTooShort`]): the function's timeout is
+    /// too short for it.
     pub fn with_deadline_margin(mut self, margin: Duration) -> Self {
         self.deadline_margin = margin;
         self
