@@ -7,8 +7,10 @@
 //!   default 23 days) and `DEADLINE_MARGIN_MS`, the time that must remain before the
 //!   invocation deadline to start a record (as the order-consumer's: default 1 s, the
 //!   library's).
-//! - Tables, created at start if missing: the store's `idempotency_records` (the shipped
-//!   DDL) and `ledger (account text primary key, balance bigint not null)`.
+//! - Tables, created if missing before the first batch (a database unreachable at start does
+//!   not fail the start: each invocation fails until it is reached, and its batch is
+//!   retried): the store's `idempotency_records` (the shipped DDL) and
+//!   `ledger (account text primary key, balance bigint not null)`.
 //! - Message body and key: the order-consumer's (`{"eventId", "account", "amount"}`; the
 //!   `Idempotency-Key` attribute, else `eventId`; payload validation on the body).
 //! - Effect: `balance` of `account` grows by `amount`, in the same PostgreSQL transaction as
@@ -22,7 +24,7 @@ use std::time::Duration;
 use aws_lambda_events::sqs::SqsMessage;
 use lambda_idempotency::batch::BatchProcessor;
 use lambda_idempotency::store::postgres::PgTransaction;
-use lambda_idempotency::store::{PostgresStore, TransactionScope};
+use lambda_idempotency::store::{PostgresStore, StoreError, TransactionScope};
 use lambda_idempotency::validation::PayloadValidation;
 use lambda_idempotency::{BoxError, Config, Error, IdempotencyLayer, IdempotencyMode, Processed};
 use lambda_runtime::LambdaEvent;
@@ -79,9 +81,10 @@ impl Settings {
 }
 
 /// A store on `database_url` through a small pool (one invocation runs at a time per
-/// instance), without TLS (see the README for RDS), with bounded connects and waits, its
-/// tables created if missing.
-pub async fn connect(database_url: &str) -> Result<PostgresStore, BoxError> {
+/// instance), without TLS (see the README for RDS), with bounded connects and waits. It does
+/// not connect yet: the pool connects on first use, so a database that is briefly
+/// unreachable does not fail the function's start ([`Tables`] creates the tables then).
+pub fn connect(database_url: &str) -> Result<PostgresStore, BoxError> {
     let mut config: tokio_postgres::Config = database_url.parse()?;
     config.connect_timeout(Duration::from_secs(2));
     let manager = deadpool_postgres::Manager::new(config, tokio_postgres::NoTls);
@@ -91,10 +94,27 @@ pub async fn connect(database_url: &str) -> Result<PostgresStore, BoxError> {
         .wait_timeout(Some(Duration::from_secs(2)))
         .create_timeout(Some(Duration::from_secs(3)))
         .build()?;
-    let store = PostgresStore::new(pool);
-    // Instances that start together: the DDL runs once at a time.
-    store.create_table_with(LEDGER_DDL).await?;
-    Ok(store)
+    Ok(PostgresStore::new(pool))
+}
+
+/// The function's tables, created if missing (the store's and the ledger), once per process:
+/// before the first batch that finds the database reachable. Until then each invocation
+/// fails as a whole (its batch is retried), rather than the function failing its start.
+#[derive(Debug, Default)]
+pub struct Tables {
+    created: tokio::sync::OnceCell<()>,
+}
+
+impl Tables {
+    /// Creates the tables on `store` unless this process already did: an error leaves them
+    /// to the next call.
+    pub async fn ensure(&self, store: &PostgresStore) -> Result<(), StoreError> {
+        self.created
+            // Instances that start together: the DDL runs once at a time.
+            .get_or_try_init(|| store.create_table_with(LEDGER_DDL))
+            .await
+            .map(|_| ())
+    }
 }
 
 /// Credits the order in `message` to the ledger, in `transaction` (the record's).

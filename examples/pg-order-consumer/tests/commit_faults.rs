@@ -13,7 +13,7 @@ use lambda_idempotency::record::{Record, Status};
 use lambda_idempotency::store::{PostgresStore, Store};
 use lambda_idempotency::{IdempotencyMode, Outcome};
 use lambda_idempotency_test_support as support;
-use pg_order_consumer::{connect, processor, Applied, Settings, KEY_PREFIX};
+use pg_order_consumer::{connect, processor, Applied, Settings, Tables, KEY_PREFIX};
 use support::faulty_store::{FaultyStore, Inject};
 use support::{invocation, load_event, outcomes, reported};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -66,7 +66,8 @@ struct Rig {
 
 impl Rig {
     async fn new(url: &str, mode: IdempotencyMode) -> Self {
-        let store = connect(url).await.expect("connect");
+        let store = connect(url).expect("a pool");
+        Tables::default().ensure(&store).await.expect("the tables");
         let faulty = FaultyStore::new(store.clone());
         let mut settings = Settings::new(url, mode);
         settings.deadline_margin = Duration::from_millis(500);

@@ -1,7 +1,10 @@
 //! End to end: the compiled pg-order-consumer binary, driven through a Lambda Runtime API
 //! emulator, against the PostgreSQL `scripts/test.sh` starts, in both modes: the sample
-//! events, and a process killed with SIGKILL in the middle of its transaction.
+//! events, a process killed with SIGKILL in the middle of its transaction, and a database
+//! unreachable when the process starts.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use lambda_idempotency_test_support as support;
@@ -163,5 +166,87 @@ async fn a_process_killed_in_its_transaction_applies_nothing_and_the_redelivery_
             .await;
         assert_eq!(failures(again), Vec::<String>::new(), "{mode}");
         assert_eq!(balance(&client, "acct-alice").await, 25, "{mode}: replayed");
+    }
+}
+
+/// A loopback door to PostgreSQL: while closed, every connection is cut at once (a database
+/// that cannot be reached); open, it relays them.
+struct Door {
+    url: String,
+    open: Arc<AtomicBool>,
+}
+
+impl Door {
+    /// A door to the database of `url`, closed; its own URL points at it.
+    async fn closed(url: &str) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        let config: tokio_postgres::Config = url.parse().unwrap();
+        let server = match (&config.get_hosts()[0], config.get_ports()[0]) {
+            (tokio_postgres::config::Host::Tcp(host), port) => format!("{host}:{port}"),
+            other => panic!("a TCP database, not {other:?}"),
+        };
+        let open = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&open);
+        tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                if !flag.load(Ordering::SeqCst) {
+                    continue; // dropped: the connection is cut
+                }
+                let server = server.clone();
+                tokio::spawn(async move {
+                    let mut upstream = tokio::net::TcpStream::connect(&server).await.unwrap();
+                    let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+                });
+            }
+        });
+        let (_, rest) = url.split_once('@').expect("user@host in the URL");
+        let (_, path) = rest.split_once('/').expect("a database in the URL");
+        let user = url.split_once('@').unwrap().0;
+        Self {
+            url: format!("{user}@{address}/{path}"),
+            open,
+        }
+    }
+}
+
+/// A database unreachable when the function starts does not fail its start: it starts, its
+/// invocations fail as a whole (the batch is retried) until the database answers, then the
+/// batch is applied once and replays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_unreachable_at_start_fails_invocations_not_the_start() {
+    for mode in ["optimistic", "lease"] {
+        let Some(url) = support::postgres::fresh_database().await else {
+            return;
+        };
+        let door = Door::closed(&url).await;
+        let api = RuntimeApi::start().await;
+        let mut container = spawn(&api, &door.url, mode);
+        for _ in 0..2 {
+            let reply = invoke(&api, "batch.json").await;
+            assert!(
+                matches!(reply, Some(Reply::Error(_))),
+                "{mode}: the invocation fails while the database is unreachable: {reply:?}"
+            );
+        }
+        assert!(
+            container.try_wait().unwrap().is_none(),
+            "{mode}: the process is still running"
+        );
+        assert!(api.init_errors().await.is_empty(), "{mode}: no init error");
+        door.open.store(true, Ordering::SeqCst);
+        assert_eq!(
+            failures(invoke(&api, "batch.json").await),
+            Vec::<String>::new(),
+            "{mode}"
+        );
+        assert_eq!(
+            failures(invoke(&api, "batch.json").await),
+            Vec::<String>::new(),
+            "{mode}: replayed"
+        );
+        let client = connect(&url).await;
+        assert_eq!(balance(&client, "acct-alice").await, 20, "{mode}: once");
+        assert_eq!(balance(&client, "acct-bob").await, 40, "{mode}: once");
     }
 }
