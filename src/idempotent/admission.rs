@@ -376,7 +376,8 @@ where
 
 /// The answer for a record the batch's pre-check found in the store, or `None` when it can
 /// be taken over (the conditional write then decides). No write is made: a completed record
-/// replays, a failed one replays its failure, a live lease answers "in progress".
+/// replays, a failed one replays its failure, a live lease answers "in progress" (the
+/// pre-check gives a lease only when it read it in this record's turn).
 fn answer_found<St, K, C, T: DeserializeOwned>(
     protocol: &Protocol<St, K, C>,
     key: &IdempotencyKey,

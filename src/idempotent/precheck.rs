@@ -8,8 +8,9 @@
 //! turn the lookup was read in: a lease may end at any moment (its holder completes or
 //! releases the record), so once a later record's turn has begun (a record that runs after
 //! earlier ones in an ordered batch, or waits for a slot in a concurrent one) the lease found
-//! is read again by the record's conditional write ([`begin_turn`]). A completed or failed
-//! record is final until it expires, which is checked at each record's turn.
+//! is read again by the record's conditional write ([`begin_turn`]; in optimistic mode, by a
+//! read of the record before its handler runs). A completed or failed record is final until
+//! it expires, which is checked at each record's turn.
 //! Whatever the pre-check did not find, or could not read, goes on to the conditional
 //! write, which stays the only judge of a record's lease: the pre-check can only save calls.
 
