@@ -3,17 +3,21 @@
 //! (a FIFO queue) looks its records up once. Each delivery is checked: outcomes, handler
 //! runs, store calls, `batchItemFailures`.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
-use lambda_idempotency::batch::{BatchProcessor, BatchReport, Precheck};
-use lambda_idempotency::clock::epoch_ms;
+use lambda_idempotency::batch::{BatchMode, BatchProcessor, BatchReport, Precheck};
+use lambda_idempotency::clock::{epoch_ms, epoch_secs};
 use lambda_idempotency::clock::{Clock, ManualClock};
-use lambda_idempotency::key::{KeyError, KeyExtractor};
-use lambda_idempotency::store::InMemoryStore;
-use lambda_idempotency::{Config, IdempotencyLayer, Outcome};
+use lambda_idempotency::key::{IdempotencyKey, KeyError, KeyExtractor};
+use lambda_idempotency::record::{OwnerToken, Status};
+use lambda_idempotency::store::{
+    Acquire, AcquireRequest, CompleteRequest, Fenced, InMemoryStore, Store,
+};
+use lambda_idempotency::{Completion, Config, IdempotencyLayer, IdempotencyMode, Outcome};
 use lambda_idempotency_test_support::faulty_store::{FaultyStore, Inject};
 use lambda_idempotency_test_support::{invocation, outcomes, reported};
 
@@ -408,4 +412,199 @@ async fn a_key_from_more_than_the_event_is_derived_in_its_own_record_call() {
         "tenant B's record runs under its own key"
     );
     assert_eq!(runs.load(Ordering::SeqCst), 2);
+}
+
+/// The invocation that holds m-2's and m-3's leases in
+/// [`a_record_completed_elsewhere_before_its_turn_replays`].
+const ELSEWHERE: &str = "another-invocation";
+
+/// How a batch of [`a_record_completed_elsewhere_before_its_turn_replays`] runs its records
+/// one after another.
+#[derive(Debug, Clone, Copy)]
+enum InTurn {
+    /// A FIFO queue's batch: in order.
+    Fifo,
+    /// A standard queue's batch with one record at a time: each waits for a slot.
+    OneSlot { together: bool },
+}
+
+/// m-1, m-2 and m-3 redelivered, m-2 and m-3 held by another invocation's live lease when the
+/// batch starts; while m-1 runs (two seconds), that invocation completes m-2 with 9. Answers
+/// the report, the handler's runs per message, and the store's calls (`get_many`, `get`,
+/// `acquire`, `commit`).
+async fn completed_elsewhere_while_m1_runs(
+    mode: IdempotencyMode,
+    in_turn: InTurn,
+) -> (
+    BatchReport<u32>,
+    BTreeMap<String, usize>,
+    [usize; 4],
+    FaultyStore<InMemoryStore>,
+) {
+    let store = FaultyStore::new(InMemoryStore::new());
+    let clock = ManualClock::starting_now();
+    let key = |id: &str| IdempotencyKey::derive("precheck", id.as_bytes());
+    let now = clock.now();
+    for id in ["m-2", "m-3"] {
+        let hold = AcquireRequest {
+            key: key(id),
+            owner: OwnerToken::new(ELSEWHERE),
+            now,
+            lease_expiration_ms: epoch_ms(now + Duration::from_secs(60)),
+            expiration_secs: epoch_secs(now + Duration::from_secs(3600)),
+            validation: None,
+        };
+        assert_eq!(store.acquire(&hold).await.unwrap(), Acquire::Acquired);
+    }
+    store.calls.acquire.store(0, Ordering::SeqCst);
+    let runs: Arc<Mutex<BTreeMap<String, usize>>> = Arc::default();
+    // The handler: m-1 takes two seconds, in which the other invocation completes m-2.
+    let handler = {
+        let (store, clock, runs) = (store.clone(), clock.clone(), runs.clone());
+        move |message: SqsMessage| {
+            let (store, clock, runs) = (store.clone(), clock.clone(), runs.clone());
+            async move {
+                let id = message.message_id.unwrap();
+                *runs.lock().unwrap().entry(id.clone()).or_default() += 1;
+                if id == "m-1" {
+                    clock.advance(Duration::from_secs(2));
+                    let now = clock.now();
+                    let complete = CompleteRequest {
+                        key: key("m-2"),
+                        owner: OwnerToken::new(ELSEWHERE),
+                        status: Status::Completed,
+                        data: "9".into(),
+                        expiration_secs: epoch_secs(now + Duration::from_secs(3600)),
+                        now,
+                    };
+                    let completed = store.inner.complete(&complete).await;
+                    assert_eq!(completed.unwrap(), Fenced::Applied);
+                }
+                Ok::<_, std::io::Error>(7u32)
+            }
+        }
+    };
+    let fifo = matches!(in_turn, InTurn::Fifo);
+    let event = batch(&["m-1", "m-2", "m-3"], 2, fifo);
+    let config = Config::new().with_key_prefix("precheck").with_mode(mode);
+    let layer = IdempotencyLayer::new(store.clone())
+        .with_clock(clock.clone())
+        .with_config(config);
+    let invocation = invocation(event, clock.now(), REMAINING);
+    let report = match mode {
+        IdempotencyMode::Lease => {
+            let processor = BatchProcessor::new(layer.handler(handler));
+            process_in_turn(processor, &clock, in_turn, invocation).await
+        }
+        _ => {
+            let handler = move |message: SqsMessage| {
+                let ran = handler(message);
+                async move { ran.await.map(Completion::new) }
+            };
+            let processor = BatchProcessor::new(layer.with_writes().handler(handler));
+            process_in_turn(processor, &clock, in_turn, invocation).await
+        }
+    };
+    let calls = &store.calls;
+    let calls = [
+        calls.get_many.load(Ordering::SeqCst),
+        calls.get.load(Ordering::SeqCst),
+        calls.acquire.load(Ordering::SeqCst),
+        calls.commit.load(Ordering::SeqCst),
+    ];
+    let runs = runs.lock().unwrap().clone();
+    (report, runs, calls, store)
+}
+
+/// `invocation` through `processor`, its records in turn as `in_turn` says.
+async fn process_in_turn<S>(
+    processor: BatchProcessor<S>,
+    clock: &ManualClock,
+    in_turn: InTurn,
+    invocation: lambda_runtime::LambdaEvent<SqsEvent>,
+) -> BatchReport<u32>
+where
+    S: tower::Service<
+            lambda_runtime::LambdaEvent<SqsMessage>,
+            Response = lambda_idempotency::Processed<u32>,
+            Error = lambda_idempotency::Error,
+        > + lambda_idempotency::batch::BatchReplay<SqsMessage>
+        + Clone,
+{
+    let processor = processor
+        .with_precheck(Precheck::Redelivered)
+        .with_clock(clock.clone());
+    let processor = match in_turn {
+        InTurn::Fifo => processor,
+        InTurn::OneSlot { together } => {
+            let processor = processor.with_mode(BatchMode::Concurrent { limit: 1 });
+            if together {
+                processor.with_batch_replay()
+            } else {
+                processor
+            }
+        }
+    };
+    processor.process(invocation).await
+}
+
+/// A record of a batch that runs its records one after another (a FIFO queue's, or one
+/// waiting for a slot) is not answered from a lookup older than its turn: m-2, completed by
+/// another invocation while m-1 ran, is replayed with that invocation's result, without
+/// running its handler, and acknowledged. m-3, still held, is still locked. (Before the fix,
+/// m-2 was answered "in progress" from the lookup made at m-1's turn: locked, reported,
+/// and on a FIFO queue m-3 skipped behind it.)
+#[tokio::test]
+async fn a_record_completed_elsewhere_before_its_turn_replays() {
+    let in_turns = [
+        InTurn::Fifo,
+        InTurn::OneSlot { together: false },
+        InTurn::OneSlot { together: true },
+    ];
+    for mode in [IdempotencyMode::Lease, IdempotencyMode::Optimistic] {
+        for in_turn in in_turns {
+            let (report, runs, calls, store) =
+                completed_elsewhere_while_m1_runs(mode, in_turn).await;
+            let case = format!("{mode:?}, {in_turn:?}");
+            assert_eq!(
+                outcomes(&report),
+                [Outcome::Executed, Outcome::Replayed, Outcome::Locked],
+                "{case}"
+            );
+            let values: Vec<Option<u32>> = report.records.iter().map(|r| r.value).collect();
+            assert_eq!(
+                values,
+                [Some(7), Some(9), None],
+                "{case}: m-2 has the other's result"
+            );
+            assert!(report.records[1].replayed, "{case}");
+            assert_eq!(reported(&report), ["m-3"], "{case}: m-2 acknowledged");
+            let expected_runs = BTreeMap::from([("m-1".to_string(), 1)]);
+            assert_eq!(runs, expected_runs, "{case}: neither m-2 nor m-3 ran");
+            // One lookup for the batch. m-2 and m-3 are held when it is made: each reads its
+            // record at its own turn (lease mode: its conditional write; optimistic mode, where
+            // the handler runs before the write, a read).
+            let expected_calls = match mode {
+                IdempotencyMode::Lease => [1, 0, 3, 0],
+                _ => [1, 2, 0, 1],
+            };
+            assert_eq!(
+                calls, expected_calls,
+                "{case}: get_many, get, acquire, commit"
+            );
+            let records = store.inner.records();
+            let stored = |id: &str| {
+                let key = IdempotencyKey::derive("precheck", id.as_bytes());
+                records.iter().find(|r| r.key == key).cloned().unwrap()
+            };
+            let m2 = stored("m-2");
+            assert_eq!(m2.status, Status::Completed, "{case}");
+            assert_eq!(m2.owner, Some(OwnerToken::new(ELSEWHERE)), "{case}");
+            assert_eq!(m2.data.as_deref(), Some("9"), "{case}");
+            let m3 = stored("m-3");
+            assert_eq!(m3.status, Status::InProgress, "{case}");
+            assert_eq!(m3.owner, Some(OwnerToken::new(ELSEWHERE)), "{case}");
+            assert_eq!(stored("m-1").status, Status::Completed, "{case}");
+        }
+    }
 }

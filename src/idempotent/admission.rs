@@ -11,7 +11,7 @@ use serde::de::DeserializeOwned;
 
 use super::in_flight::{self, FlightGuard, FlightResult, Join};
 use super::invoke::catch_panic;
-use super::precheck::BatchLookup;
+use super::precheck::{BatchLookup, LookedUp};
 use super::protocol::Protocol;
 use super::stored_result::{replay_failure, replayed};
 use crate::clock::{Clock, Deadline};
@@ -57,6 +57,10 @@ pub(crate) struct Claim {
     pub(crate) key: IdempotencyKey,
     pub(crate) validation: Option<PayloadHash>,
     pub(crate) deadline: Deadline,
+    /// The batch's pre-check found the record in progress in a read older than this
+    /// record's turn: the lease may have ended since (completed, released). A driver that
+    /// runs the handler before its conditional write reads the record again first.
+    pub(crate) held_before_turn: bool,
     flight: Option<FlightGuard>,
 }
 
@@ -238,15 +242,21 @@ where
     }
     // Records the source delivered before were looked up together when the batch began. A
     // lease found there may be held by another invocation of this process: that one is
-    // followed below, rather than answered "in progress" at once.
+    // followed below, rather than answered "in progress" at once. A lease found before this
+    // record's turn is left to its conditional write, which reads it as it is now.
     let mut held = None;
-    if let Some(stored) = batch.found(&key).await {
-        let now = protocol.clock.now();
-        match answer_found(protocol, &key, validation.as_ref(), &stored, now) {
-            Some(Err(in_progress @ Error::InProgress { .. })) => held = Some(in_progress),
-            Some(answer) => return Admission::Answered(answer),
-            None => {}
+    let mut held_before_turn = false;
+    match batch.found(&key).await {
+        Some(LookedUp::Record(stored)) => {
+            let now = protocol.clock.now();
+            match answer_found(protocol, &key, validation.as_ref(), &stored, now) {
+                Some(Err(in_progress @ Error::InProgress { .. })) => held = Some(in_progress),
+                Some(answer) => return Admission::Answered(answer),
+                None => {}
+            }
         }
+        Some(LookedUp::HeldBeforeTurn) => held_before_turn = true,
+        None => {}
     }
     let deadline = Deadline::of(event.context.deadline, now);
     let flight = match join_flight(protocol, &key, validation.as_ref(), deadline, held).await {
@@ -257,6 +267,7 @@ where
         key,
         validation,
         deadline,
+        held_before_turn,
         flight,
     })
 }
@@ -365,7 +376,8 @@ where
 
 /// The answer for a record the batch's pre-check found in the store, or `None` when it can
 /// be taken over (the conditional write then decides). No write is made: a completed record
-/// replays, a failed one replays its failure, a live lease answers "in progress".
+/// replays, a failed one replays its failure, a live lease answers "in progress" (the
+/// pre-check gives a lease only when it read it in this record's turn).
 fn answer_found<St, K, C, T: DeserializeOwned>(
     protocol: &Protocol<St, K, C>,
     key: &IdempotencyKey,

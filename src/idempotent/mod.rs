@@ -49,7 +49,7 @@ pub(crate) use in_flight::{within_batch, within_call};
 pub use in_transaction::{InTransaction, TransactionEvent};
 pub(crate) use invoke::catch_panic_async;
 pub use layer::IdempotencyLayer;
-pub(crate) use precheck::offering;
+pub(crate) use precheck::{begin_turn, offering};
 pub use record_fn::{record_fn, RecordFn};
 pub use sequenced::{Position, PositionOf, Sequence, SequenceRule, Sequenced};
 pub use service::{Idempotent, Mode, ResponseFuture, Transactional};

@@ -160,6 +160,26 @@ where
     Err(err)
 }
 
+/// The answer for a record that the batch's pre-check found in progress before the
+/// record's turn, from the record as it is now: replayed when its holder completed it
+/// meanwhile, "in progress" while it is still held, so that the handler does not run for
+/// nothing; `None` when it can be taken, or cannot be read (the commit decides).
+async fn read_again<St, K, C, T>(
+    protocol: &Protocol<St, K, C>,
+    claim: &mut Claim,
+) -> Option<Result<Processed<T>, Error>>
+where
+    St: TransactionalStore,
+    C: Clock,
+    T: DeserializeOwned,
+{
+    let (store, key) = (&protocol.store, &claim.key);
+    let read = within_deadline(&protocol.clock, claim.deadline, || store.get(key)).await;
+    let record = read.ok()??;
+    let now = protocol.clock.now();
+    claim.answer_existing(protocol, record, now)
+}
+
 /// Handlers with writes, optimistic mode: run, then commit the writes with the record if no
 /// live record exists.
 pub(crate) async fn run<S, St, K, C, I, T>(
@@ -205,6 +225,11 @@ where
 {
     if claim.deadline.epoch_ms() <= epoch_ms(protocol.clock.now()) {
         return Err(Error::DeadlineNear);
+    }
+    if claim.held_before_turn {
+        if let Some(answer) = read_again(&protocol, &mut claim).await {
+            return answer;
+        }
     }
     let owner = OwnerToken::generate();
     let deadline = claim.deadline;

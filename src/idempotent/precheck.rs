@@ -4,7 +4,13 @@
 //! DynamoDB), the first time one of the batch's records reaches admission (or, with batch
 //! replay, the batch's replay phase: [`replay_offered`]). A record found completed then
 //! replays without a write (and, in optimistic mode, without running the handler again);
-//! one held under a live lease is answered "in progress" without a write.
+//! one held under a live lease is answered "in progress" without a write, but only in the
+//! turn the lookup was read in: a lease may end at any moment (its holder completes or
+//! releases the record), so once a later record's turn has begun (a record that runs after
+//! earlier ones in an ordered batch, or waits for a slot in a concurrent one) the lease found
+//! is read again by the record's conditional write ([`begin_turn`]; in optimistic mode, by a
+//! read of the record before its handler runs). A completed or failed record is final until
+//! it expires, which is checked at each record's turn.
 //! Whatever the pre-check did not find, or could not read, goes on to the conditional
 //! write, which stays the only judge of a record's lease: the pre-check can only save calls.
 
@@ -12,7 +18,8 @@ use std::any::Any;
 use std::collections::HashMap;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use futures_util::FutureExt;
 use lambda_runtime::Context;
@@ -30,7 +37,7 @@ use crate::hooks::ReplaySource;
 use crate::input::Input;
 use crate::key::{IdempotencyKey, KeyExtractor};
 use crate::processed::Processed;
-use crate::record::{decide, Decision, Record};
+use crate::record::{decide, Decision, Record, Status};
 use crate::store::{Store, StoreError};
 use crate::validation::PayloadHash;
 
@@ -58,6 +65,8 @@ struct Lookup {
     /// The derived keys, sorted, each once.
     keys: Vec<IdempotencyKey>,
     found: OnceCell<Found>,
+    /// How many of the batch's records had begun their turn when the read ended.
+    read_in_turn: OnceLock<usize>,
 }
 
 impl Lookup {
@@ -67,8 +76,22 @@ impl Lookup {
         self.found
             // Boxed: the store's read (an SDK call, kilobytes of future) is built by the one
             // record that does the lookup, not carried in every record's future.
-            .get_or_init(|| Box::pin(look_up(store, clock, deadline, &self.keys)))
+            .get_or_init(|| {
+                Box::pin(async move {
+                    let found = look_up(store, clock, deadline, &self.keys).await;
+                    let _ = self.read_in_turn.set(turns_begun());
+                    found
+                })
+            })
             .await
+    }
+
+    /// Whether no record's turn has begun since the read ended: what it found of a record
+    /// asking now is as old as that record's turn, not older.
+    fn read_in_this_turn(&self) -> bool {
+        self.read_in_turn
+            .get()
+            .is_some_and(|&read_in| turns_begun() <= read_in)
     }
 }
 
@@ -78,10 +101,29 @@ struct Offered {
     /// An `Arc<Vec<I>>` of the batch's record type.
     records: Arc<dyn Any + Send + Sync>,
     lookups: Mutex<HashMap<u64, Arc<Lookup>>>,
+    /// How many of the batch's records the schedule has started ([`begin_turn`]).
+    turns: AtomicUsize,
 }
 
 tokio::task_local! {
     static OFFERED: Offered;
+}
+
+/// Tells the current batch's pre-check that the schedule starts a record: the record's turn
+/// begins, and a lookup read before it is older than that turn. The schedule calls it as it
+/// starts each record (before the record's call, for every record of a concurrent batch's
+/// first slots before any runs), so that a record that runs after others, or waits for a
+/// slot, is not answered "in progress" from a lease read before it started. Outside a
+/// batch with offered records, it does nothing.
+pub(crate) fn begin_turn() {
+    let _ = OFFERED.try_with(|offered| offered.turns.fetch_add(1, Ordering::SeqCst));
+}
+
+/// How many of the current batch's records have begun their turn.
+fn turns_begun() -> usize {
+    OFFERED
+        .try_with(|offered| offered.turns.load(Ordering::SeqCst))
+        .unwrap_or_default()
 }
 
 /// Runs `batch` with `records` offered to the pre-check of the protocols its records reach.
@@ -97,6 +139,7 @@ where
     let offered = Offered {
         records,
         lookups: Mutex::default(),
+        turns: AtomicUsize::new(0),
     };
     OFFERED.scope(offered, batch).await
 }
@@ -142,6 +185,7 @@ where
                     by_id,
                     keys,
                     found: OnceCell::new(),
+                    read_in_turn: OnceLock::new(),
                 })
             });
             Some((lookup.clone(), records))
@@ -212,12 +256,13 @@ where
         derived[index].take()
     }
 
-    /// The record the pre-check found in the store for `key`, if the current batch offered a
+    /// What the pre-check found in the store for `key`, if the current batch offered a
     /// record with this key (of this protocol's record type). The first offered record to
     /// ask does the lookup for all of them, and the other offered records wait for it; a
     /// record not offered (a first delivery) does not wait. A failed lookup finds nothing:
-    /// the records go on to their conditional writes.
-    pub(crate) async fn found(&mut self, key: &IdempotencyKey) -> Option<Arc<Record>>
+    /// the records go on to their conditional writes. A record found in progress by a read
+    /// older than the asking record's turn is not given ([`LookedUp::HeldBeforeTurn`]).
+    pub(crate) async fn found(&mut self, key: &IdempotencyKey) -> Option<LookedUp>
     where
         St: Store,
         C: Clock,
@@ -229,8 +274,24 @@ where
         let found = lookup
             .read(&protocol.store, &protocol.clock, deadline)
             .await;
-        find(found, key).map(Arc::clone)
+        let record = find(found, key)?;
+        // A completed or failed record is final until it expires (`decide` checks that at
+        // this turn); a lease may have ended since an older read.
+        if record.status == Status::InProgress && !lookup.read_in_this_turn() {
+            return Some(LookedUp::HeldBeforeTurn);
+        }
+        Some(LookedUp::Record(Arc::clone(record)))
     }
+}
+
+/// What the batch's pre-check found for a record's key, as of the record's turn.
+pub(crate) enum LookedUp {
+    /// The stored record: read in this record's turn, or final (completed or failed).
+    Record(Arc<Record>),
+    /// In progress when the lookup read it, before this record's turn began: its holder may
+    /// have completed or released it since. The record's own conditional write reads it as it
+    /// is now.
+    HeldBeforeTurn,
 }
 
 /// The record found for `key`.

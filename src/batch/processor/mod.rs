@@ -31,8 +31,11 @@ use crate::store::{Misconfiguration, StoreError};
 /// [`Store::get_many`](crate::store::Store::get_many): a `BatchGetItem` per 100 keys on
 /// DynamoDB), so that those found completed replay without a write (in optimistic mode,
 /// without running the handler again) and those held under a live lease are reported
-/// locked without a write. What the lookup does not find, or cannot read, goes on to the
-/// conditional write as usual. Only records whose service is
+/// locked without a write. A lease may end at any moment, so it answers only the records
+/// whose turn had begun when the lookup was read: a later one (the next record of an ordered
+/// batch, or one that waited for a slot) has its conditional write read the record as it is
+/// now (in optimistic mode, a read before its handler runs). What the lookup does not find,
+/// or cannot read, goes on to the conditional write as usual. Only records whose service is
 /// [`Idempotent`](crate::Idempotent) are looked up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]

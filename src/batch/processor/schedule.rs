@@ -124,6 +124,9 @@ impl<S, C, E: BatchEvent> BatchProcessor<S, C, E> {
                     .collect();
                 let mut finished = futures_util::stream::iter(records.into_iter().enumerate().map(
                     |(index, record)| {
+                        // Started as it takes a slot: the first slots' records all begin
+                        // their turn before any runs, one waiting for a slot when it gets it.
+                        crate::idempotent::begin_turn();
                         let record = BatchRecord::at(record, index, offered_at, offered);
                         let replayable = replay && offered_at.binary_search(&index).is_ok();
                         // Boxed once: the record's future (a few kilobytes) is not copied
@@ -171,6 +174,7 @@ impl<S, C, E: BatchEvent> BatchProcessor<S, C, E> {
                 let mut reports = Vec::with_capacity(records.len());
                 let mut stops = Stops::new(skip_failed_group_only);
                 for (index, record) in records.into_iter().enumerate() {
+                    crate::idempotent::begin_turn();
                     let record = BatchRecord::at(record, index, &offered_at, offered);
                     let group = E::group(record.get());
                     let report = if stops.skips(group.as_deref()) {
