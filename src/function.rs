@@ -56,7 +56,9 @@
 //!
 //! **Concurrent calls.** A call that finds the key held by another process gets
 //! [`Error::InProgress`] without running; one in the same process waits for the running call
-//! and shares its result (or, when it fails, gets [`Error::SameKeyFailed`]). A failed call
+//! and shares its result (or, when it fails, gets [`Error::SameKeyFailed`]), until that
+//! call's lease ends at the most (then it goes to the store, which lets it take the key
+//! over). A failed call
 //! releases its lease: the next call runs again, also within the same invocation (a retry
 //! loop in the handler works). A call is not stopped at its lease's end (unless the layer
 //! has a [heartbeat](crate::Config::with_heartbeat) that finds the lease taken over): one

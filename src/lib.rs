@@ -71,8 +71,9 @@
 //! ([`DEFAULT_EXPIRES_AFTER`]), longer than a message can live in SQS with a dead-letter
 //! queue and a redrive (a duplicate after the window runs again: a shorter window must
 //! still outlive your queues' retention periods added up); and every store call follows the
-//! invocation deadline, ending 500 ms before it ([`clock::ANSWER_MARGIN`]) whatever the
-//! client's timeouts, with a record started only while 1 s is left, so Lambda's default 3 s
+//! invocation deadline, ending 100 ms before it at the latest ([`clock::CALL_MARGIN`])
+//! whatever the client's timeouts, while a batch stops its records 500 ms before it
+//! ([`clock::ANSWER_MARGIN`]) and starts one only while 1 s is left, so Lambda's default 3 s
 //! timeout works. A store that is not set up (a missing table, denied access) fails the
 //! invocation as a whole ([`store::StoreError::Misconfigured`]), never a record.
 //!

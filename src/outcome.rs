@@ -23,8 +23,10 @@ pub enum Outcome {
     StoreUnavailable,
     /// The store is not set up for this function (a missing table, denied access, wrong
     /// credentials: [`StoreError::Misconfigured`](crate::store::StoreError::Misconfigured)):
-    /// nothing was applied. Never a record's fault: a batch with such a record fails its
-    /// invocation as a whole, so the source retries the batch until the setup is fixed.
+    /// nothing of the record was stored. A batch with such a record fails its invocation as a
+    /// whole (the source retries the batch until the setup is fixed), unless the refused
+    /// table is one of the handler's writes that other records of the batch could write:
+    /// then the record is reported alone.
     Misconfigured,
     /// The handler failed with a [`Permanent`](crate::Permanent) error (now, or in an
     /// earlier delivery whose stored failure is replayed): acknowledged, not retried.

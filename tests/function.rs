@@ -409,3 +409,33 @@ async fn concurrent_function_calls_share_the_running_calls_end() {
     }
     assert_eq!(calls.load(Ordering::SeqCst), 2, "each amount ran once");
 }
+
+/// A call whose function hangs holds its key in this process only until its lease ends: a
+/// second call with the same arguments waits for it, then takes the key over. (Found in
+/// review: with no invocation deadline the second call waited for ever.)
+#[tokio::test]
+async fn a_call_waits_for_a_hung_one_only_until_its_lease_ends() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counted = runs.clone();
+    let f = IdempotencyLayer::new(InMemoryStore::new()).function("hangs-first", move |_: u32| {
+        let run = counted.fetch_add(1, Ordering::SeqCst) + 1;
+        async move {
+            if run == 1 {
+                std::future::pending::<()>().await;
+            }
+            Ok::<_, std::io::Error>(run)
+        }
+    });
+    let lease = Duration::from_secs(1);
+    let hung = tokio::spawn({
+        let f = f.clone();
+        async move { f.call_with_lease(7, lease).await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let second = tokio::time::timeout(Duration::from_secs(5), f.call_with_lease(7, lease))
+        .await
+        .expect("the second call stops waiting when the hung call's lease ends");
+    hung.abort();
+    assert_eq!(second.unwrap(), Processed::Executed(2));
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+}

@@ -104,7 +104,7 @@ async fn colliding_attribute_names_are_refused_before_anything_is_written() {
             format!(
                 "Err(Misconfigured(Misconfiguration {{ store: \"DynamoDB\", table: \"{table}\", \
                  code: \"InvalidAttributeNames\", reason: \"the key and owner attributes are both \
-                 named \\\"id\\\"\" }}))"
+                 named \\\"id\\\"\", handler_write: false }}))"
             )
         )
     };

@@ -396,3 +396,49 @@ async fn a_transaction_is_read_committed_whatever_the_default() {
     assert_eq!(isolation, "read committed");
     store.rollback(&transaction).await;
 }
+
+/// A database that is not set up for the function is the store's misconfiguration, with
+/// PostgreSQL's code, never a record's fault: a missing table (`42P01`, the table named), a
+/// missing database (`3D000`), an unknown role (`28000`).
+#[tokio::test]
+async fn a_database_not_set_up_is_misconfigured_with_its_code() {
+    if support::postgres::pool().is_none() {
+        return;
+    }
+    let url = std::env::var("LAMBDA_IDEMPOTENCY_POSTGRES_URL").expect("checked by pool()");
+    let pool_for = |url: &str| {
+        let config: tokio_postgres::Config = url.parse().unwrap();
+        let manager = deadpool_postgres::Manager::new(config, tokio_postgres::NoTls);
+        deadpool_postgres::Pool::builder(manager)
+            .max_size(2)
+            .build()
+            .unwrap()
+    };
+    let refused = |answer: Result<Acquire, StoreError>| match answer {
+        Err(StoreError::Misconfigured(fault)) => {
+            assert_eq!(fault.store, "PostgreSQL");
+            assert!(!fault.handler_write);
+            fault
+        }
+        other => panic!("misconfigured, not {other:?}"),
+    };
+    let request = || {
+        acquire_at(
+            &IdempotencyKey::derive("setup", b"k"),
+            SystemTime::now(),
+            Duration::from_secs(3_600),
+        )
+    };
+    let missing = PostgresStore::new(pool_for(&url)).with_table("no_such_table_setup");
+    let fault = refused(missing.acquire(&request()).await);
+    assert_eq!(
+        (fault.code.as_str(), fault.table.as_str()),
+        ("42P01", "no_such_table_setup")
+    );
+    let (base, _) = url.rsplit_once('/').unwrap();
+    let no_database = PostgresStore::new(pool_for(&format!("{base}/no_such_database_setup")));
+    assert_eq!(refused(no_database.acquire(&request()).await).code, "3D000");
+    let (_, host) = url.split_once('@').unwrap();
+    let no_role = PostgresStore::new(pool_for(&format!("postgres://no_such_role_setup@{host}")));
+    assert_eq!(refused(no_role.acquire(&request()).await).code, "28000");
+}

@@ -270,3 +270,106 @@ fn namespaces_cannot_hold_braces() {
     let client = redis::Client::open("redis://127.0.0.1:1/").unwrap();
     let _ = RedisStore::new(client).with_namespace("a{b}");
 }
+
+/// A Redis server of this test's own, with a password and a user whose ACL allows other
+/// keys only: a client without the password, a user the ACL denies, and a password rotated
+/// under a running client are each the store's misconfiguration (`NOAUTH`, `NOPERM`,
+/// `AuthenticationFailed`), never a record's fault or an outage.
+#[tokio::test]
+async fn a_server_that_refuses_the_client_is_misconfigured_with_its_code() {
+    if support::redis::fresh_store().await.is_none() {
+        return;
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut server = std::process::Command::new("redis-server")
+        .args([
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            &port.to_string(),
+            "--save",
+            "",
+        ])
+        .args(["--appendonly", "no", "--requirepass", "sekret"])
+        .args(["--user", "limited", "on", ">pw", "~other:*", "+@all"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("redis-server (scripts/redis.sh installs it)");
+    let url = |auth: &str| format!("redis://{auth}127.0.0.1:{port}/");
+    let connect = |auth: &'static str| {
+        let url = url(auth);
+        async move {
+            let client = redis::Client::open(url.as_str()).unwrap();
+            for _ in 0..50 {
+                if let Ok(manager) = client.get_connection_manager().await {
+                    return manager;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            panic!("the test's own Redis at {url} did not start")
+        }
+    };
+    let request = || AcquireRequest {
+        key: IdempotencyKey::derive("setup", b"k"),
+        owner: OwnerToken::generate(),
+        now: SystemTime::now(),
+        lease_expiration_ms: epoch_ms(SystemTime::now() + Duration::from_secs(30)),
+        expiration_secs: epoch_secs(SystemTime::now() + Duration::from_secs(3_600)),
+        validation: None,
+    };
+    let code = |answer: Result<Acquire, StoreError>| match answer {
+        Err(StoreError::Misconfigured(fault)) => {
+            assert_eq!(fault.store, "Redis");
+            fault.code
+        }
+        other => format!("not misconfigured: {other:?}"),
+    };
+    let admin = connect(":sekret@").await;
+    let checks = async {
+        let no_password = RedisStore::new(connect("").await).acquire(&request()).await;
+        let limited = RedisStore::new(connect("limited:pw@").await)
+            .acquire(&request())
+            .await;
+        let running = RedisStore::new(connect(":sekret@").await);
+        assert!(matches!(
+            running.acquire(&request()).await,
+            Ok(Acquire::Acquired)
+        ));
+        let mut admin = admin;
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("requirepass")
+            .arg("rotated")
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        let _: redis::Value = redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("TYPE")
+            .arg("normal")
+            .query_async(&mut admin)
+            .await
+            .unwrap_or(redis::Value::Nil);
+        // The client reconnects with the old password: refused, once it notices.
+        let mut rotated = Vec::new();
+        for _ in 0..5 {
+            rotated.push(code(running.acquire(&request()).await));
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        (code(no_password), code(limited), rotated)
+    }
+    .await;
+    let _ = server.kill();
+    let _ = server.wait();
+    let (no_password, limited, rotated) = checks;
+    assert_eq!(no_password, "NOAUTH");
+    assert_eq!(limited, "NOPERM");
+    assert!(
+        rotated.iter().any(|c| c == "AuthenticationFailed"),
+        "{rotated:?}"
+    );
+}

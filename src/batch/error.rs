@@ -30,7 +30,8 @@ pub enum BatchError {
     /// The store is not set up for this function (a table that does not exist, denied
     /// access, wrong credentials): no record can be processed until it is fixed, and none is
     /// labelled a poison record for it. The invocation fails, so the source retries the
-    /// whole batch; once the store is set up the batch is applied once.
+    /// whole batch; once the store is set up the batch is applied once. For a table of the
+    /// handler's writes, only when no record of the batch could store its result.
     #[error("{0}; failing the invocation so that the batch is retried once it is fixed")]
     Misconfigured(Misconfiguration),
 }

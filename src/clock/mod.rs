@@ -72,14 +72,21 @@ where
     }
 }
 
-/// The time kept before the invocation deadline to answer Lambda. A record still running
-/// then is stopped and reported, and no store call runs past it: each is bounded by the time
-/// left before it, so the response reaches Lambda before the deadline (Lambda discards a late
-/// one and retries the whole event).
+/// The time a batch keeps before the invocation deadline to answer Lambda: a record still
+/// running then is stopped and reported (its store calls with it), so that the batch's
+/// response, built from every record's report, reaches Lambda before the deadline (Lambda
+/// discards a late one and retries the whole batch).
 pub const ANSWER_MARGIN: Duration = Duration::from_millis(500);
 
+/// The time kept before the invocation deadline after the last store call: every store call
+/// is bounded by the time left before it, whatever the store's client is configured with, so
+/// that an invocation outside a batch (a whole invocation, an HTTP request) still answers
+/// in time. Shorter than [`ANSWER_MARGIN`]: a handler that returns with half a second left
+/// still stores its result, rather than running again on the retry.
+pub const CALL_MARGIN: Duration = Duration::from_millis(100);
+
 /// The least time a store call needs to be worth sending: a call with less than this left
-/// before the answer margin is not sent (no store answers faster than a round trip).
+/// before the call margin is not sent (no store answers faster than a round trip).
 pub const SHORTEST_CALL: Duration = Duration::from_millis(10);
 
 /// Deadlines below this many epoch milliseconds (September 2001) cannot be absolute times:
@@ -132,16 +139,22 @@ impl Deadline {
         later_ms(now, margin) >= self.epoch_ms
     }
 
-    /// The instant by which work must end so the answer reaches Lambda in time:
-    /// [`ANSWER_MARGIN`] before the deadline.
+    /// The instant by which a batch's records must end so its answer reaches Lambda in
+    /// time: [`ANSWER_MARGIN`] before the deadline.
     pub fn answer_by(self) -> SystemTime {
         self.before(ANSWER_MARGIN)
     }
 
-    /// The time left at `now` before [`answer_by`](Self::answer_by) (zero when it has
-    /// passed).
-    pub fn left_to_answer(self, now: SystemTime) -> Duration {
-        self.answer_by().duration_since(now).unwrap_or_default()
+    /// The instant by which every store call must have its answer: [`CALL_MARGIN`] before
+    /// the deadline.
+    pub fn calls_end(self) -> SystemTime {
+        self.before(CALL_MARGIN)
+    }
+
+    /// The time left at `now` for store calls, before [`calls_end`](Self::calls_end) (zero
+    /// when it has passed).
+    pub fn left_for_calls(self, now: SystemTime) -> Duration {
+        self.calls_end().duration_since(now).unwrap_or_default()
     }
 }
 

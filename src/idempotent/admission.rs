@@ -319,9 +319,9 @@ pub(crate) fn failed_in_this_batch(
 /// Leads the flight of `key` in this process, or follows the record leading it: the flight
 /// to lead, or the answer (the leader's, when it is this record's; "in progress" when the
 /// wait ran out, or when `held`, the pre-check's, is a lease no record of this process
-/// holds). A follower waits until the leader's deadline at most (past it, the leader's lease
-/// is over and the store decides) and until [`FOLLOWER_MARGIN`] before its own (a function
-/// call: its own, its lease's end), then joins again: the flight is then led anew, by this
+/// holds). A follower waits until the end of the leader's lease at most ([`flight_end`]:
+/// past it, the store decides) and until [`FOLLOWER_MARGIN`] before its own deadline (a
+/// function call: its own deadline, none for `call_with_lease`), then joins again: the flight is then led anew, by this
 /// record or a record of its batch with the same key, so that a batch still runs a key once.
 async fn join_flight<St, K, C, T>(
     protocol: &Protocol<St, K, C>,
@@ -341,7 +341,8 @@ where
             return Err(Err(failed));
         }
         let now = protocol.clock.now();
-        let joined = protocol.local.in_flight.join(key, deadline.time(), now);
+        let held_until = flight_end(&protocol.config, deadline, now);
+        let joined = protocol.local.in_flight.join(key, held_until, now);
         let (slot, leader_deadline) = match (joined, held.take()) {
             // No record of this process holds the lease the pre-check found.
             (Join::Leader(_), Some(in_progress)) => return Err(Err(in_progress)),
@@ -372,6 +373,19 @@ where
             }));
         }
     }
+}
+
+/// When the lease a leader taking the flight at `now` holds in the store ends: at the
+/// invocation deadline, or earlier under a lease cap ([`Config::with_max_lease`], an
+/// idempotent function's `call_with_lease`), so that a leader stuck past its lease is not
+/// waited for longer than the store holds its key. With a heartbeat the lease is extended
+/// while the leader runs: then the deadline.
+fn flight_end(config: &Config, deadline: Deadline, now: SystemTime) -> SystemTime {
+    if config.heartbeat_period().is_some() {
+        return deadline.time();
+    }
+    let lease_ms = super::heartbeat::lease_end_ms(config, deadline, now);
+    std::time::UNIX_EPOCH + Duration::from_millis(lease_ms)
 }
 
 /// The answer for a record the batch's pre-check found in the store, or `None` when it can

@@ -129,15 +129,15 @@ pub(crate) fn lease_over(deadline: SystemTime) -> SystemTime {
 
 pub(crate) enum Join {
     Leader(FlightGuard),
-    /// The leader's result, and the deadline of the leader's invocation: past it, the
-    /// leader's lease is over in the store (and a leader no batch cut off may still run).
+    /// The leader's result, and when the leader's lease ends: past it, the leader's lease
+    /// is over in the store (and a leader no batch cut off may still run).
     Follower(Slot, SystemTime),
 }
 
 impl InFlight {
-    /// Joins the flight of `key`, leading it (until `deadline`, the invocation's) when none
-    /// runs, or when its leader's lease is over at `now` (see [`lease_over`]: that leader,
-    /// which no batch cut off, is not waited for any more).
+    /// Joins the flight of `key`, leading it (until `deadline`, when the lease it takes
+    /// ends) when none runs, or when its leader's lease is over at `now` (see [`lease_over`]:
+    /// that leader, which no batch cut off, is not waited for any more).
     pub(crate) fn join(
         self: &Arc<Self>,
         key: &IdempotencyKey,

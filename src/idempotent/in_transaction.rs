@@ -56,13 +56,13 @@ pub struct TransactionEvent<E, Tx> {
     pub transaction: Tx,
 }
 
-/// Opens a transaction that may wait or idle until `deadline`'s answer margin, within it.
+/// Opens a transaction that may wait or idle until `deadline`'s call margin, within it.
 async fn begin<St: TransactionScope, C: Clock>(
     store: &St,
     clock: &C,
     deadline: Deadline,
 ) -> Result<St::Transaction, StoreError> {
-    let hold_for = deadline.left_to_answer(clock.now());
+    let hold_for = deadline.left_for_calls(clock.now());
     within_deadline(clock, deadline, || store.begin(hold_for)).await
 }
 

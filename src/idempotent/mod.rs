@@ -15,7 +15,7 @@
 //!    any other failure releases the lease.
 //!
 //! Every store call goes through `store_call`, which bounds it by the time left before the
-//! invocation deadline (less the answer margin), whatever the store's client is configured
+//! invocation deadline (less the call margin), whatever the store's client is configured
 //! with.
 //!
 //! Handlers with writes in optimistic mode take the `optimistic` driver instead of 2 and 3:

@@ -1,7 +1,7 @@
 //! Store calls under the invocation deadline: every call the protocol makes is bounded by the
-//! time left before [`Deadline::answer_by`] (the deadline less
-//! [`ANSWER_MARGIN`](crate::clock::ANSWER_MARGIN)), whatever the store's client is configured
-//! with ([`within_deadline`]); and the calls that are safe to send again (owner-fenced
+//! time left before [`Deadline::calls_end`] (the deadline less
+//! [`CALL_MARGIN`](crate::clock::CALL_MARGIN)), whatever the store's client is configured
+//! with ([`within_deadline`]); a batch stops its records earlier, at its answer margin; and the calls that are safe to send again (owner-fenced
 //! completions and releases, commits carrying a request token) are retried with exponential
 //! backoff and jitter, slept through the injected clock, never past it ([`with_retries`]).
 
@@ -12,9 +12,9 @@ use crate::clock::{later_ms, Clock, Deadline, SHORTEST_CALL};
 use crate::store::StoreError;
 
 /// Sends the store call `call` makes if there is time for it, and waits for its answer until
-/// `deadline`'s [`answer_by`](Deadline::answer_by) at most. With less than [`SHORTEST_CALL`]
+/// `deadline`'s [`calls_end`](Deadline::calls_end) at most. With less than [`SHORTEST_CALL`]
 /// left, the call is not made ([`StoreError::DeadlineReached`] `{ sent: false }`: nothing was
-/// asked); one still unanswered at `answer_by` is dropped (`{ sent: true }`): its answer is
+/// asked); one still unanswered at `calls_end` is dropped (`{ sent: true }`): its answer is
 /// lost, as after a timeout, which the protocol treats as it treats any lost answer. `call`
 /// is only invoked when the call is sent: some stores act as soon as the call is made.
 pub(crate) async fn within_deadline<C, F, Fut, T>(
@@ -27,14 +27,14 @@ where
     F: FnOnce() -> Fut,
     Fut: Future<Output = Result<T, StoreError>>,
 {
-    let answer_by = deadline.answer_by();
-    if deadline.left_to_answer(clock.now()) < SHORTEST_CALL {
+    let calls_end = deadline.calls_end();
+    if deadline.left_for_calls(clock.now()) < SHORTEST_CALL {
         return Err(StoreError::DeadlineReached { sent: false });
     }
     tokio::select! {
         biased;
         answer = call() => answer,
-        () = clock.sleep_until(answer_by) => Err(StoreError::DeadlineReached { sent: true }),
+        () = clock.sleep_until(calls_end) => Err(StoreError::DeadlineReached { sent: true }),
     }
 }
 
@@ -56,7 +56,7 @@ fn backoff(retry: u32) -> Duration {
 /// Makes the store call `call` makes up to `attempts` times, each [within the
 /// deadline](within_deadline), while `again` says its answer is worth another try, backing
 /// off between calls; gives up early rather than sleep past `deadline`'s
-/// [`answer_by`](Deadline::answer_by). Returns the last answer.
+/// [`calls_end`](Deadline::calls_end). Returns the last answer.
 pub(crate) async fn with_retries<C, F, Fut, T>(
     clock: &C,
     deadline: Deadline,
@@ -69,7 +69,7 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, StoreError>>,
 {
-    let answer_by_ms = crate::clock::epoch_ms(deadline.answer_by());
+    let calls_end_ms = crate::clock::epoch_ms(deadline.calls_end());
     let mut attempt = 1;
     loop {
         let answer = within_deadline(clock, deadline, &mut call).await;
@@ -77,7 +77,7 @@ where
             return answer;
         }
         let wait = backoff(attempt);
-        if later_ms(clock.now(), wait) >= answer_by_ms {
+        if later_ms(clock.now(), wait) >= calls_end_ms {
             tracing::debug!(attempt, "no time left before the deadline to retry");
             return answer;
         }
@@ -104,9 +104,9 @@ mod tests {
         }
     }
 
-    /// A deadline that leaves `ms` milliseconds before its answer margin.
+    /// A deadline that leaves `ms` milliseconds before its call margin.
     fn leaving(clock: &ManualClock, ms: u64) -> Deadline {
-        let margin_ms = crate::clock::ANSWER_MARGIN.as_millis() as u64;
+        let margin_ms = crate::clock::CALL_MARGIN.as_millis() as u64;
         Deadline::of(epoch_ms(clock.now()) + margin_ms + ms, clock.now())
     }
 
@@ -124,7 +124,7 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn never_sleeps_past_the_answer_margin() {
+    async fn never_sleeps_past_the_call_margin() {
         let clock = ManualClock::starting_now();
         // Time for one call, not for the first backoff (12 ms at least) and another.
         let deadline = leaving(&clock, 11);
@@ -151,7 +151,7 @@ mod tests {
                 Err(StoreError::DeadlineReached { sent: false })
             ));
         }
-        // Past the deadline, and well before it (whatever the answer margin is).
+        // Past the deadline, and well before it (whatever the call margin is).
         let past = Deadline::of(epoch_ms(clock.now()) - 1_000, clock.now());
         assert!(within_deadline(&clock, past, call).await.is_err());
         assert_eq!(calls.load(Ordering::SeqCst), 0, "the call was never made");
@@ -160,7 +160,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_call_unanswered_at_the_answer_margin_is_cut_short_as_a_lost_answer() {
+    async fn a_call_unanswered_at_the_call_margin_is_cut_short_as_a_lost_answer() {
         let clock = ManualClock::starting_now();
         let deadline = leaving(&clock, 2_000);
         let hung = || std::future::pending::<Result<(), StoreError>>();
@@ -176,6 +176,6 @@ mod tests {
         let err = answer.unwrap_err();
         assert!(matches!(err, StoreError::DeadlineReached { sent: true }));
         assert!(err.is_transient(), "a lost answer, as after a timeout");
-        assert_eq!(clock.now(), deadline.answer_by());
+        assert_eq!(clock.now(), deadline.calls_end());
     }
 }

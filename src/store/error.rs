@@ -11,7 +11,7 @@ pub enum StoreError {
     #[error("the idempotency store is unavailable")]
     Unavailable(#[source] BoxError),
     /// The store had not answered when the invocation's time ran out
-    /// ([`ANSWER_MARGIN`](crate::clock::ANSWER_MARGIN) before its deadline): every store call
+    /// ([`CALL_MARGIN`](crate::clock::CALL_MARGIN) before its deadline): every store call
     /// is bounded by the time left, whatever its client is configured with. `sent`: the call
     /// was sent and cut short, so its answer is lost (it may have been applied, as after a
     /// timeout); otherwise so little time was left that it was not sent at all, and nothing
@@ -70,10 +70,13 @@ pub enum StoreError {
     /// also for the handler's own writes committed with the record; or attribute names that
     /// cannot keep records apart, refused before anything is sent
     /// ([`AttributeNames::check`](crate::store::AttributeNames::check) finds them at
-    /// start-up). Nothing was applied. It is never a record's fault: a
+    /// start-up). Nothing of the record was stored (a plain handler may have run before its
+    /// completion was refused). The store's own setup is never a record's fault: a
     /// [`BatchProcessor`](crate::batch::BatchProcessor) fails the whole invocation with it
     /// (one ERROR naming the store, the table and the code), so the source retries the batch
-    /// until it is fixed, and then applies it once.
+    /// until it is fixed, and then applies it once; a table of the handler's writes
+    /// ([`Misconfiguration::handler_write`]) fails the invocation only when no record of the
+    /// batch could store its result, and otherwise its records alone.
     #[error("{0}")]
     Misconfigured(Misconfiguration),
     /// The store refused the request as invalid (DynamoDB's `ValidationException`, at the
@@ -106,6 +109,11 @@ pub struct Misconfiguration {
     pub code: String,
     /// The store's explanation.
     pub reason: String,
+    /// The refused table is one the handler writes (its writes committed with the record),
+    /// not the store's own: only the records that write there meet it, and a batch fails as
+    /// a whole for it only when none of its records could commit (a table named from the
+    /// message, a missing tenant's say, fails its records alone).
+    pub handler_write: bool,
 }
 
 impl Misconfiguration {
@@ -121,7 +129,14 @@ impl Misconfiguration {
             table: table.into(),
             code: code.into(),
             reason: reason.into(),
+            handler_write: false,
         }
+    }
+
+    /// The same refusal, for a table of the handler's writes rather than the store's own.
+    pub fn for_handler_write(mut self) -> Self {
+        self.handler_write = true;
+        self
     }
 }
 

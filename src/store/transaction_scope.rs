@@ -24,7 +24,7 @@ pub trait TransactionScope: Store {
 
     /// Opens a transaction. It waits on a row held by another transaction, and stays open
     /// without activity, for at most `hold_for` (the time left before the invocation's
-    /// answer margin);
+    /// call margin);
     /// dropped without [`complete_in`](Self::complete_in) or
     /// [`rollback`](Self::rollback), it is rolled back.
     fn begin(

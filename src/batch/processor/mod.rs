@@ -290,17 +290,35 @@ impl<S, C, E: BatchEvent> BatchProcessor<S, C, E> {
         let schedule = Box::pin(self.schedule::<T>(mode, records, &offered, offered_at, &scope));
         let reports = crate::idempotent::offering(Arc::clone(&offered), schedule).await;
         let mut report = summarize::<T, E>(reports);
-        if let Some(fault) = scope.misconfigured.into_inner() {
+        let failing = scope
+            .misconfigured
+            .into_inner()
+            .or_else(|| misconfigured_for_all(&report.records));
+        if let Some(fault) = failing {
             tracing::error!(
                 error_type = "Idempotency.Misconfigured",
                 store = fault.store,
                 table = %fault.table,
                 code = %fault.code,
                 error = %fault,
-                "the idempotency store is misconfigured: failing the invocation, so the \
-                 batch is retried once it is fixed"
+                "the store is not set up for this function: failing the invocation, so that \
+                 the batch is retried once it is fixed"
             );
             report.invocation_error = Some(BatchError::Misconfigured(fault));
+        } else if let Some(fault) = report
+            .records
+            .iter()
+            .find_map(|r| r.error.as_ref()?.misconfiguration())
+        {
+            tracing::error!(
+                error_type = "Idempotency.Misconfigured",
+                store = fault.store,
+                table = %fault.table,
+                code = %fault.code,
+                error = %fault,
+                "a table of the handler's writes refused some records while others committed: \
+                 those records are reported alone"
+            );
         }
         report
     }
@@ -370,8 +388,12 @@ impl<S, C, E: BatchEvent> BatchProcessor<S, C, E> {
         }
         .instrument(span.clone())
         .await;
+        // The store's own setup stops the batch; a table of the handler's writes may be one
+        // record's (named from its message), decided once the batch is done.
         if let Some(fault) = result.as_ref().err().and_then(Error::misconfiguration) {
-            let _ = scope.misconfigured.set(fault.clone());
+            if !fault.handler_write {
+                let _ = scope.misconfigured.set(fault.clone());
+            }
         }
         let report = RecordReport::of(item_identifier, result);
         span.record("outcome", report.outcome.as_str());
@@ -380,8 +402,29 @@ impl<S, C, E: BatchEvent> BatchProcessor<S, C, E> {
     }
 }
 
+/// The misconfiguration of a table of the handler's writes that fails the whole batch: one
+/// that refused a record when no record of the batch has its result stored, now or before (a
+/// missing ledger: every record that got as far as its commit met it). When others did
+/// (executed, or replayed: their writes committed once), the refused table is the refused
+/// records' own (a table named from the message), and they fail alone.
+fn misconfigured_for_all<T>(records: &[RecordReport<T>]) -> Option<Misconfiguration> {
+    let stored = |r: &RecordReport<T>| {
+        matches!(
+            r.outcome,
+            crate::Outcome::Executed | crate::Outcome::Replayed
+        )
+    };
+    if records.iter().any(stored) {
+        return None;
+    }
+    records
+        .iter()
+        .find_map(|r| r.error.as_ref()?.misconfiguration().cloned())
+}
+
 /// What the records of one batch share while it runs: the invocation's context (its deadline
-/// normalised) and deadline, and the store's misconfiguration once a record met it.
+/// normalised) and deadline, and the store's own misconfiguration once a record met it
+/// (later records are not started).
 pub(super) struct BatchScope {
     pub(super) context: lambda_runtime::Context,
     pub(super) deadline: Deadline,

@@ -13,8 +13,8 @@ use aws_sdk_dynamodb::types::{
 
 use super::request_token::client_request_token;
 use super::{
-    misconfiguration, num, s, takeover_values, unavailable, DynamoDbStore, FINAL_STATE_UPDATE,
-    OWNER_CONDITION, TAKEOVER_CONDITION,
+    misconfigured, num, refusal, s, takeover_values, unavailable, DynamoDbStore, Refusal,
+    FINAL_STATE_UPDATE, OWNER_CONDITION, TAKEOVER_CONDITION,
 };
 use crate::store::item_size::check_commit_size;
 use crate::store::{
@@ -186,25 +186,25 @@ impl DynamoDbStore {
             {
                 return Ok(Commit::Conflict)
             }
-            // DynamoDB does not say which table is missing: it is found out.
-            Some(service) if service.code() == Some("ResourceNotFoundException") => {
-                let message = service.message().unwrap_or_default().to_string();
-                return Err(self.missing_table(request, message).await);
-            }
             Some(service) => {
-                if let Some(misconfigured) = misconfiguration(service, &self.tables_of(request)) {
-                    return Err(misconfigured);
-                }
-                // The record's own size was checked (as an upper bound) before sending, so a
-                // refusal here is about the handler's writes: invalid, never "result too
-                // large".
-                if service.code() == Some("ValidationException") {
-                    return Err(StoreError::InvalidRequest {
+                return Err(match refusal(service) {
+                    Refusal::Credentials => {
+                        StoreError::Misconfigured(misconfigured(service, &self.table))
+                    }
+                    // DynamoDB does not say which table: it is found out.
+                    Refusal::Table | Refusal::KeySchema => {
+                        self.refused_table(request, misconfigured(service, ""))
+                            .await
+                    }
+                    // The record's own size was checked (as an upper bound) before sending,
+                    // so a refusal here is about the handler's writes: invalid, never
+                    // "result too large".
+                    Refusal::TooLarge | Refusal::Invalid => StoreError::InvalidRequest {
                         write_index: None,
                         reason: Box::new(err),
-                    });
-                }
-                return Err(unavailable(err));
+                    },
+                    Refusal::Other => unavailable(err),
+                });
             }
             None => return Err(unavailable(err)),
         };
@@ -238,42 +238,33 @@ impl DynamoDbStore {
 
     /// The tables `request` writes: the store's own, then the handler's writes' (each
     /// once), `, `-separated.
-    fn tables_of(&self, request: &CommitRequest) -> String {
-        let mut tables = vec![self.table.as_str()];
+    /// The misconfiguration `fault` (a missing table, denied access, a key that does not
+    /// match a table's schema) of a transaction, on the table it is about. DynamoDB does not
+    /// say which table of the transaction it refused, so the store's own table is read (a
+    /// `GetItem` of the record's key, as the store reads records): refused too, the fault is
+    /// the store's own (with that read's code and message); read, it is about the handler's
+    /// writes' tables ([`Misconfiguration::for_handler_write`], named when there is one);
+    /// when the read cannot tell, every table of the transaction is named, as the handler's.
+    async fn refused_table(&self, request: &CommitRequest, fault: Misconfiguration) -> StoreError {
+        let mut theirs: Vec<&str> = Vec::new();
         for write in &request.writes {
-            if !tables.contains(&write.table.as_str()) {
-                tables.push(&write.table);
+            if write.table != self.table && !theirs.contains(&write.table.as_str()) {
+                theirs.push(&write.table);
             }
         }
-        tables.join(", ")
-    }
-
-    /// The misconfiguration of a transaction refused because a table does not exist, naming
-    /// the table. DynamoDB does not say which one, so the store's own table is read (a
-    /// `GetItem` of the record's key, as the store reads records): when it is there, the
-    /// missing one is among the handler's writes' tables (named when there is one); when
-    /// the read cannot tell, every table of the transaction is named.
-    async fn missing_table(&self, request: &CommitRequest, message: String) -> StoreError {
-        const NOT_FOUND: &str = "ResourceNotFoundException";
-        let ours_exists = match self.get_inner(&request.key).await {
-            Ok(_) => Some(true),
-            Err(StoreError::Misconfigured(m)) if m.code == NOT_FOUND => Some(false),
-            Err(_) => None,
-        };
-        let table = match ours_exists {
-            Some(false) => self.table.clone(),
-            Some(true) => {
-                let mut theirs: Vec<&str> = Vec::new();
-                for write in &request.writes {
-                    if write.table != self.table && !theirs.contains(&write.table.as_str()) {
-                        theirs.push(&write.table);
-                    }
-                }
-                theirs.join(", ")
+        let table = match self.get_inner(&request.key).await {
+            Err(StoreError::Misconfigured(own)) => return StoreError::Misconfigured(own),
+            Ok(_) if theirs.is_empty() => {
+                let table = self.table.clone();
+                return StoreError::Misconfigured(Misconfiguration { table, ..fault });
             }
-            None => self.tables_of(request),
+            Ok(_) => theirs.join(", "),
+            Err(_) => std::iter::once(self.table.as_str())
+                .chain(theirs)
+                .collect::<Vec<_>>()
+                .join(", "),
         };
-        StoreError::Misconfigured(Misconfiguration::new("DynamoDB", table, NOT_FOUND, message))
+        StoreError::Misconfigured(Misconfiguration { table, ..fault }.for_handler_write())
     }
 
     async fn commit_inner(&self, request: &CommitRequest) -> Result<Commit, StoreError> {

@@ -198,6 +198,18 @@ impl DynamoDbStore {
             _ => return Err(refused(err, size_bytes, &self.table)),
         };
         Ok(match existing {
+            // The item that refused the put is another key's: the table's key is not the
+            // store's (a single-table layout on a table without the sort key: every record
+            // lands on the one item of the static partition key).
+            Some(record) if record.key != request.key => {
+                return Err(StoreError::Misconfigured(Misconfiguration::new(
+                    "DynamoDB",
+                    self.table.clone(),
+                    "KeySchemaMismatch",
+                    "the item that refused the record's write holds another key: the table's key \
+                     attributes are not the store's (AttributeNames)",
+                )))
+            }
             // Our own record: an earlier send of this put was applied.
             Some(record) if record.is_held_by(&request.owner) => Acquire::Acquired,
             Some(record) => Acquire::Existing(record),
@@ -367,12 +379,25 @@ where
     StoreError::Unavailable(Box::new(err))
 }
 
-/// DynamoDB's codes for a request refused because the store is not set up for this function:
-/// no table of that name (in this region), no permission, credentials that are wrong or
-/// expired. No retry can help.
-const MISCONFIGURED_CODES: [&str; 11] = [
-    "ResourceNotFoundException",
-    "AccessDeniedException",
+/// What a refusal by DynamoDB (other than a failed condition) says about the request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// The credentials or the signature: every request is refused alike.
+    Credentials,
+    /// The table: it does not exist (in this region), or access to it is denied.
+    Table,
+    /// The key does not match the table's key schema (`ValidationException`).
+    KeySchema,
+    /// The item is over DynamoDB's size limit (`ValidationException`).
+    TooLarge,
+    /// Another `ValidationException`: the request is malformed.
+    Invalid,
+    /// Anything else: an outage, throttling.
+    Other,
+}
+
+/// DynamoDB's codes for credentials or a signature it refuses.
+const CREDENTIAL_CODES: [&str; 9] = [
     "UnrecognizedClientException",
     "InvalidSignatureException",
     "IncompleteSignatureException",
@@ -385,47 +410,73 @@ const MISCONFIGURED_CODES: [&str; 11] = [
 ];
 
 /// DynamoDB's messages (with `ValidationException`) for a key that does not match the table's
-/// key schema: the table was created with other key attributes than the request names,
-/// which holds for every request, never for one record alone.
-const KEY_SCHEMA_MESSAGES: [&str; 2] = [
+/// key schema (its attribute names, their types, a sort key or none), as DynamoDB and
+/// DynamoDB Local word them.
+const KEY_SCHEMA_MESSAGES: [&str; 5] = [
     "The provided key element does not match the schema",
     "One of the required keys was not given a value",
+    "Missing the key",
+    "Type mismatch for key",
+    "The number of conditions on the keys is invalid",
 ];
 
-/// The misconfiguration DynamoDB's refusal `service` shows, on `table`, if it shows one.
-pub(crate) fn misconfiguration<E: ProvideErrorMetadata>(
-    service: &E,
-    table: &str,
-) -> Option<StoreError> {
-    let code = service.code()?;
+/// What DynamoDB's refusal `service` says about the request.
+pub(crate) fn refusal<E: ProvideErrorMetadata>(service: &E) -> Refusal {
+    let Some(code) = service.code() else {
+        return Refusal::Other;
+    };
+    if CREDENTIAL_CODES.contains(&code) {
+        return Refusal::Credentials;
+    }
+    if matches!(code, "ResourceNotFoundException" | "AccessDeniedException") {
+        return Refusal::Table;
+    }
+    if code != "ValidationException" {
+        return Refusal::Other;
+    }
     let message = service.message().unwrap_or_default();
-    let schema =
-        code == "ValidationException" && KEY_SCHEMA_MESSAGES.iter().any(|m| message.contains(m));
-    (MISCONFIGURED_CODES.contains(&code) || schema)
-        .then(|| StoreError::Misconfigured(Misconfiguration::new("DynamoDB", table, code, message)))
+    if KEY_SCHEMA_MESSAGES.iter().any(|m| message.contains(m)) {
+        return Refusal::KeySchema;
+    }
+    let lower = message.to_ascii_lowercase();
+    if lower.contains("size") && lower.contains("exceed") {
+        return Refusal::TooLarge;
+    }
+    Refusal::Invalid
 }
 
-/// The store error for a read of `table` that DynamoDB did not answer: the store's setup
-/// ([`StoreError::Misconfigured`]), or an outage.
+/// The misconfiguration DynamoDB's refusal `service` shows on `table`, with its code and
+/// message.
+pub(crate) fn misconfigured<E: ProvideErrorMetadata>(service: &E, table: &str) -> Misconfiguration {
+    let code = service.code().unwrap_or("Unknown");
+    let message = service.message().unwrap_or_default();
+    Misconfiguration::new("DynamoDB", table, code, message)
+}
+
+/// The store error for a read of the store's own `table` that DynamoDB did not answer: the
+/// store's setup ([`StoreError::Misconfigured`]: the credentials, the table, a key that does
+/// not match its schema, any other refusal of the store's own fixed-shape request), or an
+/// outage.
 pub(crate) fn unread<E, R>(err: SdkError<E, R>, table: &str) -> StoreError
 where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
     R: std::fmt::Debug + Send + Sync + 'static,
 {
-    match err
-        .as_service_error()
-        .and_then(|s| misconfiguration(s, table))
-    {
-        Some(misconfigured) => misconfigured,
-        None => unavailable(err),
+    match err.as_service_error() {
+        Some(service) if refusal(service) != Refusal::Other => {
+            StoreError::Misconfigured(misconfigured(service, table))
+        }
+        _ => unavailable(err),
     }
 }
 
-/// The store error for a request on `table` that DynamoDB did not apply (other than a failed
-/// condition): the store's setup ([`StoreError::Misconfigured`]: no such table, no
-/// permission, a key that does not match the table's), never a record's fault; a
-/// `ValidationException` is the request's fault (an item over the size limit, with
-/// `size_bytes` as estimated, or another invalid request); anything else is an outage.
+/// The store error for a request on the store's own `table` that DynamoDB did not apply
+/// (other than a failed condition): an item over the size limit ([`StoreError::ItemTooLarge`],
+/// with `size_bytes` as estimated); any other refusal is the store's setup
+/// ([`StoreError::Misconfigured`]: the credentials, no such table, no permission, a key that
+/// does not match the table's; the store's own requests have a fixed shape, so DynamoDB
+/// refusing one as invalid means the table is not the store's), never a record's fault;
+/// anything else is an outage.
 pub(crate) fn refused<E, R>(err: SdkError<E, R>, size_bytes: usize, table: &str) -> StoreError
 where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
@@ -434,22 +485,49 @@ where
     let Some(service) = err.as_service_error() else {
         return unavailable(err);
     };
-    if let Some(misconfigured) = misconfiguration(service, table) {
-        return misconfigured;
+    match refusal(service) {
+        Refusal::TooLarge => too_large(size_bytes),
+        Refusal::Other => unavailable(err),
+        _ => StoreError::Misconfigured(misconfigured(service, table)),
     }
-    if service.code() != Some("ValidationException") {
+}
+
+/// The refusal of an item over the size limit, whose size was estimated at `size_bytes`.
+pub(crate) fn too_large(size_bytes: usize) -> StoreError {
+    StoreError::ItemTooLarge {
+        size_bytes: size_bytes.max(crate::store::MAX_ITEM_BYTES + 1),
+        limit_bytes: crate::store::MAX_ITEM_BYTES,
+    }
+}
+
+/// The store error for a request on `table`, one of the handler's (a sequence-guarded
+/// write or its read), that DynamoDB did not apply: refused credentials are the store's setup;
+/// a missing table, denied access or a key that does not match the table's are the setup of
+/// the handler's table ([`Misconfiguration::for_handler_write`]); an item over the size limit
+/// or another invalid request is the request's fault; anything else is an outage.
+pub(crate) fn refused_for_handler<E, R>(
+    err: SdkError<E, R>,
+    size_bytes: usize,
+    table: &str,
+) -> StoreError
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    R: std::fmt::Debug + Send + Sync + 'static,
+{
+    let Some(service) = err.as_service_error() else {
         return unavailable(err);
-    }
-    let message = service.message().unwrap_or_default().to_ascii_lowercase();
-    if message.contains("size") && message.contains("exceed") {
-        return StoreError::ItemTooLarge {
-            size_bytes: size_bytes.max(crate::store::MAX_ITEM_BYTES + 1),
-            limit_bytes: crate::store::MAX_ITEM_BYTES,
-        };
-    }
-    StoreError::InvalidRequest {
-        write_index: None,
-        reason: Box::new(err),
+    };
+    match refusal(service) {
+        Refusal::Credentials => StoreError::Misconfigured(misconfigured(service, table)),
+        Refusal::Table | Refusal::KeySchema => {
+            StoreError::Misconfigured(misconfigured(service, table).for_handler_write())
+        }
+        Refusal::TooLarge => too_large(size_bytes),
+        Refusal::Invalid => StoreError::InvalidRequest {
+            write_index: None,
+            reason: Box::new(err),
+        },
+        Refusal::Other => unavailable(err),
     }
 }
 

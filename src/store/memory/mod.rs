@@ -275,12 +275,15 @@ fn refused(refusal: TransactionRefusal) -> StoreError {
         TransactionRefusal::Invalid { write_index, .. } => *write_index,
         TransactionRefusal::ConditionFailed { write_index } => Some(*write_index),
         TransactionRefusal::NoSuchTable { table } => {
-            return StoreError::Misconfigured(crate::store::Misconfiguration::new(
-                "memory",
-                table.clone(),
-                "ResourceNotFoundException",
-                refusal.to_string(),
-            ))
+            return StoreError::Misconfigured(
+                crate::store::Misconfiguration::new(
+                    "memory",
+                    table.clone(),
+                    "ResourceNotFoundException",
+                    refusal.to_string(),
+                )
+                .for_handler_write(),
+            )
         }
     };
     StoreError::InvalidRequest {

@@ -138,6 +138,9 @@ fn store_error(key: &IdempotencyKey, err: ::redis::RedisError) -> StoreError {
         _ if err.kind() == ::redis::ErrorKind::AuthenticationFailed => {
             Some("AuthenticationFailed".to_string())
         }
+        // Redis 6.2 and later cut an unauthenticated client's longer commands (a script
+        // call with its keys and arguments) with this protocol error instead of NOAUTH.
+        _ if err.to_string().contains("unauthenticated") => Some("NOAUTH".to_string()),
         _ => None,
     };
     if let Some(code) = code {
