@@ -36,9 +36,11 @@
 mod table;
 mod transaction;
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use deadpool_postgres::Pool;
+use tokio::sync::Semaphore;
 use tokio_postgres::Row;
 
 use self::table::Table;
@@ -57,12 +59,23 @@ use crate::record::{OwnerToken, Record, Status};
 /// (room for clocks that disagree).
 pub const CLEANUP_GRACE: Duration = Duration::from_secs(300);
 
+/// How many of the pool's connections handlers' transactions never take: the lease calls'
+/// (acquire, heartbeat extensions, release, reads).
+const LEASE_CONNECTIONS: usize = 1;
+
 /// The idempotency records in a PostgreSQL table, through a `deadpool-postgres` pool. See the
 /// [module](crate::store::postgres) docs.
 #[derive(Clone)]
 pub struct PostgresStore {
     pool: Pool,
     table: Table,
+    /// The pool's max size when the store was built.
+    pool_max_size: usize,
+    /// Admits handlers' transactions, one permit each for as long as it holds its connection:
+    /// [`LEASE_CONNECTIONS`] fewer than the pool's, so a lease call never waits for a
+    /// connection behind the transactions of the handlers whose leases it keeps. Shared by
+    /// clones; FIFO, so a waiting transaction is never overtaken.
+    transactions: Arc<Semaphore>,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -75,10 +88,25 @@ impl std::fmt::Debug for PostgresStore {
 
 impl PostgresStore {
     /// A store on the table `idempotency_records`, through `pool`.
+    ///
+    /// Handlers' transactions ([`IdempotencyLayer::in_transaction`](crate::IdempotencyLayer::in_transaction))
+    /// take one connection each for as long as they run, at most the pool's max size minus one
+    /// at once (read here, when the store is built): the last connection is kept for the lease
+    /// calls (acquire, heartbeat extensions, release), which would otherwise wait behind those
+    /// transactions until the leases they keep lapse. So a pool for in-transaction handlers
+    /// needs a max size of at least 2 (the transactions you want at once, plus one); on a
+    /// smaller one every transaction is refused (`StoreError::Misconfigured`). Build one
+    /// store per pool and clone it: clones share the count.
     pub fn new(pool: Pool) -> Self {
+        let pool_max_size = pool.status().max_size;
+        let at_once = pool_max_size
+            .saturating_sub(LEASE_CONNECTIONS)
+            .min(Semaphore::MAX_PERMITS);
         Self {
             pool,
             table: Table::new(DEFAULT_TABLE).expect("the default table name is valid"),
+            pool_max_size,
+            transactions: Arc::new(Semaphore::new(at_once)),
         }
     }
 
@@ -99,7 +127,8 @@ impl PostgresStore {
         &self.table.name
     }
 
-    /// The pool.
+    /// The pool. A connection you hold from it (in a handler, say) is one fewer for the
+    /// store's lease calls while you hold it: see [`new`](Self::new).
     pub fn pool(&self) -> &Pool {
         &self.pool
     }
@@ -159,6 +188,40 @@ impl PostgresStore {
             .execute(&statement, &[&to_sql(before), &i64::from(limit)])
             .await
             .map_err(sql_error)
+    }
+
+    /// Refuses a store whose pool leaves no connection for a handler's transaction besides
+    /// the lease calls' (a max size below 2): its transactions could never begin.
+    pub(crate) fn check_transactions(&self) -> Result<(), StoreError> {
+        if self.transactions_at_once() > 0 {
+            return Ok(());
+        }
+        Err(StoreError::Misconfigured {
+            reason: format!(
+                "a PostgreSQL pool of max size {} leaves no connection for handlers' \
+                 transactions besides the one kept for lease calls: build it with a max size \
+                 of at least 2 (the transactions to run at once, plus one)",
+                self.pool_max_size
+            ),
+        })
+    }
+
+    /// How many handlers' transactions the store runs at once: the pool's max size minus
+    /// the connection kept for lease calls.
+    fn transactions_at_once(&self) -> usize {
+        self.pool_max_size.saturating_sub(LEASE_CONNECTIONS)
+    }
+
+    /// A place among the transactions the store runs at once, in turn (FIFO); refused at
+    /// once by [`check_transactions`](Self::check_transactions).
+    pub(crate) async fn admit_transaction(
+        &self,
+    ) -> Result<tokio::sync::OwnedSemaphorePermit, StoreError> {
+        self.check_transactions()?;
+        Ok(Arc::clone(&self.transactions)
+            .acquire_owned()
+            .await
+            .expect("the store never closes its semaphore"))
     }
 
     /// Runs `sql` with `params` on a pooled connection, prepared once per connection.
