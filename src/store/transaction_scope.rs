@@ -22,6 +22,13 @@ pub trait TransactionScope: Store {
     /// The open transaction handed to the handler (a handle: clones share it).
     type Transaction: Clone + Send + Sync + 'static;
 
+    /// Refuses a store configured so that it could never run a handler's transaction (for
+    /// `PostgresStore`, a pool of fewer than 2 connections, one being kept for the lease
+    /// calls) with [`StoreError::Misconfigured`].
+    /// [`IdempotencyLayer::in_transaction`](crate::IdempotencyLayer::in_transaction) calls it,
+    /// so such a store is refused when the layer is built, not at the first record.
+    fn check_transactions(&self) -> Result<(), StoreError>;
+
     /// Opens a transaction. It waits on a row held by another transaction, and stays open
     /// without activity, for at most `hold_for` (the time left before the deadline);
     /// dropped without [`complete_in`](Self::complete_in) or

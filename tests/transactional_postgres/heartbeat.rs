@@ -84,6 +84,7 @@ async fn heartbeats_on_a_small_pool_never_starve_behind_their_own_transactions()
                     .with_heartbeat(Duration::from_millis(600), Duration::from_millis(200)),
             )
             .in_transaction()
+            .expect("a pool with room for transactions")
             .handler(move |message: SqsMessage, transaction: PgTransaction| {
                 runs.fetch_add(1, Ordering::SeqCst);
                 let ledger = ledger.clone();
@@ -145,6 +146,7 @@ async fn a_record_waiting_for_a_transaction_holds_no_lease() {
         IdempotencyLayer::new(store)
             .with_config(config(IdempotencyMode::Lease))
             .in_transaction()
+            .expect("a pool with room for transactions")
             .handler(move |message: SqsMessage, transaction: PgTransaction| {
                 runs.fetch_add(1, Ordering::SeqCst);
                 let (ledger, started, release) =

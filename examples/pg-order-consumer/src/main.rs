@@ -12,7 +12,8 @@ async fn main() -> Result<(), lambda_runtime::Error> {
     order_consumer::install_panic_hook();
     let settings = Settings::from_env()?;
     let store = connect(&settings.database_url).await?;
-    let processor = processor(store, &settings);
+    // A pool too small for the records' transactions is refused here, at start-up.
+    let processor = processor(store, &settings)?;
     tracing::info!(mode = ?settings.mode, "pg-order-consumer ready");
     lambda_runtime::run(lambda_runtime::service_fn(
         move |event: LambdaEvent<SqsEvent>| processor.clone().oneshot(event),

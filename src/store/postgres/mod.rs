@@ -49,7 +49,7 @@ pub use self::transaction::{PgTransaction, TransactionClient, TransactionFinishe
 use super::item_size::{check_item_size, completed_size_bytes, record_size_bytes};
 use super::{
     is_our_completion, readable, Acquire, AcquireRequest, AttributeNames, CompleteRequest,
-    ExtendRequest, Fenced, Store, StoreError,
+    ExtendRequest, Fenced, Store, StoreError, TransactionScope,
 };
 use crate::clock::{epoch_ms, epoch_secs};
 use crate::key::IdempotencyKey;
@@ -190,30 +190,15 @@ impl PostgresStore {
             .map_err(sql_error)
     }
 
-    /// Refuses a store whose pool leaves no connection for a handler's transaction besides
-    /// the lease calls' (a max size below 2): its transactions could never begin.
-    pub(crate) fn check_transactions(&self) -> Result<(), StoreError> {
-        if self.transactions_at_once() > 0 {
-            return Ok(());
-        }
-        Err(StoreError::Misconfigured {
-            reason: format!(
-                "a PostgreSQL pool of max size {} leaves no connection for handlers' \
-                 transactions besides the one kept for lease calls: build it with a max size \
-                 of at least 2 (the transactions to run at once, plus one)",
-                self.pool_max_size
-            ),
-        })
-    }
-
     /// How many handlers' transactions the store runs at once: the pool's max size minus
     /// the connection kept for lease calls.
-    fn transactions_at_once(&self) -> usize {
+    pub(crate) fn transactions_at_once(&self) -> usize {
         self.pool_max_size.saturating_sub(LEASE_CONNECTIONS)
     }
 
     /// A place among the transactions the store runs at once, in turn (FIFO); refused at
-    /// once by [`check_transactions`](Self::check_transactions).
+    /// once on a pool too small for any
+    /// ([`check_transactions`](TransactionScope::check_transactions)).
     pub(crate) async fn admit_transaction(
         &self,
     ) -> Result<tokio::sync::OwnedSemaphorePermit, StoreError> {

@@ -147,6 +147,22 @@ fn whole_millis(duration: Duration) -> u64 {
 impl TransactionScope for PostgresStore {
     type Transaction = PgTransaction;
 
+    /// Refuses a pool whose max size (read when the store was built) is below 2: it leaves no
+    /// connection for a transaction besides the one kept for the lease calls.
+    fn check_transactions(&self) -> Result<(), StoreError> {
+        if self.transactions_at_once() > 0 {
+            return Ok(());
+        }
+        Err(StoreError::Misconfigured {
+            reason: format!(
+                "a PostgreSQL pool of max size {} leaves no connection for handlers' \
+                 transactions besides the one kept for lease calls: build it with a max size \
+                 of at least 2 (the transactions to run at once, plus one)",
+                self.pool_max_size
+            ),
+        })
+    }
+
     async fn begin(&self, hold_for: Duration) -> Result<PgTransaction, StoreError> {
         let waited = tokio::time::Instant::now();
         // A place among the transactions the store admits, then a connection: lease calls
