@@ -51,10 +51,14 @@ pub enum StoreError {
     /// applied. Not worth sending again: the handler's writes are gone with it.
     #[error("the handler's transaction could not commit; nothing of it was applied")]
     TransactionAborted(#[source] BoxError),
-    /// The store is configured so that it cannot keep records apart (attribute names that
-    /// are empty or collide): every request for a record is refused before it is sent, so
-    /// nothing is written, and the records fail and are retried until it is fixed.
-    /// [`AttributeNames::check`](crate::store::AttributeNames::check) finds it at start-up.
+    /// The store is configured so that it cannot work. Attribute names that are empty or
+    /// collide (it could not keep records apart): every request for a record is refused
+    /// before it is sent, so nothing is written, and the records fail and are retried until
+    /// it is fixed; [`AttributeNames::check`](crate::store::AttributeNames::check) finds it at
+    /// start-up. A `PostgresStore` whose pool leaves no connection for a handler's
+    /// transaction (a max size below 2): [`IdempotencyLayer::in_transaction`](crate::IdempotencyLayer::in_transaction)
+    /// refuses it when the layer is built
+    /// ([`TransactionScope::check_transactions`](crate::store::TransactionScope::check_transactions)).
     #[error("the idempotency store is misconfigured: {reason}")]
     Misconfigured {
         /// What is wrong.

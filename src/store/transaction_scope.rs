@@ -29,10 +29,12 @@ pub trait TransactionScope: Store {
     /// so such a store is refused when the layer is built, not at the first record.
     fn check_transactions(&self) -> Result<(), StoreError>;
 
-    /// Opens a transaction. It waits on a row held by another transaction, and stays open
-    /// without activity, for at most `hold_for` (the time left before the deadline);
-    /// dropped without [`complete_in`](Self::complete_in) or
-    /// [`rollback`](Self::rollback), it is rolled back.
+    /// Opens a transaction. It waits for its turn and its connection (a store may run only
+    /// so many at once: `PostgresStore` keeps a connection for the lease calls), waits on a
+    /// row held by another transaction, and stays open without activity, each for at most
+    /// `hold_for` (the time left before the deadline); dropped without
+    /// [`complete_in`](Self::complete_in) or [`rollback`](Self::rollback), it is rolled
+    /// back.
     fn begin(
         &self,
         hold_for: Duration,

@@ -17,6 +17,20 @@
 //! [`PostgresStore::delete_expired`] (or the equivalent SQL job) removes them, which is
 //! garbage collection only.
 //!
+//! Pool size. A handler's transaction ([`PgTransaction`], for
+//! [`IdempotencyLayer::in_transaction`](crate::IdempotencyLayer::in_transaction)) holds one
+//! connection from its begin to its commit. The store runs at most the pool's max size minus
+//! one of them at once, in turn: the last connection is kept for the lease calls (acquire,
+//! heartbeat extensions, release, reads), which would otherwise wait behind the transactions
+//! of the very handlers whose leases they keep, until those leases lapse. A record waiting
+//! for its turn holds no lease yet, and waits at most until its invocation's deadline. So a
+//! pool for in-transaction handlers needs a max size of at least 2 (the transactions to run
+//! at once, plus one); `in_transaction` refuses a smaller one with
+//! [`StoreError::Misconfigured`]. The count is shared by the store's clones and read from
+//! the pool when the store is built: build one store per pool, and leave the pool to it (a
+//! connection you hold from [`PostgresStore::pool`] while a handler runs is one fewer for
+//! the lease calls).
+//!
 //! ```no_run
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 //! use lambda_idempotency::store::PostgresStore;
@@ -24,6 +38,7 @@
 //!
 //! let config: tokio_postgres::Config = "postgres://app@db.example/app".parse()?;
 //! let manager = deadpool_postgres::Manager::new(config, tokio_postgres::NoTls);
+//! // Up to 3 handlers' transactions at once, and a connection for the lease calls.
 //! let pool = deadpool_postgres::Pool::builder(manager).max_size(4).build()?;
 //! let store = PostgresStore::new(pool);
 //! store.create_table().await?;
