@@ -212,8 +212,11 @@ async fn a_begin_dropped_in_flight_never_returns_its_connection_to_the_pool() {
     };
     let url = std::env::var("LAMBDA_IDEMPOTENCY_POSTGRES_URL").unwrap();
     let manager = deadpool_postgres::Manager::new(url.parse().unwrap(), tokio_postgres::NoTls);
+    // The smallest pool a transaction may begin on (one connection is kept for lease calls).
+    // Used one user at a time, it holds one connection, which every user gets: the begin
+    // below, and the check at the end if the begin handed it back.
     let pool = deadpool_postgres::Pool::builder(manager)
-        .max_size(1)
+        .max_size(2)
         .build()
         .unwrap();
     let store = PostgresStore::new(pool.clone());
@@ -379,8 +382,9 @@ async fn a_transaction_is_read_committed_whatever_the_default() {
     let mut config: tokio_postgres::Config = url.parse().unwrap();
     config.options("-c default_transaction_isolation=repeatable\\ read");
     let manager = deadpool_postgres::Manager::new(config, tokio_postgres::NoTls);
+    // The smallest pool a transaction may begin on (one connection is kept for lease calls).
     let pool = deadpool_postgres::Pool::builder(manager)
-        .max_size(1)
+        .max_size(2)
         .build()
         .unwrap();
     let store = PostgresStore::new(pool);
@@ -441,4 +445,69 @@ async fn a_database_not_set_up_is_misconfigured_with_its_code() {
     let (_, host) = url.split_once('@').unwrap();
     let no_role = PostgresStore::new(pool_for(&format!("postgres://no_such_role_setup@{host}")));
     assert_eq!(refused(no_role.acquire(&request()).await).code, "28000");
+}
+
+/// On a pool of 2 the store runs one transaction at a time and keeps the other connection for
+/// lease calls: with a transaction open and another begin waiting for its turn, an acquire,
+/// an extension, a read and a release still get a connection at once. The waiting begin ends
+/// when its `hold_for` has passed (a pool wait timeout, transient), never later, and the
+/// next begins once the open one has ended.
+#[tokio::test]
+async fn transactions_leave_a_connection_for_lease_calls_and_wait_at_most_their_hold() {
+    use lambda_idempotency::store::{ExtendRequest, Fenced, TransactionScope};
+    let Some(table) = support::postgres::fresh_store().await else {
+        return;
+    };
+    let pool = support::postgres::pool_of(2).expect("PostgreSQL, as the table");
+    let store = PostgresStore::new(pool).with_table(table.table());
+    let open = store.begin(Duration::from_secs(60)).await.unwrap();
+
+    let key = IdempotencyKey::derive("admission", b"k");
+    let now = SystemTime::now();
+    let request = acquire_at(&key, now, Duration::from_secs(600));
+    let lease_calls = async {
+        // The begin below is waiting by now.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(store.acquire(&request).await.unwrap(), Acquire::Acquired);
+        let extend = ExtendRequest {
+            key: key.clone(),
+            owner: request.owner.clone(),
+            lease_expiration_ms: epoch_ms(now + Duration::from_secs(2)),
+            expiration_secs: request.expiration_secs,
+            now,
+        };
+        assert_eq!(store.extend(&extend).await.unwrap(), Fenced::Applied);
+        let record = store.get(&key).await.unwrap().expect("the record");
+        assert_eq!(record.owner.as_ref(), Some(&request.owner));
+        assert_eq!(
+            store.release(&key, &request.owner).await.unwrap(),
+            Fenced::Applied
+        );
+    };
+    let started = std::time::Instant::now();
+    let (waited, lease_calls) = tokio::join!(
+        store.begin(Duration::from_millis(1_500)),
+        tokio::time::timeout(Duration::from_millis(1_400), lease_calls),
+    );
+    let waited_for = started.elapsed();
+    lease_calls.expect("the lease calls did not wait behind the transaction");
+    match waited {
+        Err(err @ StoreError::Unavailable(_)) => {
+            assert!(err.is_transient());
+            let source = std::error::Error::source(&err).expect("the pool's error");
+            assert_eq!(
+                source.to_string(),
+                "Timeout occurred while waiting for a slot to become available"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        waited_for >= Duration::from_millis(1_500) && waited_for < Duration::from_secs(4),
+        "{waited_for:?}"
+    );
+
+    store.rollback(&open).await;
+    let next = store.begin(Duration::from_secs(5)).await.expect("its turn");
+    store.rollback(&next).await;
 }

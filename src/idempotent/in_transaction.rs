@@ -1,9 +1,10 @@
 //! The in-transaction driver, for handlers that write in the store's own transaction
 //! ([`TransactionScope`]): the handler runs inside a transaction that also writes the
 //! record's final state, so its writes commit with the record or not at all.
-//! - Lease mode: the lease is taken (and kept by the heartbeat) outside the transaction, as
-//!   the lease driver does; the final record is written in the transaction, fenced by the
-//!   owner, and committed with the handler's writes.
+//! - Lease mode: the transaction is opened first (a record waiting for one holds no lease),
+//!   then the lease is taken (and kept by the heartbeat) outside it, as the lease driver
+//!   does; the final record is written in the transaction, fenced by the owner, and
+//!   committed with the handler's writes.
 //! - Optimistic mode: the in-progress record is written inside the transaction, so the
 //!   uncommitted row is the mutual exclusion: a duplicate waits on it (up to the deadline)
 //!   and then finds the final record. Nothing is visible before the commit, and a process
@@ -142,20 +143,27 @@ where
     St: TransactionScope,
     C: Clock,
 {
-    let (owner, held_until_ms) = match lease::acquire(protocol, &mut claim).await {
-        Ok(held) => held,
-        Err(answer) => return answer,
-    };
     let (store, clock, config) = (&protocol.store, &protocol.clock, &protocol.config);
     let (key, deadline) = (claim.key.clone(), claim.deadline);
+    if deadline.epoch_ms() <= epoch_ms(clock.now()) {
+        return Err(Error::DeadlineNear);
+    }
+    // The transaction first: a record waiting for one (the store runs a few at once) holds
+    // no lease meanwhile, so a lease capped for the handler does not lapse in the queue, and
+    // a record the batch stops waiting for leaves no lease behind.
+    let transaction = begin(store, clock, deadline).await.map_err(Error::Store)?;
+    let (owner, held_until_ms) = match lease::acquire(protocol, &mut claim).await {
+        Ok(held) => held,
+        Err(answer) => {
+            rollback(store, clock, &transaction, deadline).await;
+            return answer;
+        }
+    };
     let heartbeat = protocol.heartbeat(&key, &owner, deadline, held_until_ms);
     // The heartbeat covers the handler and the commit; cancelled, the transaction is
-    // dropped and rolled back.
+    // dropped with the work (its connection closed: the server rolls it back).
     let work = async {
-        let transaction = match begin(store, clock, deadline).await {
-            Ok(transaction) => transaction,
-            Err(err) => return Ok(Err(Error::Store(err))),
-        };
+        let transaction = transaction;
         let handed = TransactionEvent {
             event,
             transaction: transaction.clone(),

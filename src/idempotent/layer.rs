@@ -113,18 +113,30 @@ impl<St, K, C, M> IdempotencyLayer<St, K, C, M> {
     /// so they are applied exactly once even if the process dies at any instant.
     /// [`Config::with_mode`] chooses lease (the lease is kept outside the transaction) or
     /// optimistic (the uncommitted record row is the lock) commits.
-    pub fn in_transaction(self) -> IdempotencyLayer<St, K, C, InTransaction>
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Misconfigured`](crate::store::StoreError::Misconfigured) for a store
+    /// that could never run a handler's transaction
+    /// ([`TransactionScope::check_transactions`]): for `PostgresStore`, a pool of fewer than
+    /// 2 connections. Each transaction holds one connection while its handler runs, and one
+    /// is kept for the lease calls (acquire, heartbeat, release), so the pool's max size is
+    /// the transactions to run at once plus one.
+    pub fn in_transaction(
+        self,
+    ) -> Result<IdempotencyLayer<St, K, C, InTransaction>, crate::store::StoreError>
     where
         St: TransactionScope,
     {
-        IdempotencyLayer {
+        self.store.check_transactions()?;
+        Ok(IdempotencyLayer {
             store: self.store,
             key: self.key,
             clock: self.clock,
             config: self.config,
             local: self.local,
             mode: PhantomData,
-        }
+        })
     }
 
     /// Builds services whose handler's one write is its own guard (natural idempotency):

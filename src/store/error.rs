@@ -70,7 +70,12 @@ pub enum StoreError {
     /// also for the handler's own writes committed with the record; or attribute names that
     /// cannot keep records apart, refused before anything is sent
     /// ([`AttributeNames::check`](crate::store::AttributeNames::check) finds them at
-    /// start-up). Nothing of the record was stored (a plain handler may have run before its
+    /// start-up); or a `PostgresStore` whose pool leaves no connection for a handler's
+    /// transaction (a max size below 2), which
+    /// [`IdempotencyLayer::in_transaction`](crate::IdempotencyLayer::in_transaction) refuses
+    /// when the layer is built
+    /// ([`TransactionScope::check_transactions`](crate::store::TransactionScope::check_transactions)).
+    /// Nothing of the record was stored (a plain handler may have run before its
     /// completion was refused). The store's own setup is never a record's fault: a
     /// [`BatchProcessor`](crate::batch::BatchProcessor) fails the whole invocation with it
     /// (one ERROR naming the store, the table and the code), so the source retries the batch

@@ -22,11 +22,19 @@ pub trait TransactionScope: Store {
     /// The open transaction handed to the handler (a handle: clones share it).
     type Transaction: Clone + Send + Sync + 'static;
 
-    /// Opens a transaction. It waits on a row held by another transaction, and stays open
-    /// without activity, for at most `hold_for` (the time left before the invocation's
-    /// call margin);
-    /// dropped without [`complete_in`](Self::complete_in) or
-    /// [`rollback`](Self::rollback), it is rolled back.
+    /// Refuses a store configured so that it could never run a handler's transaction (for
+    /// `PostgresStore`, a pool of fewer than 2 connections, one being kept for the lease
+    /// calls) with [`StoreError::Misconfigured`].
+    /// [`IdempotencyLayer::in_transaction`](crate::IdempotencyLayer::in_transaction) calls it,
+    /// so such a store is refused when the layer is built, not at the first record.
+    fn check_transactions(&self) -> Result<(), StoreError>;
+
+    /// Opens a transaction. It waits for its turn and its connection (a store may run only
+    /// so many at once: `PostgresStore` keeps a connection for the lease calls), waits on a
+    /// row held by another transaction, and stays open without activity, each for at most
+    /// `hold_for` (the time left before the invocation's call margin); dropped without
+    /// [`complete_in`](Self::complete_in) or [`rollback`](Self::rollback), it is rolled
+    /// back.
     fn begin(
         &self,
         hold_for: Duration,

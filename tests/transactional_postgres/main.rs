@@ -109,6 +109,7 @@ impl Rig {
         let handler = IdempotencyLayer::new(self.store.clone())
             .with_config(config)
             .in_transaction()
+            .expect("a pool with room for transactions")
             .handler(move |message: SqsMessage, transaction: PgTransaction| {
                 runs.fetch_add(1, Ordering::SeqCst);
                 let ledger = ledger.clone();
@@ -156,6 +157,7 @@ impl Rig {
         let handler = IdempotencyLayer::new(self.store.clone())
             .with_config(config(mode))
             .in_transaction()
+            .expect("a pool with room for transactions")
             .handler(move |message: SqsMessage, transaction: PgTransaction| {
                 let run = runs.fetch_add(1, Ordering::SeqCst);
                 let (ledger, store, ready) = (ledger.clone(), store.clone(), Arc::clone(&ready));
@@ -266,4 +268,45 @@ async fn lease_mode_commits_each_credit_once_with_its_record() {
 #[tokio::test]
 async fn optimistic_mode_commits_each_credit_once_with_its_record() {
     batch_twice(IdempotencyMode::Optimistic).await;
+}
+
+/// A store whose pool leaves no connection for a handler's transaction besides the one kept
+/// for lease calls (a max size of 1) is refused when the layer is built, saying what pool it
+/// needs, and its transactions are refused at once (they could never begin); a pool of 2 is
+/// accepted. Nothing is sent: there is no server at this address.
+#[tokio::test]
+async fn a_pool_without_room_for_a_transaction_is_refused_when_the_layer_is_built() {
+    use lambda_idempotency::store::{StoreError, TransactionScope};
+    let store = |max_size: usize| {
+        let config: tokio_postgres::Config = "postgres://nobody@127.0.0.1:1/none".parse().unwrap();
+        let manager = deadpool_postgres::Manager::new(config, tokio_postgres::NoTls);
+        PostgresStore::new(
+            deadpool_postgres::Pool::builder(manager)
+                .max_size(max_size)
+                .build()
+                .unwrap(),
+        )
+    };
+    let expected = "the PostgreSQL store is misconfigured (table idempotency_records): \
+                    PoolTooSmall: a PostgreSQL pool of max size 1 leaves no connection for \
+                    handlers' transactions besides the one kept for lease calls: build it with \
+                    a max size of at least 2 (the transactions to run at once, plus one)";
+    let small = store(1);
+    for mode in [IdempotencyMode::Lease, IdempotencyMode::Optimistic] {
+        let layer = IdempotencyLayer::new(small.clone())
+            .with_config(
+                config(mode).with_heartbeat(Duration::from_secs(3), Duration::from_secs(1)),
+            )
+            .in_transaction();
+        match layer {
+            Err(err @ StoreError::Misconfigured { .. }) => assert_eq!(err.to_string(), expected),
+            Err(other) => panic!("{other:?}"),
+            Ok(_) => panic!("a pool of 1 was accepted for {mode:?}"),
+        }
+    }
+    match small.begin(Duration::from_secs(30)).await {
+        Err(err @ StoreError::Misconfigured { .. }) => assert_eq!(err.to_string(), expected),
+        other => panic!("{other:?}"),
+    }
+    assert!(IdempotencyLayer::new(store(2)).in_transaction().is_ok());
 }

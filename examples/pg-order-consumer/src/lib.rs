@@ -80,9 +80,11 @@ impl Settings {
     }
 }
 
-/// A store on `database_url` through a small pool (one invocation runs at a time per
-/// instance), without TLS (see the README for RDS), with bounded connects and waits. It does
-/// not connect yet: the pool connects on first use, so a database that is briefly
+/// A store on `database_url` through a pool of 2 connections (one invocation runs at a time
+/// per instance): one for the transaction of the record that runs, one kept for the lease
+/// calls, so the batch's records run their transactions one at a time (see
+/// [`processor`]). Without TLS (see the README for RDS), with bounded connects and waits. It
+/// does not connect yet: the pool connects on first use, so a database that is briefly
 /// unreachable does not fail the function's start ([`Tables`] creates the tables then).
 pub fn connect(database_url: &str) -> Result<PostgresStore, BoxError> {
     let mut config: tokio_postgres::Config = database_url.parse()?;
@@ -139,19 +141,28 @@ pub async fn apply_order(
 
 /// The batch processor of one deployment on `store` (a [`PostgresStore`], or a wrapper of
 /// one in tests): each order credited in the transaction of its record.
+///
+/// # Errors
+///
+/// A store that could never run a record's transaction (a pool of fewer than 2 connections:
+/// each transaction holds one, and one is kept for the lease calls) is refused here, at
+/// start-up, with [`StoreError::Misconfigured`].
 pub fn processor<St>(
     store: St,
     settings: &Settings,
-) -> BatchProcessor<
-    impl tower::Service<
-            LambdaEvent<SqsMessage>,
-            Response = Processed<Applied>,
-            Error = Error,
-            Future = impl Send,
-        > + Clone
-        + Send
-        + Sync
-        + 'static,
+) -> Result<
+    BatchProcessor<
+        impl tower::Service<
+                LambdaEvent<SqsMessage>,
+                Response = Processed<Applied>,
+                Error = Error,
+                Future = impl Send,
+            > + Clone
+            + Send
+            + Sync
+            + 'static,
+    >,
+    StoreError,
 >
 where
     St: TransactionScope<Transaction = PgTransaction> + Clone,
@@ -165,7 +176,42 @@ where
                 .with_expires_after(settings.expires_after)
                 .with_payload_validation(PayloadValidation::Body),
         )
-        .in_transaction()
+        .in_transaction()?
         .handler(apply_order);
-    BatchProcessor::new(handler).with_deadline_margin(settings.deadline_margin)
+    Ok(BatchProcessor::new(handler).with_deadline_margin(settings.deadline_margin))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A pool of 1 leaves no connection for a record's transaction besides the lease calls':
+    /// the processor is refused when it is built, before any record (nothing is sent: there
+    /// is no server at this address).
+    #[test]
+    fn a_pool_of_one_is_refused_at_start() {
+        let store = |max_size: usize| {
+            let config: tokio_postgres::Config =
+                "postgres://nobody@127.0.0.1:1/none".parse().expect("a URL");
+            let manager = deadpool_postgres::Manager::new(config, tokio_postgres::NoTls);
+            PostgresStore::new(
+                deadpool_postgres::Pool::builder(manager)
+                    .max_size(max_size)
+                    .build()
+                    .expect("a pool"),
+            )
+        };
+        let settings = Settings::new("postgres://nobody@127.0.0.1:1/none", IdempotencyMode::Lease);
+        match processor(store(1), &settings) {
+            Err(StoreError::Misconfigured(fault)) => assert!(
+                fault
+                    .reason
+                    .starts_with("a PostgreSQL pool of max size 1 leaves no connection"),
+                "{fault}"
+            ),
+            Err(other) => panic!("{other:?}"),
+            Ok(_) => panic!("a pool of 1 was accepted"),
+        }
+        assert!(processor(store(2), &settings).is_ok());
+    }
 }

@@ -14,12 +14,13 @@ async fn main() -> Result<(), lambda_runtime::Error> {
     order_consumer::install_panic_hook();
     let settings = Settings::from_env()?;
     let store = connect(&settings.database_url)?;
+    // A pool too small for the records' transactions is refused here, at start-up.
+    let processor = processor(store.clone(), &settings)?;
     let tables = Arc::new(Tables::default());
     // Early, when the database answers; otherwise at the first batch.
     if let Err(err) = tables.ensure(&store).await {
         tracing::warn!(error = %err, "the database is not reachable yet: tables are created at the first batch");
     }
-    let processor = processor(store.clone(), &settings);
     tracing::info!(mode = ?settings.mode, "pg-order-consumer ready");
     lambda_runtime::run(lambda_runtime::service_fn(
         move |event: LambdaEvent<SqsEvent>| {

@@ -80,6 +80,7 @@ impl Rig {
 
     async fn deliver(&self) -> BatchReport<Applied> {
         processor(self.faulty.clone(), &self.settings)
+            .expect("a pool with room for transactions")
             .process(first_order())
             .await
     }
@@ -95,7 +96,8 @@ impl Rig {
     /// is dropped after a second).
     async fn deliver_and_die(&self, fault: Inject) {
         self.faulty.inject(fault);
-        let processor = processor(self.faulty.clone(), &self.settings);
+        let processor = processor(self.faulty.clone(), &self.settings)
+            .expect("a pool with room for transactions");
         let run = processor.process(first_order());
         let died = tokio::time::timeout(Duration::from_secs(1), run).await;
         assert!(died.is_err(), "it did not die");

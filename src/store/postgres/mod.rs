@@ -17,6 +17,20 @@
 //! [`PostgresStore::delete_expired`] (or the equivalent SQL job) removes them, which is
 //! garbage collection only.
 //!
+//! Pool size. A handler's transaction ([`PgTransaction`], for
+//! [`IdempotencyLayer::in_transaction`](crate::IdempotencyLayer::in_transaction)) holds one
+//! connection from its begin to its commit. The store runs at most the pool's max size minus
+//! one of them at once, in turn: the last connection is kept for the lease calls (acquire,
+//! heartbeat extensions, release, reads), which would otherwise wait behind the transactions
+//! of the very handlers whose leases they keep, until those leases lapse. A record waiting
+//! for its turn holds no lease yet, and waits at most until its invocation's deadline. So a
+//! pool for in-transaction handlers needs a max size of at least 2 (the transactions to run
+//! at once, plus one); `in_transaction` refuses a smaller one with
+//! [`StoreError::Misconfigured`]. The count is shared by the store's clones and read from
+//! the pool when the store is built: build one store per pool, and leave the pool to it (a
+//! connection you hold from [`PostgresStore::pool`] while a handler runs is one fewer for
+//! the lease calls).
+//!
 //! ```no_run
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 //! use lambda_idempotency::store::PostgresStore;
@@ -24,6 +38,7 @@
 //!
 //! let config: tokio_postgres::Config = "postgres://app@db.example/app".parse()?;
 //! let manager = deadpool_postgres::Manager::new(config, tokio_postgres::NoTls);
+//! // Up to 3 handlers' transactions at once, and a connection for the lease calls.
 //! let pool = deadpool_postgres::Pool::builder(manager).max_size(4).build()?;
 //! let store = PostgresStore::new(pool);
 //! store.create_table().await?;
@@ -36,9 +51,11 @@
 mod table;
 mod transaction;
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use deadpool_postgres::Pool;
+use tokio::sync::Semaphore;
 use tokio_postgres::Row;
 
 use self::table::Table;
@@ -47,7 +64,7 @@ pub use self::transaction::{PgTransaction, TransactionClient, TransactionFinishe
 use super::item_size::{check_item_size, completed_size_bytes, record_size_bytes};
 use super::{
     is_our_completion, readable, Acquire, AcquireRequest, AttributeNames, CompleteRequest,
-    ExtendRequest, Fenced, Misconfiguration, Store, StoreError,
+    ExtendRequest, Fenced, Misconfiguration, Store, StoreError, TransactionScope,
 };
 use crate::clock::{epoch_ms, epoch_secs};
 use crate::key::IdempotencyKey;
@@ -57,12 +74,23 @@ use crate::record::{OwnerToken, Record, Status};
 /// (room for clocks that disagree).
 pub const CLEANUP_GRACE: Duration = Duration::from_secs(300);
 
+/// How many of the pool's connections handlers' transactions never take: the lease calls'
+/// (acquire, heartbeat extensions, release, reads).
+const LEASE_CONNECTIONS: usize = 1;
+
 /// The idempotency records in a PostgreSQL table, through a `deadpool-postgres` pool. See the
 /// [module](crate::store::postgres) docs.
 #[derive(Clone)]
 pub struct PostgresStore {
     pool: Pool,
     table: Table,
+    /// The pool's max size when the store was built.
+    pool_max_size: usize,
+    /// Admits handlers' transactions, one permit each for as long as it holds its connection:
+    /// [`LEASE_CONNECTIONS`] fewer than the pool's, so a lease call never waits for a
+    /// connection behind the transactions of the handlers whose leases it keeps. Shared by
+    /// clones; FIFO, so a waiting transaction is never overtaken.
+    transactions: Arc<Semaphore>,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -75,10 +103,25 @@ impl std::fmt::Debug for PostgresStore {
 
 impl PostgresStore {
     /// A store on the table `idempotency_records`, through `pool`.
+    ///
+    /// Handlers' transactions ([`IdempotencyLayer::in_transaction`](crate::IdempotencyLayer::in_transaction))
+    /// take one connection each for as long as they run, at most the pool's max size minus one
+    /// at once (read here, when the store is built): the last connection is kept for the lease
+    /// calls (acquire, heartbeat extensions, release), which would otherwise wait behind those
+    /// transactions until the leases they keep lapse. So a pool for in-transaction handlers
+    /// needs a max size of at least 2 (the transactions you want at once, plus one); on a
+    /// smaller one every transaction is refused (`StoreError::Misconfigured`). Build one
+    /// store per pool and clone it: clones share the count.
     pub fn new(pool: Pool) -> Self {
+        let pool_max_size = pool.status().max_size;
+        let at_once = pool_max_size
+            .saturating_sub(LEASE_CONNECTIONS)
+            .min(Semaphore::MAX_PERMITS);
         Self {
             pool,
             table: Table::new(DEFAULT_TABLE).expect("the default table name is valid"),
+            pool_max_size,
+            transactions: Arc::new(Semaphore::new(at_once)),
         }
     }
 
@@ -99,7 +142,8 @@ impl PostgresStore {
         &self.table.name
     }
 
-    /// The pool.
+    /// The pool. A connection you hold from it (in a handler, say) is one fewer for the
+    /// store's lease calls while you hold it: see [`new`](Self::new).
     pub fn pool(&self) -> &Pool {
         &self.pool
     }
@@ -159,6 +203,25 @@ impl PostgresStore {
             .execute(&statement, &[&to_sql(before), &i64::from(limit)])
             .await
             .map_err(sql_error)
+    }
+
+    /// How many handlers' transactions the store runs at once: the pool's max size minus
+    /// the connection kept for lease calls.
+    pub(crate) fn transactions_at_once(&self) -> usize {
+        self.pool_max_size.saturating_sub(LEASE_CONNECTIONS)
+    }
+
+    /// A place among the transactions the store runs at once, in turn (FIFO); refused at
+    /// once on a pool too small for any
+    /// ([`check_transactions`](TransactionScope::check_transactions)).
+    pub(crate) async fn admit_transaction(
+        &self,
+    ) -> Result<tokio::sync::OwnedSemaphorePermit, StoreError> {
+        self.check_transactions()?;
+        Ok(Arc::clone(&self.transactions)
+            .acquire_owned()
+            .await
+            .expect("the store never closes its semaphore"))
     }
 
     /// Runs `sql` with `params` on a pooled connection, prepared once per connection.

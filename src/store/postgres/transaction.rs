@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_postgres::{ClientWrapper, Object};
-use tokio::sync::{Mutex, MutexGuard};
+use tokio::sync::{Mutex, MutexGuard, OwnedSemaphorePermit};
 
 use super::{parse, pool_error, sql_error, to_sql, PostgresStore};
 use crate::clock::{epoch_ms, epoch_secs};
@@ -14,7 +14,7 @@ use crate::record::{Record, Status};
 use crate::store::item_size::{check_item_size, completed_size_bytes, record_size_bytes};
 use crate::store::{
     is_our_completion, Acquire, AcquireRequest, AttributeNames, Commit, CompleteRequest,
-    StoreError, TransactionScope,
+    Misconfiguration, StoreError, TransactionScope,
 };
 
 /// PostgreSQL's `lock_not_available`: `lock_timeout` passed while waiting on a row.
@@ -34,15 +34,29 @@ pub struct PgTransaction {
 
 struct Shared {
     /// `None` once committed or rolled back.
-    client: Mutex<Option<Object>>,
+    client: Mutex<Option<Open>>,
+}
+
+/// An open transaction's connection, and its place among the transactions the store admits
+/// (given back with the connection).
+struct Open {
+    object: Object,
+    _admitted: OwnedSemaphorePermit,
+}
+
+impl Open {
+    /// Closes the connection (the server rolls back whatever is open on it) instead of
+    /// handing it back to the pool; then the transaction's place is given back.
+    fn close(self) {
+        drop(Object::take(self.object));
+    }
 }
 
 impl Drop for Shared {
     fn drop(&mut self) {
-        if let Some(object) = self.client.get_mut().take() {
-            // Still open: close the connection (the server rolls back) instead of handing
-            // a connection in the middle of a transaction to the pool.
-            drop(Object::take(object));
+        if let Some(open) = self.client.get_mut().take() {
+            // Still open: never hand a connection in the middle of a transaction to the pool.
+            open.close();
         }
     }
 }
@@ -61,7 +75,7 @@ pub struct TransactionFinished;
 
 /// The connection of an open [`PgTransaction`], held for the statements of one step (other
 /// users of the same transaction wait).
-pub struct TransactionClient<'a>(MutexGuard<'a, Option<Object>>);
+pub struct TransactionClient<'a>(MutexGuard<'a, Option<Open>>);
 
 impl std::fmt::Debug for TransactionClient<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -73,9 +87,11 @@ impl Deref for TransactionClient<'_> {
     type Target = ClientWrapper;
 
     fn deref(&self) -> &ClientWrapper {
-        self.0
+        &self
+            .0
             .as_ref()
             .expect("a TransactionClient is only made while the transaction is open")
+            .object
     }
 }
 
@@ -89,7 +105,7 @@ impl PgTransaction {
         Ok(TransactionClient(guard))
     }
 
-    async fn lock(&self) -> Result<MutexGuard<'_, Option<Object>>, StoreError> {
+    async fn lock(&self) -> Result<MutexGuard<'_, Option<Open>>, StoreError> {
         let guard = self.shared.client.lock().await;
         if guard.is_none() {
             return Err(StoreError::TransactionAborted(Box::new(
@@ -101,21 +117,22 @@ impl PgTransaction {
 }
 
 /// Ends the transaction in `guard` with `sql` (`COMMIT` or `ROLLBACK`): the connection goes
-/// back to the pool if that worked, and is closed if not. It stays in the guard until the
-/// answer came, so a future dropped while waiting closes it too.
+/// back to the pool if that worked, and is closed if not; either way the transaction's place
+/// is given back. It stays in the guard until the answer came, so a future dropped while
+/// waiting closes it too.
 async fn end(
-    guard: &mut MutexGuard<'_, Option<Object>>,
+    guard: &mut MutexGuard<'_, Option<Open>>,
     sql: &str,
 ) -> Result<(), tokio_postgres::Error> {
-    let Some(client) = guard.as_ref() else {
+    let Some(open) = guard.as_ref() else {
         return Ok(());
     };
-    let ended = client.batch_execute(sql).await;
-    let object = guard.take().expect("still held");
+    let ended = open.object.batch_execute(sql).await;
+    let open = guard.take().expect("still held");
     match ended {
         Ok(()) => Ok(()),
         Err(err) => {
-            drop(Object::take(object));
+            open.close();
             Err(err)
         }
     }
@@ -130,9 +147,47 @@ fn whole_millis(duration: Duration) -> u64 {
 impl TransactionScope for PostgresStore {
     type Transaction = PgTransaction;
 
+    /// Refuses a pool whose max size (read when the store was built) is below 2: it leaves no
+    /// connection for a transaction besides the one kept for the lease calls.
+    fn check_transactions(&self) -> Result<(), StoreError> {
+        if self.transactions_at_once() > 0 {
+            return Ok(());
+        }
+        Err(StoreError::Misconfigured(Misconfiguration::new(
+            "PostgreSQL",
+            self.table(),
+            "PoolTooSmall",
+            format!(
+                "a PostgreSQL pool of max size {} leaves no connection for handlers' \
+                 transactions besides the one kept for lease calls: build it with a max size \
+                 of at least 2 (the transactions to run at once, plus one)",
+                self.pool_max_size
+            ),
+        )))
+    }
+
     async fn begin(&self, hold_for: Duration) -> Result<PgTransaction, StoreError> {
-        let object = self.pool.get().await.map_err(pool_error)?;
-        let ms = whole_millis(hold_for);
+        let waited = tokio::time::Instant::now();
+        // A place among the transactions the store admits, then a connection: lease calls
+        // never wait behind transactions for one. Both waits end at the deadline.
+        let admitted = tokio::time::timeout(hold_for, async {
+            let admitted = self.admit_transaction().await?;
+            let object = self.pool.get().await.map_err(pool_error)?;
+            Ok(Open {
+                object,
+                _admitted: admitted,
+            })
+        })
+        .await;
+        let open = match admitted {
+            Ok(open) => open?,
+            Err(_elapsed) => {
+                return Err(pool_error(deadpool_postgres::PoolError::Timeout(
+                    deadpool_postgres::TimeoutType::Wait,
+                )))
+            }
+        };
+        let ms = whole_millis(hold_for.saturating_sub(waited.elapsed()));
         // A wait on another transaction's row ends first (`55P03`: in flight elsewhere),
         // before the statement's own timeout (`57014`, which reads as an outage).
         let lock_ms = (ms - ms / 5).max(1);
@@ -140,7 +195,7 @@ impl TransactionScope for PostgresStore {
         // on (a cancelled invocation, a heartbeat that lost the lease), it is closed, never
         // handed back to the pool inside a transaction.
         let shared = Arc::new(Shared {
-            client: Mutex::new(Some(object)),
+            client: Mutex::new(Some(open)),
         });
         // READ COMMITTED whatever the role's default: a duplicate waiting on a row must see
         // the row's committed version when it gets it. Bounded waits: on another
@@ -148,8 +203,8 @@ impl TransactionScope for PostgresStore {
         // killed function's transaction ends there).
         let begun = {
             let guard = shared.client.lock().await;
-            let client = guard.as_ref().expect("just stored");
-            client
+            let open = guard.as_ref().expect("just stored");
+            open.object
                 .batch_execute(&format!(
                     "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = {lock_ms}; \
                      SET LOCAL statement_timeout = {ms}; \
@@ -173,7 +228,7 @@ impl TransactionScope for PostgresStore {
             &request.shape(),
         ))?;
         let guard = transaction.lock().await?;
-        let client = guard.as_ref().expect("locked while open");
+        let client = &guard.as_ref().expect("locked while open").object;
         let statement = client
             .prepare_cached(&self.table.acquire_sql())
             .await
@@ -224,7 +279,7 @@ impl TransactionScope for PostgresStore {
     ) -> Result<Commit, StoreError> {
         check_item_size(completed_size_bytes(&AttributeNames::default(), request))?;
         let mut guard = transaction.lock().await?;
-        let client = guard.as_ref().expect("locked while open");
+        let client = &guard.as_ref().expect("locked while open").object;
         let statement = client
             .prepare_cached(&self.table.complete_sql())
             .await

@@ -365,6 +365,10 @@ impl<S: TransactionalStore> TransactionalStore for FaultyStore<S> {
 impl<S: TransactionScope> TransactionScope for FaultyStore<S> {
     type Transaction = S::Transaction;
 
+    fn check_transactions(&self) -> Result<(), StoreError> {
+        self.inner.check_transactions()
+    }
+
     async fn begin(&self, hold_for: Duration) -> Result<S::Transaction, StoreError> {
         self.inner.begin(hold_for).await
     }

@@ -8,9 +8,15 @@ fn required() -> bool {
         || std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false")
 }
 
-/// A pool on the test server, or `None` (test skipped) when no server is configured and
-/// PostgreSQL is not required. Panics when the server is required and missing.
+/// A pool of up to 8 connections on the test server, or `None` (test skipped) when no server
+/// is configured and PostgreSQL is not required. Panics when the server is required and
+/// missing.
 pub fn pool() -> Option<deadpool_postgres::Pool> {
+    pool_of(8)
+}
+
+/// As [`pool`], of up to `max_size` connections.
+pub fn pool_of(max_size: usize) -> Option<deadpool_postgres::Pool> {
     let url = match std::env::var("LAMBDA_IDEMPOTENCY_POSTGRES_URL") {
         Ok(url) if !url.is_empty() => url,
         _ if required() => panic!(
@@ -27,7 +33,7 @@ pub fn pool() -> Option<deadpool_postgres::Pool> {
     let manager = deadpool_postgres::Manager::new(config, tokio_postgres::NoTls);
     Some(
         deadpool_postgres::Pool::builder(manager)
-            .max_size(8)
+            .max_size(max_size)
             .build()
             .expect("a pool"),
     )
