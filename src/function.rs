@@ -38,7 +38,21 @@
 //! ```
 //!
 //! **Keys.** By default the key is the arguments' canonical JSON
-//! ([`BodyHash`] over [`Serialized`]): equal arguments are one call. Choose a field with
+//! ([`BodyHash`] over [`Serialized`]): equal arguments are one call, whatever order their
+//! serialization visits them in, for arguments made of:
+//! - structs, tuples, enums, `Option`, strings, booleans, and numbers (integers up to 128
+//!   bits with every digit);
+//! - sequences whose order is part of their value: `Vec`, `VecDeque`, arrays and slices
+//!   (`[a, b]` and `[b, a]` are two calls), and `BTreeSet`;
+//! - maps with string or integer keys, `HashMap` and `BTreeMap` (their entries sorted);
+//! - `HashSet`, std's or hashbrown's (its elements sorted by their canonical JSON).
+//!
+//! The key is built from what the arguments' `Serialize` writes, and serde cannot tell an
+//! unordered collection from a list: only the hash sets above are sorted. For anything else
+//! whose serialization is not a function of its value (a `Serialize` of your own writing an
+//! unordered collection as a sequence, an `IndexSet` whose insertion order does not matter, a
+//! field filled at each call such as a timestamp or a request id), name the key data with
+//! [`with_key`](IdempotentFn::with_key): equal values giving two texts run twice. Choose a field with
 //! [`with_key`](IdempotentFn::with_key) and a [`JsonPointer`](crate::key::JsonPointer), or a
 //! closure over `&Serialized<A>` (it derefs to the arguments). The function's records have
 //! a namespace of their own: the stored key is `<prefix>#fn:<name>#<sha256 of the

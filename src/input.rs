@@ -55,11 +55,17 @@ pub trait Input {
 /// A value with its canonical JSON: the [`Input`] of an event that is not a record of a batch
 /// (a whole Lambda event, a function's arguments).
 ///
-/// Its body is the value serialized as canonical JSON (object keys sorted, numbers by their
-/// exact value), so equal values have equal bodies whatever the order of a map's entries:
+/// Its body is canonical JSON (object keys sorted, numbers by their exact value): for a
+/// whole invocation, of the event's text as received
+/// ([`Received`](crate::invocation::Received)); for a function's arguments ([`new`]), of the
+/// value serialized, a `HashSet`'s elements sorted, so equal values have equal bodies
+/// whatever the order of a map's entries or of a hash set's elements (the
+/// [`function`](crate::function) module docs list the types this holds for).
 /// [`BodyHash`](crate::key::BodyHash) keys on the whole value,
 /// [`JsonPointer`](crate::key::JsonPointer) on a field, and a closure reads the value through
 /// `Deref`. It has no id and no attributes.
+///
+/// [`new`]: Serialized::new
 pub struct Serialized<T> {
     value: T,
     json: Vec<u8>,
@@ -67,9 +73,9 @@ pub struct Serialized<T> {
 
 impl<T: serde::Serialize> Serialized<T> {
     /// Serializes `value`. Fails when it cannot be serialized as JSON (a map with keys that
-    /// are not strings, a serializer error).
+    /// are not strings, a serializer error) or is nested deeper than 128 levels.
     pub fn new(value: T) -> Result<Self, serde_json::Error> {
-        let json = crate::canonical::canonical(&serde_json::to_string(&value)?)?;
+        let json = crate::canonical::canonical_value(&value)?;
         Ok(Self {
             value,
             json: json.into_bytes(),
@@ -78,6 +84,16 @@ impl<T: serde::Serialize> Serialized<T> {
 }
 
 impl<T> Serialized<T> {
+    /// `value` with the canonical form of `json`, the JSON text it was deserialized from (a
+    /// whole invocation's event as received). Fails when `json` is not JSON or is nested
+    /// deeper than 128 levels.
+    pub(crate) fn from_json(value: T, json: &str) -> Result<Self, serde_json::Error> {
+        Ok(Self {
+            value,
+            json: crate::canonical::canonical(json)?.into_bytes(),
+        })
+    }
+
     /// The value.
     pub fn get(&self) -> &T {
         &self.value

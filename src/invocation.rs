@@ -3,11 +3,14 @@
 //! its event, its response stored and replayed.
 //!
 //! [`IdempotencyLayer::invocation`] wraps a handler service of `LambdaEvent<T>`; the result,
-//! an [`IdempotentInvocation`], answers the handler's response type and goes to
-//! `lambda_runtime::run` as it is:
+//! an [`IdempotentInvocation`], is a service of `LambdaEvent<Received<T>>`: the event as
+//! Lambda delivered it, its JSON text with `T` deserialized from it ([`Received`]). It answers
+//! the handler's response type and goes to `lambda_runtime::run` as it is (the runtime
+//! deserializes the `Received<T>` from the invocation's body); the handler still gets its
+//! `LambdaEvent<T>`:
 //!
 //! ```
-//! use lambda_idempotency::invocation::IdempotentInvocation;
+//! use lambda_idempotency::invocation::Received;
 //! use lambda_idempotency::key::JsonPointer;
 //! use lambda_idempotency::store::InMemoryStore;
 //! use lambda_idempotency::IdempotencyLayer;
@@ -16,7 +19,7 @@
 //! use std::time::{Duration, SystemTime, UNIX_EPOCH};
 //! use tower::{Service, ServiceExt};
 //!
-//! #[derive(Serialize, Deserialize)]
+//! #[derive(Deserialize)]
 //! struct Refund { order_id: String, cents: u64 }
 //!
 //! #[derive(Serialize, Deserialize, Debug, PartialEq)]
@@ -26,18 +29,23 @@
 //!     Ok(Receipt { refunded_cents: event.payload.cents })
 //! }
 //!
+//! // In Lambda:
+//! async fn serve(layer: IdempotencyLayer<InMemoryStore, JsonPointer>) -> Result<(), lambda_runtime::Error> {
+//!     lambda_runtime::run(layer.invocation(service_fn(refund))).await
+//! }
+//!
 //! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() -> Result<(), lambda_idempotency::Error> {
+//! # async fn main() -> Result<(), lambda_runtime::Error> {
 //! let layer = IdempotencyLayer::new(InMemoryStore::new()).with_key(JsonPointer::new("/order_id"));
 //! let mut function = layer.invocation(service_fn(refund));
-//! // In Lambda: `lambda_runtime::run(function).await`.
 //!
 //! let mut context = Context::default();
 //! let deadline = SystemTime::now() + Duration::from_secs(30);
 //! context.deadline = deadline.duration_since(UNIX_EPOCH).unwrap().as_millis() as u64;
 //! context.invoked_function_arn = "arn:aws:lambda:eu-west-1:123456789012:function:refunds".into();
 //! for _ in 0..2 {
-//!     let event = Refund { order_id: "o-1".into(), cents: 250 };
+//!     // The event as Lambda delivers it: its JSON text.
+//!     let event = Received::from_json(r#"{"order_id": "o-1", "cents": 250}"#)?;
 //!     let receipt = function.ready().await?.call(LambdaEvent::new(event, context.clone())).await?;
 //!     assert_eq!(receipt, Receipt { refunded_cents: 250 }); // the second is the stored one
 //! }
@@ -45,14 +53,20 @@
 //! # }
 //! ```
 //!
-//! The event is serialized as canonical JSON ([`Serialized`]) for the key extractor and the
-//! payload hash: [`JsonPointer`](crate::key::JsonPointer) picks a field (an EventBridge
-//! event's `/id`, an order id), [`BodyHash`](crate::key::BodyHash) keys on the whole event
-//! (only for events that carry nothing per delivery: an API Gateway or S3 event has request
-//! ids and times that differ on each), and a closure reads the event through `Deref`. The
-//! default [`MessageId`](crate::key::MessageId) finds no id on a whole event, so every
-//! invocation fails with [`KeyError::MissingMessageId`]: choose a key with
-//! [`IdempotencyLayer::with_key`].
+//! The key extractor and the payload hash read the event's JSON text as received, in canonical
+//! form (a [`Serialized`] of that text), never `T` serialized again: a number keeps every
+//! digit (two ids differing past 64 bits are two keys, also when `T` holds them as `f64`, as
+//! `serde_json::Value` does), a redelivered event is the same payload whatever order a
+//! `HashSet` in `T` iterates in, and the fields `T` does not read count too.
+//! [`JsonPointer`](crate::key::JsonPointer) picks a field (an EventBridge event's `/id`, an
+//! order id), [`BodyHash`](crate::key::BodyHash) keys on the whole event (only for events
+//! that carry nothing per delivery: an API Gateway or S3 event has request ids and times that
+//! differ on each), and a closure over `&Serialized<T>` reads the deserialized event through
+//! `Deref`. The default [`MessageId`](crate::key::MessageId) finds no id on a whole event, so
+//! every invocation fails with [`KeyError::MissingMessageId`]: choose a key with
+//! [`IdempotencyLayer::with_key`]. An event nested deeper than 128 levels (in a field `T`
+//! does not read; `T` itself would not deserialize) fails with [`KeyError::BodyNotJson`],
+//! without running the handler.
 //!
 //! Every [`Error`] fails the invocation (Lambda retries an asynchronous one), except a
 //! permanent failure stored earlier, which is returned as the error again, and
@@ -63,7 +77,9 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use lambda_runtime::LambdaEvent;
-use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::value::RawValue;
 use tower::{BoxError, Service};
 
 use crate::error::Error;
@@ -71,6 +87,93 @@ use crate::idempotent::{IdempotencyLayer, Idempotent, Mode};
 use crate::input::Serialized;
 use crate::key::KeyError;
 use crate::processed::Processed;
+
+/// A whole invocation's event as Lambda delivered it: its JSON text, and the handler's `T`
+/// deserialized from that text.
+///
+/// The event an [`IdempotentInvocation`] takes. `lambda_runtime` deserializes it from the
+/// invocation's body (its `Deserialize` keeps the text and deserializes `T` from it); the
+/// key and payload hash are derived from that text, canonical, so they keep what `T` would
+/// lose: every digit of a number past 64 bits (in a `serde_json::Value` it is an `f64`), one
+/// order for a set's elements (a `HashSet` iterates in an order of its own), and the fields
+/// `T` does not read. In tests, build it from the text Lambda would deliver
+/// ([`from_json`](Received::from_json)), or from a value
+/// ([`from_value`](Received::from_value)), and wrap it in a `LambdaEvent` (with the testing
+/// kit's `invocation`, for one).
+pub struct Received<T> {
+    value: T,
+    json: Box<RawValue>,
+}
+
+impl<T: DeserializeOwned> Received<T> {
+    /// The event whose JSON text is `json`, as Lambda delivers it. Fails when `json` is not
+    /// one JSON value, or not a `T` (the error names the field that is not, as
+    /// `lambda_runtime` does).
+    pub fn from_json(json: impl Into<String>) -> Result<Self, serde_json::Error> {
+        Self::from_raw(RawValue::from_string(json.into())?)
+    }
+
+    fn from_raw(json: Box<RawValue>) -> Result<Self, serde_json::Error> {
+        let mut deserializer = serde_json::Deserializer::from_str(json.get());
+        let value = serde_path_to_error::deserialize(&mut deserializer)
+            .map_err(<serde_json::Error as serde::de::Error>::custom)?;
+        deserializer.end()?;
+        Ok(Self { value, json })
+    }
+}
+
+impl<T: Serialize> Received<T> {
+    /// The event `value`, its JSON text the value serialized as canonical JSON (as
+    /// [`Serialized`] serializes it: the same key as the text Lambda would deliver for it,
+    /// when `T` serializes as it deserializes). Fails when `value` cannot be serialized as
+    /// JSON (a map with keys that are not strings) or is nested deeper than 128 levels.
+    pub fn from_value(value: T) -> Result<Self, serde_json::Error> {
+        let json = RawValue::from_string(crate::canonical::canonical_value(&value)?)?;
+        Ok(Self { value, json })
+    }
+}
+
+impl<T> Received<T> {
+    /// The event, deserialized.
+    pub fn get(&self) -> &T {
+        &self.value
+    }
+
+    /// The event, consuming the wrapper.
+    pub fn into_inner(self) -> T {
+        self.value
+    }
+
+    /// The event's JSON text, as received.
+    pub fn json(&self) -> &str {
+        self.json.get()
+    }
+}
+
+impl<'de, T: DeserializeOwned> Deserialize<'de> for Received<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let json = Box::<RawValue>::deserialize(deserializer)?;
+        Self::from_raw(json).map_err(serde::de::Error::custom)
+    }
+}
+
+impl<T: Clone> Clone for Received<T> {
+    fn clone(&self) -> Self {
+        Self {
+            value: self.value.clone(),
+            json: self.json.clone(),
+        }
+    }
+}
+
+impl<T> std::fmt::Debug for Received<T> {
+    // The event stays out of debug output: it may hold what the logs must not.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Received")
+            .field("json_bytes", &self.json.get().len())
+            .finish_non_exhaustive()
+    }
+}
 
 /// A handler of `LambdaEvent<T>` made idempotent as a whole: it answers the handler's
 /// response (stored, and replayed to duplicates) or an [`Error`]. Built by
@@ -126,9 +229,8 @@ impl<S, St, K, C, M> IdempotentInvocation<S, St, K, C, M> {
 /// The future an [`IdempotentInvocation`] returns.
 pub type InvocationFuture<R> = Pin<Box<dyn Future<Output = Result<R, Error>> + Send>>;
 
-impl<S, St, K, C, M, T> Service<LambdaEvent<T>> for IdempotentInvocation<S, St, K, C, M>
+impl<S, St, K, C, M, T> Service<LambdaEvent<Received<T>>> for IdempotentInvocation<S, St, K, C, M>
 where
-    T: Serialize,
     S: Service<LambdaEvent<T>>,
     S::Error: Into<BoxError>,
     M: Mode<EventHandler<S>, St, K, C, Serialized<T>>,
@@ -142,11 +244,14 @@ where
         Service::<LambdaEvent<Serialized<T>>>::poll_ready(&mut self.inner, cx)
     }
 
-    fn call(&mut self, event: LambdaEvent<T>) -> Self::Future {
-        let payload = match Serialized::new(event.payload) {
+    fn call(&mut self, event: LambdaEvent<Received<T>>) -> Self::Future {
+        let Received { value, json } = event.payload;
+        let payload = match Serialized::from_json(value, json.get()) {
             Ok(payload) => payload,
             Err(err) => {
-                let err = Error::Key(KeyError::Unserializable(err));
+                // Valid JSON (Lambda's body, parsed), but nested deeper than canonical JSON
+                // goes.
+                let err = Error::Key(KeyError::BodyNotJson(err));
                 crate::metrics::outcome(err.outcome());
                 return Box::pin(std::future::ready(Err(err)));
             }
@@ -165,5 +270,90 @@ where
                 Processed::ReplayedWithoutResult => Err(Error::ResultUnavailable),
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use serde::Deserialize;
+
+    use super::*;
+    use crate::key::{BodyHash, JsonPointer, KeyExtractor};
+
+    #[derive(Debug, Deserialize)]
+    struct Order {
+        id: serde_json::Value,
+        tags: HashSet<String>,
+    }
+
+    /// What `lambda_runtime` 1.x does with an invocation's body
+    /// (`lambda_runtime::deserializer::deserialize`, crate-private there).
+    fn as_lambda_runtime_does<T: DeserializeOwned>(body: &[u8]) -> Result<T, String> {
+        let deserializer = &mut serde_json::Deserializer::from_slice(body);
+        serde_path_to_error::deserialize(deserializer).map_err(|err| err.to_string())
+    }
+
+    #[test]
+    fn lambda_runtime_deserializes_the_text_and_the_value() {
+        let body = br#" {"tags": ["b", "a", "c"], "id": 12345678901234567890123} "#;
+        let event: Received<Order> = as_lambda_runtime_does(body).unwrap();
+        assert_eq!(event.json(), std::str::from_utf8(body).unwrap().trim());
+        assert_eq!(event.get().tags.len(), 3);
+        assert!(event.get().id.is_f64(), "T keeps what it can of the id");
+        let input =
+            Serialized::from_json(event.into_inner(), std::str::from_utf8(body).unwrap()).unwrap();
+        assert_eq!(
+            input.json(),
+            br#"{"id":12345678901234567890123e0,"tags":["b","a","c"]}"#
+        );
+        assert_eq!(
+            JsonPointer::new("/id").key_material(&input).unwrap(),
+            [&[0xFF][..], b"12345678901234567890123e0"].concat()
+        );
+
+        // A body that is not T fails as T's deserialization does, naming the field.
+        let err =
+            as_lambda_runtime_does::<Received<Order>>(br#"{"id": 1, "tags": 7}"#).unwrap_err();
+        assert!(err.starts_with("tags: invalid type"), "{err}");
+        let err = Received::<Order>::from_json(r#"{"id": 1, "tags": [7]}"#)
+            .err()
+            .unwrap();
+        assert!(
+            err.to_string().starts_with("tags[0]: invalid type"),
+            "{err}"
+        );
+        assert!(as_lambda_runtime_does::<Received<Order>>(b"{").is_err());
+    }
+
+    #[test]
+    fn events_from_text_or_value_key_alike() {
+        #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+        struct Refund {
+            order_id: String,
+            cents: u128,
+        }
+        let from_text = Received::<Refund>::from_json(
+            r#"{"order_id": "o-1", "cents": 340282366920938463463374607431768211455}"#,
+        )
+        .unwrap();
+        let from_value = Received::from_value(Refund {
+            order_id: "o-1".into(),
+            cents: u128::MAX,
+        })
+        .unwrap();
+        assert_eq!(from_text.get(), from_value.get());
+        let input = |event: &Received<Refund>| Serialized::from_json((), event.json()).unwrap();
+        assert_eq!(
+            BodyHash.key_material(&input(&from_text)).unwrap(),
+            BodyHash.key_material(&input(&from_value)).unwrap()
+        );
+        let debug = format!("{from_text:?}");
+        assert!(
+            debug.contains("json_bytes") && !debug.contains("o-1"),
+            "{debug}"
+        );
+        assert_eq!(from_text.clone().json(), from_text.json());
     }
 }

@@ -2,6 +2,7 @@
 //! clock and on DynamoDB Local: per call, how many times the function ran, what the caller
 //! got, and the stored record.
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -12,6 +13,7 @@ use lambda_idempotency::clock::ManualClock;
 use lambda_idempotency::input::Serialized;
 use lambda_idempotency::key::{JsonPointer, KeyError};
 use lambda_idempotency::store::{InMemoryStore, Store};
+use lambda_idempotency::validation::PayloadValidation;
 use lambda_idempotency::{
     BoxError, Config, Error, IdempotencyLayer, Outcome, Permanent, Processed,
 };
@@ -438,4 +440,126 @@ async fn a_call_waits_for_a_hung_one_only_until_its_lease_ends() {
     hung.abort();
     assert_eq!(second.unwrap(), Processed::Executed(2));
     assert_eq!(runs.load(Ordering::SeqCst), 2);
+}
+/// Two equal sets whose iteration orders differ (built with other insertion orders and
+/// capacities until they do): as a function's arguments, one call.
+fn equal_sets_iterating_differently() -> (HashSet<String>, HashSet<String>) {
+    let skus: Vec<String> = (0..24).map(|i| format!("sku-{i}")).collect();
+    let a: HashSet<String> = skus.iter().cloned().collect();
+    for capacity in 0..200 {
+        let mut b = HashSet::with_capacity(capacity);
+        b.extend(skus.iter().rev().cloned());
+        if a.iter().ne(b.iter()) {
+            assert_eq!(a, b);
+            return (a, b);
+        }
+    }
+    panic!("200 sets of the same elements all iterated in one order");
+}
+
+/// A function counting its runs, answering its run number.
+fn counted<A>(
+    runs: &Arc<AtomicUsize>,
+) -> impl Fn(A) -> std::future::Ready<Result<usize, BoxError>> + Clone {
+    let runs = runs.clone();
+    move |_| std::future::ready(Ok(runs.fetch_add(1, Ordering::SeqCst) + 1))
+}
+
+/// Equal `HashSet` arguments are one call, whatever order the two sets iterate in: the
+/// second is replayed. (Found in issue 40: the key was the arguments' JSON in iteration
+/// order, so the second ran again.)
+#[tokio::test]
+async fn equal_hash_set_arguments_are_one_call() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let layer = IdempotencyLayer::new(InMemoryStore::new());
+    let tag = layer.function("tag-order", counted::<HashSet<String>>(&runs));
+    let (a, b) = equal_sets_iterating_differently();
+    assert_eq!(
+        tag.call_with_lease(a, LEASE).await.unwrap(),
+        Processed::Executed(1)
+    );
+    assert_eq!(
+        tag.call_with_lease(b, LEASE).await.unwrap(),
+        Processed::Replayed(1),
+        "an equal set is the same call"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+#[derive(Debug, Clone, Serialize)]
+struct Order {
+    id: String,
+    skus: HashSet<String>,
+}
+
+/// A `HashSet` in a field of the arguments: keyed on all of them, or on another field with
+/// payload validation, equal arguments are one call and the second is replayed, never
+/// refused as another payload.
+#[tokio::test]
+async fn a_hash_set_field_is_one_call_and_passes_payload_validation() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let layer = IdempotencyLayer::new(InMemoryStore::new())
+        .with_config(Config::new().with_payload_validation(PayloadValidation::Body));
+    let by_args = layer.function("ship-order", counted::<Order>(&runs));
+    let by_id = layer
+        .function("bill-order", counted::<Order>(&runs))
+        .with_key(JsonPointer::new("/id"));
+    let order = |skus| Order {
+        id: "o-1".into(),
+        skus,
+    };
+    let (a, b) = equal_sets_iterating_differently();
+    assert_eq!(
+        by_args.call_with_lease(order(a), LEASE).await.unwrap(),
+        Processed::Executed(1)
+    );
+    assert_eq!(
+        by_args
+            .call_with_lease(order(b), LEASE)
+            .await
+            .map_err(|e| e.error_type()),
+        Ok(Processed::Replayed(1)),
+        "keyed on the arguments: an equal set is the same call"
+    );
+    let (a, b) = equal_sets_iterating_differently();
+    assert_eq!(
+        by_id.call_with_lease(order(a), LEASE).await.unwrap(),
+        Processed::Executed(2)
+    );
+    assert_eq!(
+        by_id
+            .call_with_lease(order(b), LEASE)
+            .await
+            .map_err(|e| e.error_type()),
+        Ok(Processed::Replayed(2)),
+        "keyed on the id: an equal set is the same payload"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+}
+
+/// A `Vec` keeps its order: two orders of the same elements are two calls.
+#[tokio::test]
+async fn vec_arguments_in_another_order_are_another_call() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let layer = IdempotencyLayer::new(InMemoryStore::new());
+    let pick = layer.function("pick-items", counted::<Vec<String>>(&runs));
+    let items = |order: [&str; 2]| order.map(String::from).to_vec();
+    assert_eq!(
+        pick.call_with_lease(items(["a", "b"]), LEASE)
+            .await
+            .unwrap(),
+        Processed::Executed(1)
+    );
+    assert_eq!(
+        pick.call_with_lease(items(["b", "a"]), LEASE)
+            .await
+            .unwrap(),
+        Processed::Executed(2)
+    );
+    assert_eq!(
+        pick.call_with_lease(items(["a", "b"]), LEASE)
+            .await
+            .unwrap(),
+        Processed::Replayed(1)
+    );
 }

@@ -2,11 +2,12 @@
 //! on DynamoDB Local: per delivery, how many times the handler ran, what the caller got, and
 //! the stored record's status and owner.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use lambda_idempotency::invocation::Received;
 use lambda_idempotency::key::{IdempotencyKey, JsonPointer, KeyError};
 use lambda_idempotency::record::Status;
 use lambda_idempotency::store::{InMemoryStore, Store};
@@ -15,6 +16,7 @@ use lambda_idempotency::{Config, Error, IdempotencyLayer, Outcome};
 use lambda_idempotency_test_support::context_at;
 use lambda_idempotency_test_support::dynamodb::fresh_store;
 use lambda_runtime::{service_fn, LambdaEvent};
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
 use tower::{BoxError, Service, ServiceExt};
@@ -33,13 +35,13 @@ struct Receipt {
     run: usize,
 }
 
-fn refund(order_id: &str, cents: u64) -> LambdaEvent<Refund> {
+fn refund(order_id: &str, cents: u64) -> LambdaEvent<Received<Refund>> {
     let event = Refund {
         order_id: order_id.into(),
         cents,
     };
     LambdaEvent::new(
-        event,
+        Received::from_value(event).unwrap(),
         context_at(SystemTime::now(), Duration::from_secs(30)),
     )
 }
@@ -260,23 +262,125 @@ async fn events_without_a_key_or_json_never_run_the_handler() {
     );
     assert_eq!(err.outcome(), Outcome::Rejected);
 
-    // An event that cannot be serialized as JSON (a map with non-string keys).
-    let runs = Arc::new(AtomicUsize::new(0));
-    let counted = runs.clone();
-    let mut function = layer(InMemoryStore::new()).invocation(service_fn(
-        move |_: LambdaEvent<HashMap<(u8, u8), u8>>| {
-            counted.fetch_add(1, Ordering::SeqCst);
-            async { Ok::<_, BoxError>(0u8) }
-        },
-    ));
-    let event = LambdaEvent::new(
-        HashMap::from([((1, 2), 3)]),
-        context_at(SystemTime::now(), Duration::from_secs(30)),
-    );
-    let err = call(&mut function, event).await.unwrap_err();
+    // An event nested deeper than canonical JSON goes (128 levels), in a field the handler's
+    // type does not read: it deserializes, and no key can be derived from it.
+    let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
+    let text = format!(r#"{{"order_id": "o-1", "cents": 1, "trace": {deep}}}"#);
+    let h = handler.clone();
+    let mut function =
+        layer(InMemoryStore::new()).invocation(service_fn(move |e| h.clone().handle(e)));
+    let err = call(&mut function, received::<Refund>(&text))
+        .await
+        .unwrap_err();
     assert!(
-        matches!(err, Error::Key(KeyError::Unserializable(_))),
+        matches!(err, Error::Key(KeyError::BodyNotJson(_))),
         "{err:?}"
     );
-    assert_eq!(handler.runs() + runs.load(Ordering::SeqCst), 0);
+    assert_eq!(err.outcome(), Outcome::Rejected);
+    assert_eq!(handler.runs(), 0);
+
+    // An event that cannot be serialized as JSON (a map with non-string keys) is not built.
+    assert!(Received::from_value(HashMap::from([((1u8, 2u8), 3u8)])).is_err());
+    // Nor is one whose text is not JSON, or not the handler's type.
+    assert!(Received::<Refund>::from_json(r#"{"order_id": "o-1", "cents": }"#).is_err());
+    assert!(Received::<Refund>::from_json(r#"{"order_id": "o-1", "cents": -1}"#).is_err());
+}
+
+/// An event as Lambda delivers it: its JSON text, deserialized into the handler's type.
+fn received<T: DeserializeOwned>(json: &str) -> LambdaEvent<Received<T>> {
+    LambdaEvent::new(
+        Received::from_json(json).unwrap(),
+        context_at(SystemTime::now(), Duration::from_secs(30)),
+    )
+}
+
+/// A handler counting its runs, answering its run number.
+fn counting<T>(
+    runs: &Arc<AtomicUsize>,
+) -> impl Service<LambdaEvent<T>, Response = usize, Error = BoxError, Future: Send> + Clone {
+    let runs = runs.clone();
+    service_fn(move |_: LambdaEvent<T>| {
+        let run = runs.fetch_add(1, Ordering::SeqCst) + 1;
+        async move { Ok::<_, BoxError>(run) }
+    })
+}
+
+/// Two events whose ids differ in the 23rd digit are two invocations, each replayed alone,
+/// also when the handler takes a `serde_json::Value` (its numbers past 64 bits are `f64`).
+/// (Found in issue 40: the key was the deserialized event serialized again, so both ids
+/// were the same `f64` and the second got the first's result.)
+#[tokio::test]
+async fn ids_differing_in_the_23rd_digit_are_two_invocations() {
+    let store = InMemoryStore::new();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let mut function = layer(store.clone())
+        .with_key(JsonPointer::new("/id"))
+        .invocation(counting::<serde_json::Value>(&runs));
+    let event =
+        |last_digit: char| format!(r#"{{"id": 1234567890123456789012{last_digit}, "cents": 5}}"#);
+    assert_eq!(call(&mut function, received(&event('3'))).await.unwrap(), 1);
+    assert_eq!(
+        call(&mut function, received(&event('4'))).await.unwrap(),
+        2,
+        "another id is another invocation"
+    );
+    for (digit, run) in [('3', 1), ('4', 2)] {
+        assert_eq!(
+            call(&mut function, received(&event(digit))).await.unwrap(),
+            run
+        );
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+    let records = store.records();
+    assert_eq!(records.len(), 2, "a record each");
+    assert_ne!(records[0].key, records[1].key);
+    assert!(records.iter().all(|r| r.status == Status::Completed));
+}
+
+#[derive(Debug, Deserialize)]
+struct Tagging {
+    #[allow(dead_code)]
+    order_id: String,
+    #[allow(dead_code)]
+    tags: HashSet<String>,
+}
+
+/// A redelivered event whose handler type holds a `HashSet` is replayed, not refused as
+/// another payload: the key and the payload hash come from the event's JSON as received,
+/// not from the set in the order it iterates.
+#[tokio::test]
+async fn a_redelivered_event_with_a_set_is_replayed_not_refused() {
+    let store = InMemoryStore::new();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let mut function = layer(store.clone()).invocation(counting::<Tagging>(&runs));
+    let tags: Vec<String> = (0..24).map(|i| format!("\"t{i}\"")).collect();
+    let event = format!(r#"{{"order_id": "o-1", "tags": [{}]}}"#, tags.join(","));
+    for delivery in 0..6 {
+        let answer = call(&mut function, received(&event)).await;
+        assert_eq!(
+            answer.map_err(|e| e.error_type()),
+            Ok(1),
+            "delivery {delivery}: replayed"
+        );
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    let records = store.records();
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].status, Status::Completed);
+}
+
+/// The payload is the event as received: a field the handler's type does not read counts
+/// too, so the key with another value there is refused, not replayed.
+#[tokio::test]
+async fn fields_the_handler_type_does_not_read_are_part_of_the_payload() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let mut function = layer(InMemoryStore::new()).invocation(counting::<Refund>(&runs));
+    let event = |note: &str| format!(r#"{{"order_id": "o-1", "cents": 5, "note": "{note}"}}"#);
+    assert_eq!(call(&mut function, received(&event("a"))).await.unwrap(), 1);
+    assert_eq!(call(&mut function, received(&event("a"))).await.unwrap(), 1);
+    let err = call(&mut function, received(&event("b")))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::PayloadMismatch { .. }), "{err:?}");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
 }

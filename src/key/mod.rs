@@ -84,9 +84,9 @@ pub enum KeyError {
         /// The stored key's length.
         len_bytes: usize,
     },
-    /// The event (or a function's arguments) could not be serialized as JSON, so nothing can
-    /// be derived from it.
-    #[error("the event could not be serialized as JSON")]
+    /// A function's arguments could not be serialized as JSON (a map with keys that are not
+    /// strings) or are nested deeper than 128 levels, so nothing can be derived from them.
+    #[error("the arguments could not be serialized as JSON")]
     Unserializable(#[source] serde_json::Error),
     /// A user-supplied extractor failed.
     #[error("custom key extraction failed")]
