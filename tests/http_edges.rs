@@ -18,9 +18,13 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tower::{BoxError, Layer, Service, ServiceExt};
 
 fn request(method: Method, keys: &[&str]) -> Request {
+    request_to(method, "/payments", keys)
+}
+
+fn request_to(method: Method, uri: &str, keys: &[&str]) -> Request {
     let mut builder = lambda_http::http::Request::builder()
         .method(method)
-        .uri("/payments");
+        .uri(uri);
     for key in keys {
         builder = builder.header("Idempotency-Key", *key);
     }
@@ -248,4 +252,54 @@ async fn a_response_too_large_to_store_is_gone_for_its_duplicates() {
     );
     assert!(retry.headers().get("retry-after").is_none());
     assert_eq!(runs.load(Ordering::SeqCst), 1, "it is never run again");
+}
+
+#[tokio::test]
+async fn a_key_reused_with_another_query_string_is_answered_422() {
+    let (api, runs) = counting(|run| async move { Ok(created(run)) });
+    let send = |uri: &'static str| {
+        let api = api.clone();
+        async move {
+            api.oneshot(request_to(Method::POST, uri, &["k"]))
+                .await
+                .unwrap()
+        }
+    };
+    let first = send("/charges?amount=100&currency=eur").await;
+    assert_eq!(first.status(), StatusCode::CREATED);
+    assert!(first.headers().get(REPLAYED_HEADER).is_none());
+
+    // The same key and body with another amount in the query: not the same request.
+    let other = send("/charges?amount=999&currency=eur").await;
+    assert_eq!(
+        other.status(),
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "the stored 201 of ?amount=100 was answered to ?amount=999"
+    );
+    assert_eq!(
+        problem_type(&other),
+        "urn:lambda-idempotency:problem:key-reused"
+    );
+    // No query at all is another request too.
+    assert_eq!(
+        send("/charges").await.status(),
+        StatusCode::UNPROCESSABLE_ENTITY
+    );
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        1,
+        "the handler did not run again"
+    );
+
+    // The same query (its parameters in another order, as lambda_http rebuilds a REST API's
+    // or an ALB's query string from a map) gets the stored 201.
+    for uri in [
+        "/charges?amount=100&currency=eur",
+        "/charges?currency=eur&amount=100",
+    ] {
+        let again = send(uri).await;
+        assert_eq!(again.status(), StatusCode::CREATED, "{uri}");
+        assert_eq!(again.headers()[REPLAYED_HEADER], "true", "{uri}");
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
 }

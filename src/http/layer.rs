@@ -45,8 +45,9 @@ impl fmt::Debug for HttpOptions {
 /// - the key is the `Idempotency-Key` header, required: a `POST` or `PATCH` without it is
 ///   answered 400 (see [`key_optional`](Self::key_optional));
 /// - `POST` and `PATCH` requests are protected; the others go to the handler as they are;
-/// - the payload hash covers the body (a key reused with another body is answered 422),
-///   unless the layer was given another [`PayloadValidation`];
+/// - the payload hash covers the query string and the body (a key reused with another
+///   query string or body is answered 422); another [`PayloadValidation`] given to the layer
+///   chooses what of the body it covers;
 /// - responses below 500 are stored, except 408, 409, 425 and 429
 ///   ([`stored_by_default`]), with their `content-type`,
 ///   `content-encoding` and `location` headers;

@@ -29,7 +29,7 @@
 //! | a key whose response is stored | the stored status, headers and body, with `Idempotent-Replayed: true`; the handler does not run |
 //! | a key being processed by a request in another process | 409 `in-progress`, with `Retry-After` |
 //! | a key being processed by a request in this process (concurrent invocations) | waits for it and gets its answer; 409 `in-progress` if that one's response was not stored |
-//! | a key used before with another body | 422 `key-reused`; the handler does not run |
+//! | a key used before with another body or query string | 422 `key-reused`; the handler does not run |
 //! | no key (when required, the default) | 400 `missing-key` |
 //! | a key with bytes other than visible ASCII, spaces and tabs, over 255 bytes, or sent twice | 400 `invalid-key` |
 //! | the store fails, or the invocation deadline is too near | 503 `unavailable`, with `Retry-After` |
@@ -52,7 +52,9 @@
 //! every header, duplicates the stored ones (no `set-cookie` is replayed to someone else).
 //!
 //! **Keys.** A key is scoped to the request's method and path ([`HeaderKey`]); it is stored
-//! only as a hash, under the configured key prefix. The payload hash covers the body. Keys
+//! only as a hash, under the configured key prefix. The payload hash covers the query string
+//! (its parameters in name order: `?a=1&b=2` and `?b=2&a=1` are one request, as
+//! `lambda_http` may rebuild a REST API's or an ALB's query in either order) and the body. Keys
 //! are not scoped to a caller: when callers are not trusted to choose unique keys, key on the
 //! caller too (a closure over [`HttpRequest`] that adds the authorizer's principal), or give
 //! each tenant its own prefix.

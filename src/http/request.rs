@@ -41,6 +41,35 @@ impl Input for HttpRequest {
         let value = self.0.headers().get(name)?;
         value.to_str().ok().map(AttributeValue::Text)
     }
+
+    /// The query string (empty when there is none), its `&`-separated parameters as sent
+    /// (not decoded), empty ones left out, ordered by name (parameters of one name keep their
+    /// order): the payload hash covers it beside the body.
+    fn query(&self) -> Option<Cow<'_, str>> {
+        Some(Cow::Owned(canonical_query(
+            self.0.uri().query().unwrap_or_default(),
+        )))
+    }
+}
+
+/// `query` as the payload hash covers it: its `&`-separated parameters as sent (not decoded:
+/// a retry sends the same bytes), empty ones left out, ordered by name; parameters of one name
+/// keep their order (`tag=a&tag=b` is not `tag=b&tag=a`).
+///
+/// The order of parameters of different names does not count because `lambda_http` rebuilds
+/// the query string of a REST API's or an ALB's request from a map whose order changes from
+/// one execution environment to the next: taken as sent, a retry of the very same request
+/// could be answered 422.
+fn canonical_query(query: &str) -> String {
+    fn name(parameter: &str) -> &str {
+        parameter
+            .split_once('=')
+            .map_or(parameter, |(name, _)| name)
+    }
+    let mut parameters: Vec<&str> = query.split('&').filter(|p| !p.is_empty()).collect();
+    // A stable sort: parameters of one name stay in their order.
+    parameters.sort_by(|a, b| name(a).cmp(name(b)));
+    parameters.join("&")
 }
 
 /// Keys a request on a header (`Idempotency-Key` by default), scoped to the request's method
@@ -160,6 +189,24 @@ mod tests {
             material(&post("/p", Some(r#""a\"b""#))).unwrap(),
             b"POST /p\n\"a\\\"b\""
         );
+    }
+
+    #[test]
+    fn query_strings_are_ordered_by_name_and_otherwise_kept_as_sent() {
+        for (query, canonical) in [
+            ("", ""),
+            ("amount=100", "amount=100"),
+            ("b=2&a=1", "a=1&b=2"),
+            ("tag=b&x=1&tag=a", "tag=b&tag=a&x=1"),
+            ("a=1&&b=2&", "a=1&b=2"),
+            ("flag&a=%41+b", "a=%41+b&flag"),
+            ("a=1=2&a", "a=1=2&a"),
+        ] {
+            assert_eq!(canonical_query(query), canonical, "{query}");
+        }
+        let request = post("/charges?b=2&a=1", Some("k"));
+        assert_eq!(request.query().as_deref(), Some("a=1&b=2"));
+        assert_eq!(post("/charges", Some("k")).query().as_deref(), Some(""));
     }
 
     #[test]
