@@ -303,3 +303,49 @@ async fn a_key_reused_with_another_query_string_is_answered_422() {
     }
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
+
+#[tokio::test]
+async fn stored_headers_are_replayed_byte_for_byte() {
+    use lambda_http::http::header::{HeaderName, HeaderValue, CONTENT_TYPE, LOCATION};
+    // `/files/café` in UTF-8, and a value in Latin-1 (obs-text, not UTF-8).
+    let location = "/files/café".as_bytes();
+    let latin1: &[u8] = b"caf\xe9; q=\"a\tb\"";
+    let x_name = HeaderName::from_static("x-name");
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counter = runs.clone();
+    let header = x_name.clone();
+    let api = IdempotentHttpLayer::new(IdempotencyLayer::new(InMemoryStore::new()))
+        .with_stored_headers([CONTENT_TYPE, LOCATION, x_name.clone()])
+        .layer(lambda_http::service_fn(move |_request: Request| {
+            let run = counter.fetch_add(1, Ordering::SeqCst) + 1;
+            let mut response = created(run);
+            let headers = response.headers_mut();
+            headers.insert(LOCATION, HeaderValue::from_bytes(location).unwrap());
+            headers.insert(header.clone(), HeaderValue::from_bytes(latin1).unwrap());
+            async move { Ok::<_, BoxError>(response) }
+        }));
+    let first = api
+        .clone()
+        .oneshot(request(Method::POST, &["k"]))
+        .await
+        .unwrap();
+    assert_eq!(first.headers()[LOCATION].as_bytes(), location);
+    let replay = api
+        .clone()
+        .oneshot(request(Method::POST, &["k"]))
+        .await
+        .unwrap();
+    assert_eq!(replay.status(), StatusCode::CREATED);
+    assert_eq!(replay.headers()[REPLAYED_HEADER], "true");
+    assert_eq!(
+        replay.headers().get(LOCATION).map(HeaderValue::as_bytes),
+        Some(location),
+        "the replay carries the Location header's bytes"
+    );
+    assert_eq!(
+        replay.headers().get(&x_name).map(HeaderValue::as_bytes),
+        Some(latin1)
+    );
+    assert_eq!(replay.headers()[CONTENT_TYPE], "application/json");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}

@@ -108,7 +108,8 @@ impl<St, C, M> IdempotentHttpLayer<St, C, M> {
         self
     }
 
-    /// Stores (and replays) these response headers; the others reach only the first caller.
+    /// Stores (and replays, their values byte for byte) these response headers; the others
+    /// reach only the first caller.
     pub fn with_stored_headers(mut self, headers: impl IntoIterator<Item = HeaderName>) -> Self {
         self.options.stored_headers = headers.into_iter().collect();
         self

@@ -47,8 +47,8 @@
 //! to its caller and not stored (with writes, nothing is committed): the retry runs the
 //! handler again. Change it with
 //! [`with_stored_statuses`](IdempotentHttpLayer::with_stored_statuses). Only the
-//! `content-type`, `content-encoding` and `location` headers are stored
-//! ([`with_stored_headers`](IdempotentHttpLayer::with_stored_headers)); the first caller gets
+//! `content-type`, `content-encoding` and `location` headers are stored, their values byte for
+//! byte ([`with_stored_headers`](IdempotentHttpLayer::with_stored_headers)); the first caller gets
 //! every header, duplicates the stored ones (no `set-cookie` is replayed to someone else).
 //!
 //! **Keys.** A key is scoped to the request's method and path ([`HeaderKey`]); it is stored
