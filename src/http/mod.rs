@@ -51,22 +51,33 @@
 //! byte ([`with_stored_headers`](IdempotentHttpLayer::with_stored_headers)); the first caller gets
 //! every header, duplicates the stored ones (no `set-cookie` is replayed to someone else).
 //!
-//! **Keys.** A key is scoped to the request's method and path ([`HeaderKey`]); it is stored
-//! only as a hash, under the configured key prefix. The payload hash covers the query string
-//! (its parameters in name order: `?a=1&b=2` and `?b=2&a=1` are one request, as
-//! `lambda_http` may rebuild a REST API's or an ALB's query in either order) and the body. Keys
-//! are not scoped to a caller: when callers are not trusted to choose unique keys, key on the
-//! caller too (a closure over [`HttpRequest`] that adds the authorizer's principal), or give
-//! each tenant its own prefix.
+//! **Keys.** A key is scoped to the request's method and path and to its caller
+//! ([`HeaderKey`]): the identity its request context carries ([`caller_identity`]: a JWT's
+//! or Cognito user pool's `sub`, a Lambda authorizer's `principalId`, a Cognito identity, an
+//! IAM caller's ARN, the first of these), so two callers who send the same key get their own
+//! answers, and neither a 422 nor a 409 about the other's request. A request without one is
+//! scoped to its method and path only: an Application Load Balancer's, and an API's whose
+//! route has no authorizer (an API key is not an identity) or whose Lambda authorizer returns
+//! no principal. When such callers are not trusted to choose unique keys, scope keys to the
+//! tenant with [`with_caller`](IdempotentHttpLayer::with_caller), a closure naming what an
+//! authorizer or the load balancer sets on the request (never what the client sends);
+//! [`without_caller`](IdempotentHttpLayer::without_caller) scopes keys to method and path
+//! only. A key is stored only as a hash, under the configured key prefix.
+//!
+//! The payload hash covers the query string (its parameters in name order: `?a=1&b=2` and
+//! `?b=2&a=1` are one request, as `lambda_http` may rebuild a REST API's or an ALB's query in
+//! either order) and the body.
 //!
 //! Requests with other methods (`GET`, `PUT`, `DELETE`, ...) go to the handler as they are
 //! ([`with_methods`](IdempotentHttpLayer::with_methods)).
 
+mod caller;
 mod layer;
 mod request;
 mod response;
 mod service;
 
+pub use caller::caller_identity;
 pub use layer::IdempotentHttpLayer;
 pub use request::{HeaderKey, HttpRequest, MAX_IDEMPOTENCY_KEY_BYTES};
 pub use response::{

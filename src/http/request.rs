@@ -1,8 +1,12 @@
 //! The request as the protocol reads it ([`HttpRequest`]) and its key ([`HeaderKey`]).
 
 use std::borrow::Cow;
+use std::fmt;
+use std::sync::Arc;
 
 use lambda_http::{Body, Request};
+
+use super::caller::caller_identity;
 
 use crate::input::{AttributeValue, Input};
 use crate::key::{KeyError, KeyExtractor};
@@ -73,30 +77,62 @@ fn canonical_query(query: &str) -> String {
 }
 
 /// Keys a request on a header (`Idempotency-Key` by default), scoped to the request's method
-/// and path: the same key sent to `POST /payments` and to `POST /refunds` names two records,
-/// so a response is never replayed to another endpoint.
+/// and path and to its caller: the same key sent to `POST /payments` and to `POST /refunds`,
+/// or by two callers, names two records, so a response is never replayed to another endpoint
+/// or another caller.
+///
+/// The caller is the identity the request's context carries ([`caller_identity`]: a JWT's
+/// subject, a Lambda authorizer's principal, an IAM caller), unless the layer chose another
+/// ([`with_caller`](super::IdempotentHttpLayer::with_caller)) or none
+/// ([`without_caller`](super::IdempotentHttpLayer::without_caller)). A request without one is
+/// scoped to its method and path only.
 ///
 /// The value is used as it is, or, when it is a quoted string (the draft's structured-field
 /// form, `"8e03978e-40d5-43e8-bc93-6894a57f9324"`), without its quotes, leading and trailing
 /// spaces trimmed. An empty value counts as absent; a value over
 /// [`MAX_IDEMPOTENCY_KEY_BYTES`], with bytes other than visible ASCII, spaces and tabs, or a
 /// header sent more than once, is an error.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct HeaderKey {
     header: String,
+    caller: Option<CallerFn>,
+}
+
+/// Names the caller a key is scoped to.
+pub(crate) type CallerFn = Arc<dyn Fn(&Request) -> Option<String> + Send + Sync>;
+
+impl fmt::Debug for HeaderKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HeaderKey")
+            .field("header", &self.header)
+            .field("scoped_to_caller", &self.caller.is_some())
+            .finish()
+    }
 }
 
 impl HeaderKey {
-    /// Keys on the header called `header`.
+    /// Keys on the header called `header`, scoped to the caller identity
+    /// ([`caller_identity`]).
     pub fn new(header: impl Into<String>) -> Self {
         Self {
             header: header.into(),
+            caller: Some(Arc::new(caller_identity)),
         }
     }
 
     /// The header's name.
     pub fn header(&self) -> &str {
         &self.header
+    }
+
+    /// This key on the header called `header`, its caller scope unchanged.
+    pub(crate) fn on_header(self, header: String) -> Self {
+        Self { header, ..self }
+    }
+
+    /// This key scoped to the caller `caller` names, or to none.
+    pub(crate) fn scoped_to(self, caller: Option<CallerFn>) -> Self {
+        Self { caller, ..self }
     }
 
     /// The key's value in `request`, or why there is none.
@@ -144,12 +180,19 @@ impl Default for HeaderKey {
 }
 
 impl KeyExtractor<HttpRequest> for HeaderKey {
-    /// `<METHOD> <path>`, a line feed, then the key: the method and path scope the key (a
-    /// method and a path hold no line feed).
+    /// `<METHOD> <path>`, a line feed, the caller and a line feed when there is one, then the
+    /// key. A method, a path and a key hold no line feed, so the first line is the method and
+    /// path, the last the key, and what lies between (a caller may hold line feeds) the caller.
     fn key_material(&self, input: &HttpRequest) -> Result<Vec<u8>, KeyError> {
         let request = &input.0;
         let key = self.value(request)?;
-        Ok(format!("{} {}\n{key}", request.method(), request.uri().path()).into_bytes())
+        let caller = self.caller.as_ref().and_then(|caller| caller(request));
+        let scope = format!("{} {}", request.method(), request.uri().path());
+        Ok(match caller {
+            Some(caller) => format!("{scope}\n{caller}\n{key}"),
+            None => format!("{scope}\n{key}"),
+        }
+        .into_bytes())
     }
 }
 
@@ -207,6 +250,27 @@ mod tests {
         let request = post("/charges?b=2&a=1", Some("k"));
         assert_eq!(request.query().as_deref(), Some("a=1&b=2"));
         assert_eq!(post("/charges", Some("k")).query().as_deref(), Some(""));
+    }
+
+    #[test]
+    fn a_caller_is_the_line_between_method_and_path_and_key() {
+        let request = post("/payments", Some("k-1"));
+        let scoped = |caller: Option<&'static str>| {
+            HeaderKey::default()
+                .scoped_to(Some(Arc::new(move |_: &Request| caller.map(String::from))))
+                .key_material(&request)
+                .unwrap()
+        };
+        assert_eq!(scoped(Some("alice")), b"POST /payments\nalice\nk-1");
+        assert_eq!(scoped(None), b"POST /payments\nk-1");
+        assert_eq!(scoped(Some("")), b"POST /payments\n\nk-1");
+        // Without a request context the default caller is none: method and path only.
+        assert_eq!(material(&request).unwrap(), b"POST /payments\nk-1");
+        let unscoped = HeaderKey::default()
+            .scoped_to(None)
+            .on_header("X-Key".into());
+        assert_eq!(unscoped.header(), "X-Key");
+        assert!(format!("{unscoped:?}").contains("scoped_to_caller: false"));
     }
 
     #[test]
