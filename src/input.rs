@@ -30,6 +30,13 @@ pub trait Input {
     /// The attribute called `name`, if the event has it with a value.
     fn attribute(&self, name: &str) -> Option<AttributeValue<'_>>;
 
+    /// The query string that [payload validation](crate::validation::PayloadValidation)
+    /// covers beside the body: an HTTP request's, empty when it has none. `None` (the
+    /// default) for events that have no query string at all (batch records, invocations).
+    fn query(&self) -> Option<Cow<'_, str>> {
+        None
+    }
+
     /// Whether the source says it delivered this event before (SQS:
     /// `ApproximateReceiveCount` above 1), which makes it likely a duplicate: the batch
     /// [pre-check](crate::batch::Precheck) and sequence-guarded handlers look such events up

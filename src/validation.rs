@@ -31,12 +31,20 @@ pub enum PayloadValidation {
 /// (64 hex digits, no prefix) went through `f64` for numbers.
 pub const PAYLOAD_HASH_PREFIX: &str = "v2:";
 
-/// A payload's hash: the form stored with new records, and (computed only when a stored hash
-/// needs it) the form earlier versions stored, so records written before an upgrade are not
-/// rejected while they count. Two hashes are equal when their stored forms are.
+/// The prefix of stored payload hashes of inputs with a query string (HTTP requests): the
+/// hash covers the query string and the body (or the chosen fields of it). Before it, an HTTP
+/// request's hash covered its body alone, in the `v2:` format.
+pub const QUERY_PAYLOAD_HASH_PREFIX: &str = "v3:";
+
+/// A payload's hash: the form stored with new records, and the forms earlier versions stored
+/// (the one before `v2:` computed only when a stored hash needs it), so records written before
+/// an upgrade are not rejected while they count. Two hashes are equal when their stored forms are.
 #[derive(Clone)]
 pub struct PayloadHash {
     stored: String,
+    /// With a query string (`v3:`): the hash of the body alone, in the `v2:` format that
+    /// records written before query strings were covered hold.
+    body_only: Option<String>,
     /// What the legacy form is computed from: the validation and the body.
     legacy_source: Option<(PayloadValidation, Arc<[u8]>)>,
 }
@@ -57,10 +65,12 @@ impl fmt::Debug for PayloadHash {
 }
 
 impl PayloadHash {
-    /// A hash in the current format (`v2:<sha256 hex>`), with no legacy form.
+    /// A hash in the current format (`v2:<sha256 hex>`, or `v3:` for an input with a query
+    /// string), with no legacy form.
     pub fn new(stored: impl Into<String>) -> Self {
         Self {
             stored: stored.into(),
+            body_only: None,
             legacy_source: None,
         }
     }
@@ -71,11 +81,17 @@ impl PayloadHash {
     }
 
     /// Whether `stored` (read from a record) is this payload's hash. A hash of the current
-    /// format must be equal; a hash without the `v2:` prefix was written by an earlier
-    /// version and is compared with this payload's hash in that older format.
+    /// format must be equal. Hashes of earlier formats are compared with this payload's hash
+    /// in that format: a `v2:` hash, when this one is `v3:` (the input has a query string),
+    /// with the hash of the body alone, which is what versions before `v3:` stored for it; a
+    /// hash without a prefix with the hash of versions before `v2:`.
     pub fn matches(&self, stored: &str) -> bool {
-        if stored.starts_with(PAYLOAD_HASH_PREFIX) {
-            stored == self.stored
+        if stored == self.stored {
+            true
+        } else if stored.starts_with(QUERY_PAYLOAD_HASH_PREFIX) {
+            false
+        } else if stored.starts_with(PAYLOAD_HASH_PREFIX) {
+            self.body_only.as_deref() == Some(stored)
         } else {
             self.legacy_source
                 .as_ref()
@@ -87,7 +103,9 @@ impl PayloadHash {
 }
 
 impl PayloadValidation {
-    /// The payload hash for `input`, or `None` when validation is off.
+    /// The payload hash for `input`, or `None` when validation is off. When `input` has a
+    /// query string ([`Input::query`]) the hash covers it too, in the `v3:` format: the
+    /// query's length (8 bytes, big-endian), the query, then what a `v2:` hash covers.
     pub fn hash<I: Input + ?Sized>(&self, input: &I) -> Result<Option<PayloadHash>, KeyError> {
         if *self == PayloadValidation::Off {
             return Ok(None);
@@ -121,8 +139,19 @@ impl PayloadValidation {
                 array.into_bytes()
             }
         };
+        let body_only = prefixed_sha256_hex(&[PAYLOAD_HASH_PREFIX], &bytes);
+        let (stored, body_only) = match input.query() {
+            None => (body_only, None),
+            Some(query) => {
+                let len = u64::try_from(query.len()).unwrap_or(u64::MAX);
+                let covered = [&len.to_be_bytes(), query.as_bytes(), &bytes].concat();
+                let stored = prefixed_sha256_hex(&[QUERY_PAYLOAD_HASH_PREFIX], &covered);
+                (stored, Some(body_only))
+            }
+        };
         Ok(Some(PayloadHash {
-            stored: prefixed_sha256_hex(&[PAYLOAD_HASH_PREFIX], &bytes),
+            stored,
+            body_only,
             legacy_source: Some((self.clone(), Arc::from(body.as_ref()))),
         }))
     }
@@ -222,6 +251,53 @@ mod tests {
             v.hash(&message("nope")),
             Err(KeyError::BodyNotJson(_))
         ));
+    }
+
+    /// A body with a query string, as an HTTP request has.
+    struct WithQuery(&'static str, &'static str);
+
+    impl Input for WithQuery {
+        fn id(&self) -> Option<&str> {
+            None
+        }
+
+        fn body(&self) -> Option<std::borrow::Cow<'_, [u8]>> {
+            Some(self.1.as_bytes().into())
+        }
+
+        fn attribute(&self, _name: &str) -> Option<crate::input::AttributeValue<'_>> {
+            None
+        }
+
+        fn query(&self) -> Option<std::borrow::Cow<'_, str>> {
+            Some(self.0.into())
+        }
+    }
+
+    #[test]
+    fn a_query_string_is_covered_and_body_only_hashes_of_before_still_match() {
+        let v = PayloadValidation::Body;
+        let hash = |query, body| v.hash(&WithQuery(query, body)).unwrap().unwrap();
+        let ours = hash("amount=100", r#"{"a":1}"#);
+        assert!(ours.as_str().starts_with("v3:"));
+        assert_eq!(ours, hash("amount=100", r#"{ "a": 1 }"#));
+        assert_ne!(ours, hash("amount=999", r#"{"a":1}"#));
+        assert_ne!(ours, hash("", r#"{"a":1}"#));
+        assert_ne!(ours, hash("amount=100", r#"{"a":2}"#));
+        // The length tells the query from the body: no split gives another pair the same hash.
+        assert_ne!(hash("a", "bc"), hash("ab", "c"));
+        // A record written before query strings were covered holds the body's `v2:` hash (or
+        // an older one): recognised, and only for this body.
+        let body_only = v.hash(&message(r#"{"a":1}"#)).unwrap().unwrap();
+        assert!(ours.matches(body_only.as_str()));
+        assert!(ours.matches(&sha256_hex(br#"{"a":1}"#)));
+        let other_body = v.hash(&message(r#"{"a":2}"#)).unwrap().unwrap();
+        assert!(!ours.matches(other_body.as_str()));
+        // A `v3:` hash of another query is not this one, whatever its body.
+        assert!(!ours.matches(hash("amount=999", r#"{"a":1}"#).as_str()));
+        assert!(ours.matches(ours.as_str()));
+        // An input without a query string never takes a `v3:` hash for its own.
+        assert!(!body_only.matches(hash("", r#"{"a":1}"#).as_str()));
     }
 
     #[test]

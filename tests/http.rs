@@ -305,3 +305,176 @@ async fn optional_keys_run_unprotected() {
         assert_eq!(response.headers()["set-cookie"], format!("run={run}"));
     }
 }
+
+/// `events/<name>` (an HTTP API or Function URL event, payload 2.0) with the key, the body
+/// and, when given, `authorizer` in its request context, as `lambda_http` hands it over.
+fn event(name: &str, authorizer: Option<serde_json::Value>, key: &str, body: &str) -> Request {
+    let path = format!("{}/events/{name}", env!("CARGO_MANIFEST_DIR"));
+    let mut event: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    event["headers"]["idempotency-key"] = key.into();
+    event["body"] = body.into();
+    if let Some(authorizer) = authorizer {
+        event["requestContext"]["authorizer"] = authorizer;
+    }
+    let mut context = context_at(SystemTime::now(), Duration::from_secs(30));
+    context.invoked_function_arn = "arn:aws:lambda:eu-west-1:123456789012:function:api".into();
+    lambda_http::request::from_str(&event.to_string())
+        .unwrap()
+        .with_lambda_context(context)
+}
+
+/// A JWT authorizer's context (HTTP API) for the user `sub`.
+fn jwt(sub: &str) -> Option<serde_json::Value> {
+    Some(serde_json::json!({"jwt": {
+        "claims": {"sub": sub, "iss": "https://cognito-idp.eu-west-1.amazonaws.com/pool"},
+        "scopes": null
+    }}))
+}
+
+/// An IAM authorizer's context (a Function URL with `AuthType: AWS_IAM`) for `user_arn`.
+fn iam(user_arn: &str) -> Option<serde_json::Value> {
+    Some(serde_json::json!({"iam": {
+        "accessKey": "ASIAEXAMPLE", "accountId": "123456789012", "callerId": "AIDAEXAMPLE",
+        "cognitoIdentity": null, "principalOrgId": null, "userArn": user_arn,
+        "userId": "AIDAEXAMPLE"
+    }}))
+}
+
+/// Sends `request` and returns the status, whether it was replayed, and the body.
+async fn answer(api: &impl Api, request: Request) -> (StatusCode, bool, String) {
+    let response = send(api, request).await;
+    let replayed = replayed(&response);
+    (response.status(), replayed, text(&response))
+}
+
+/// Two callers who send the same key get their own answers; each caller's retry gets its
+/// own stored answer, and a key reused with another body is refused only against the
+/// caller's own record.
+async fn keys_belong_to_their_caller<St: Store + Clone>(store: St) {
+    let handler = Handler::default();
+    let api = service(store, &handler);
+    let body = r#"{"account":"acct-1","amount":5}"#;
+    let post = |authorizer| event("payments_post.json", authorizer, "pay-1", body);
+
+    // Two JWT subjects, one key and body: the handler runs for each.
+    let (status, replayed, alice) = answer(&api, post(jwt("alice"))).await;
+    assert_eq!((status, replayed), (StatusCode::CREATED, false));
+    let (status, replayed, bob) = answer(&api, post(jwt("bob"))).await;
+    assert_eq!(
+        (status, replayed),
+        (StatusCode::CREATED, false),
+        "bob got alice's stored answer"
+    );
+    assert_ne!(alice, bob);
+    assert_eq!(handler.runs(), 2);
+    // Each one's retry: its own stored answer, the handler not run.
+    for (caller, first) in [("alice", &alice), ("bob", &bob)] {
+        let (status, replayed, again) = answer(&api, post(jwt(caller))).await;
+        assert_eq!((status, replayed), (StatusCode::CREATED, true), "{caller}");
+        assert_eq!(&again, first, "{caller}");
+    }
+    assert_eq!(handler.runs(), 2);
+    // The key with another body: 422 for alice (her record), a new request for carol.
+    let other = r#"{"account":"acct-1","amount":6}"#;
+    let reused = send(
+        &api,
+        event("payments_post.json", jwt("alice"), "pay-1", other),
+    )
+    .await;
+    assert_eq!(reused.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(
+        problem_type(&reused),
+        "urn:lambda-idempotency:problem:key-reused"
+    );
+    assert_eq!(handler.runs(), 2);
+    let (status, replayed, _) = answer(
+        &api,
+        event("payments_post.json", jwt("carol"), "pay-1", other),
+    )
+    .await;
+    assert_eq!((status, replayed), (StatusCode::CREATED, false));
+    assert_eq!(handler.runs(), 3);
+
+    // Two IAM callers through the Function URL: the same.
+    let url = |arn: &str| event("payments_function_url.json", iam(arn), "pay-2", body);
+    let (ann, ben) = (
+        "arn:aws:iam::123456789012:user/ann",
+        "arn:aws:iam::123456789012:user/ben",
+    );
+    let (_, replayed_ann, first_ann) = answer(&api, url(ann)).await;
+    let (_, replayed_ben, first_ben) = answer(&api, url(ben)).await;
+    assert_eq!((replayed_ann, replayed_ben), (false, false));
+    assert_ne!(first_ann, first_ben);
+    assert_eq!(handler.runs(), 5);
+    let (status, replayed, again) = answer(&api, url(ann)).await;
+    assert_eq!((status, replayed), (StatusCode::CREATED, true));
+    assert_eq!(again, first_ann);
+    assert_eq!(handler.runs(), 5);
+    // One assumed role under two session names (fresh credentials) is one caller.
+    let role = "arn:aws:sts::123456789012:assumed-role/PaymentsClient";
+    let (_, replayed, first) = answer(&api, url(&format!("{role}/session-1"))).await;
+    assert!(!replayed);
+    let (_, replayed, again) = answer(&api, url(&format!("{role}/session-2"))).await;
+    assert!(replayed, "a new session of the role is the same caller");
+    assert_eq!(again, first);
+    assert_eq!(handler.runs(), 6);
+
+    // A request without an identity (no authorizer) is scoped to method and path only.
+    let (_, replayed, first) = answer(&api, post(None)).await;
+    assert!(!replayed);
+    let (_, replayed, again) = answer(&api, post(None)).await;
+    assert!(replayed);
+    assert_eq!(again, first);
+    assert_eq!(handler.runs(), 7);
+}
+
+#[tokio::test]
+async fn http_keys_belong_to_their_caller_on_the_embedded_store() {
+    keys_belong_to_their_caller(InMemoryStore::new()).await;
+}
+
+#[tokio::test]
+async fn http_keys_belong_to_their_caller_on_dynamodb_local() {
+    if let Some(store) = fresh_store().await {
+        keys_belong_to_their_caller(store).await;
+    }
+}
+
+#[tokio::test]
+async fn caller_scoping_is_turned_off_or_chosen_by_the_layer() {
+    let handler = Handler::default();
+    let h = handler.clone();
+    let shared = IdempotentHttpLayer::new(IdempotencyLayer::new(InMemoryStore::new()))
+        .without_caller()
+        .layer(lambda_http::service_fn(move |r| h.clone().handle(r)));
+    let post = |authorizer| event("payments_post.json", authorizer, "pay-1", "{}");
+    assert!(!answer(&shared, post(jwt("alice"))).await.1);
+    assert!(
+        answer(&shared, post(jwt("bob"))).await.1,
+        "without_caller: bob gets alice's answer"
+    );
+    assert_eq!(handler.runs(), 1);
+
+    // A tenant from a Lambda authorizer's context: its users share keys, tenants do not.
+    let handler = Handler::default();
+    let h = handler.clone();
+    let by_tenant = IdempotentHttpLayer::new(IdempotencyLayer::new(InMemoryStore::new()))
+        .with_caller(|request| {
+            let lambda_http::request::RequestContext::ApiGatewayV2(context) =
+                request.request_context_ref()?
+            else {
+                return None;
+            };
+            let tenant = context.authorizer.as_ref()?.fields.get("tenant")?;
+            Some(format!("tenant:{}", tenant.as_str()?))
+        })
+        .layer(lambda_http::service_fn(move |r| h.clone().handle(r)));
+    let user = |principal: &str, tenant: &str| {
+        Some(serde_json::json!({"lambda": {"principalId": principal, "tenant": tenant}}))
+    };
+    assert!(!answer(&by_tenant, post(user("u-1", "acme"))).await.1);
+    assert!(answer(&by_tenant, post(user("u-2", "acme"))).await.1);
+    assert!(!answer(&by_tenant, post(user("u-3", "globex"))).await.1);
+    assert_eq!(handler.runs(), 2);
+}

@@ -18,9 +18,13 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tower::{BoxError, Layer, Service, ServiceExt};
 
 fn request(method: Method, keys: &[&str]) -> Request {
+    request_to(method, "/payments", keys)
+}
+
+fn request_to(method: Method, uri: &str, keys: &[&str]) -> Request {
     let mut builder = lambda_http::http::Request::builder()
         .method(method)
-        .uri("/payments");
+        .uri(uri);
     for key in keys {
         builder = builder.header("Idempotency-Key", *key);
     }
@@ -248,4 +252,100 @@ async fn a_response_too_large_to_store_is_gone_for_its_duplicates() {
     );
     assert!(retry.headers().get("retry-after").is_none());
     assert_eq!(runs.load(Ordering::SeqCst), 1, "it is never run again");
+}
+
+#[tokio::test]
+async fn a_key_reused_with_another_query_string_is_answered_422() {
+    let (api, runs) = counting(|run| async move { Ok(created(run)) });
+    let send = |uri: &'static str| {
+        let api = api.clone();
+        async move {
+            api.oneshot(request_to(Method::POST, uri, &["k"]))
+                .await
+                .unwrap()
+        }
+    };
+    let first = send("/charges?amount=100&currency=eur").await;
+    assert_eq!(first.status(), StatusCode::CREATED);
+    assert!(first.headers().get(REPLAYED_HEADER).is_none());
+
+    // The same key and body with another amount in the query: not the same request.
+    let other = send("/charges?amount=999&currency=eur").await;
+    assert_eq!(
+        other.status(),
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "the stored 201 of ?amount=100 was answered to ?amount=999"
+    );
+    assert_eq!(
+        problem_type(&other),
+        "urn:lambda-idempotency:problem:key-reused"
+    );
+    // No query at all is another request too.
+    assert_eq!(
+        send("/charges").await.status(),
+        StatusCode::UNPROCESSABLE_ENTITY
+    );
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        1,
+        "the handler did not run again"
+    );
+
+    // The same query (its parameters in another order, as lambda_http rebuilds a REST API's
+    // or an ALB's query string from a map) gets the stored 201.
+    for uri in [
+        "/charges?amount=100&currency=eur",
+        "/charges?currency=eur&amount=100",
+    ] {
+        let again = send(uri).await;
+        assert_eq!(again.status(), StatusCode::CREATED, "{uri}");
+        assert_eq!(again.headers()[REPLAYED_HEADER], "true", "{uri}");
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn stored_headers_are_replayed_byte_for_byte() {
+    use lambda_http::http::header::{HeaderName, HeaderValue, CONTENT_TYPE, LOCATION};
+    // `/files/café` in UTF-8, and a value in Latin-1 (obs-text, not UTF-8).
+    let location = "/files/café".as_bytes();
+    let latin1: &[u8] = b"caf\xe9; q=\"a\tb\"";
+    let x_name = HeaderName::from_static("x-name");
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counter = runs.clone();
+    let header = x_name.clone();
+    let api = IdempotentHttpLayer::new(IdempotencyLayer::new(InMemoryStore::new()))
+        .with_stored_headers([CONTENT_TYPE, LOCATION, x_name.clone()])
+        .layer(lambda_http::service_fn(move |_request: Request| {
+            let run = counter.fetch_add(1, Ordering::SeqCst) + 1;
+            let mut response = created(run);
+            let headers = response.headers_mut();
+            headers.insert(LOCATION, HeaderValue::from_bytes(location).unwrap());
+            headers.insert(header.clone(), HeaderValue::from_bytes(latin1).unwrap());
+            async move { Ok::<_, BoxError>(response) }
+        }));
+    let first = api
+        .clone()
+        .oneshot(request(Method::POST, &["k"]))
+        .await
+        .unwrap();
+    assert_eq!(first.headers()[LOCATION].as_bytes(), location);
+    let replay = api
+        .clone()
+        .oneshot(request(Method::POST, &["k"]))
+        .await
+        .unwrap();
+    assert_eq!(replay.status(), StatusCode::CREATED);
+    assert_eq!(replay.headers()[REPLAYED_HEADER], "true");
+    assert_eq!(
+        replay.headers().get(LOCATION).map(HeaderValue::as_bytes),
+        Some(location),
+        "the replay carries the Location header's bytes"
+    );
+    assert_eq!(
+        replay.headers().get(&x_name).map(HeaderValue::as_bytes),
+        Some(latin1)
+    );
+    assert_eq!(replay.headers()[CONTENT_TYPE], "application/json");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
 }

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use lambda_http::http::header::{HeaderName, CONTENT_ENCODING, CONTENT_TYPE, LOCATION};
 use lambda_http::http::{Method, StatusCode};
+use lambda_http::Request;
 use tower::Layer;
 
 use super::request::HeaderKey;
@@ -44,9 +45,13 @@ impl fmt::Debug for HttpOptions {
 /// # Default
 /// - the key is the `Idempotency-Key` header, required: a `POST` or `PATCH` without it is
 ///   answered 400 (see [`key_optional`](Self::key_optional));
+/// - keys are scoped to the method, the path and the caller identity the request carries
+///   ([`caller_identity`](super::caller_identity); see [`with_caller`](Self::with_caller)
+///   and [`without_caller`](Self::without_caller));
 /// - `POST` and `PATCH` requests are protected; the others go to the handler as they are;
-/// - the payload hash covers the body (a key reused with another body is answered 422),
-///   unless the layer was given another [`PayloadValidation`];
+/// - the payload hash covers the query string and the body (a key reused with another
+///   query string or body is answered 422); another [`PayloadValidation`] given to the layer
+///   chooses what of the body it covers;
 /// - responses below 500 are stored, except 408, 409, 425 and 429
 ///   ([`stored_by_default`]), with their `content-type`,
 ///   `content-encoding` and `location` headers;
@@ -84,8 +89,47 @@ impl<St, C, M> IdempotentHttpLayer<St, C, M> {
     /// Takes the key from the header `name` instead.
     pub fn with_header(mut self, name: impl Into<String>) -> Self {
         let name = name.into();
-        self.layer = self.layer.with_key(HeaderKey::new(name.clone()));
+        let key = self.layer.key().clone().on_header(name.clone());
+        self.layer = self.layer.with_key(key);
         self.options.header = name;
+        self
+    }
+
+    /// Scopes keys to the caller `caller` names instead of the request context's identity
+    /// ([`caller_identity`](super::caller_identity)); `None` scopes a request to its method
+    /// and path only. Name only what the caller cannot choose: what an authorizer or the load
+    /// balancer sets, never a header or body field a client sends.
+    ///
+    /// A tenant behind an Application Load Balancer that authenticates users (its
+    /// `authenticate-oidc` or `authenticate-cognito` action sets `x-amzn-oidc-identity`, the
+    /// user's `sub`):
+    ///
+    /// ```
+    /// use lambda_idempotency::http::IdempotentHttpLayer;
+    /// use lambda_idempotency::store::InMemoryStore;
+    /// use lambda_idempotency::IdempotencyLayer;
+    ///
+    /// let layer = IdempotentHttpLayer::new(IdempotencyLayer::new(InMemoryStore::new()))
+    ///     .with_caller(|request| {
+    ///         let user = request.headers().get("x-amzn-oidc-identity")?;
+    ///         Some(format!("alb-user:{}", user.to_str().ok()?))
+    ///     });
+    /// ```
+    pub fn with_caller(
+        mut self,
+        caller: impl Fn(&Request) -> Option<String> + Send + Sync + 'static,
+    ) -> Self {
+        let key = self.layer.key().clone().scoped_to(Some(Arc::new(caller)));
+        self.layer = self.layer.with_key(key);
+        self
+    }
+
+    /// Scopes keys to the request's method and path only, not to its caller: callers who
+    /// send the same key share its record, and keeping keys unique across callers is theirs
+    /// to do.
+    pub fn without_caller(mut self) -> Self {
+        let key = self.layer.key().clone().scoped_to(None);
+        self.layer = self.layer.with_key(key);
         self
     }
 
@@ -107,7 +151,8 @@ impl<St, C, M> IdempotentHttpLayer<St, C, M> {
         self
     }
 
-    /// Stores (and replays) these response headers; the others reach only the first caller.
+    /// Stores (and replays, their values byte for byte) these response headers; the others
+    /// reach only the first caller.
     pub fn with_stored_headers(mut self, headers: impl IntoIterator<Item = HeaderName>) -> Self {
         self.options.stored_headers = headers.into_iter().collect();
         self

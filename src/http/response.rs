@@ -6,7 +6,7 @@ use base64::Engine;
 use lambda_http::http::header::{HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use lambda_http::http::StatusCode;
 use lambda_http::{Body, Response};
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::error::Error;
 
@@ -20,9 +20,16 @@ pub const REPLAYED_HEADER: &str = "Idempotent-Replayed";
 pub struct StoredResponse {
     /// The status code.
     pub status: u16,
-    /// The stored headers, lower-case names, in the response's order.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub headers: Vec<(String, String)>,
+    /// The stored headers: lower-case names and their values' bytes, in the response's
+    /// order. A value is stored as a JSON string when it is UTF-8, as `{"binary": <base64>}`
+    /// otherwise.
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        serialize_with = "serialize_headers",
+        deserialize_with = "deserialize_headers"
+    )]
+    pub headers: Vec<(String, Vec<u8>)>,
     /// The body.
     #[serde(default)]
     pub body: StoredBody,
@@ -42,15 +49,63 @@ pub enum StoredBody {
     Binary(String),
 }
 
+/// A stored header value as it is written: text, or base64 when it is not UTF-8.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum HeaderValueOut<'a> {
+    Text(&'a str),
+    Binary { binary: String },
+}
+
+/// A stored header value as it is read.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum HeaderValueIn {
+    Text(String),
+    Binary { binary: String },
+}
+
+fn serialize_headers<S: Serializer>(
+    headers: &[(String, Vec<u8>)],
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.collect_seq(headers.iter().map(|(name, value)| {
+        let value = match std::str::from_utf8(value) {
+            Ok(text) => HeaderValueOut::Text(text),
+            Err(_) => HeaderValueOut::Binary {
+                binary: base64::engine::general_purpose::STANDARD.encode(value),
+            },
+        };
+        (name, value)
+    }))
+}
+
+/// The stored headers; a value whose base64 no longer decodes is left out.
+fn deserialize_headers<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Vec<(String, Vec<u8>)>, D::Error> {
+    let stored = Vec::<(String, HeaderValueIn)>::deserialize(deserializer)?;
+    Ok(stored
+        .into_iter()
+        .filter_map(|(name, value)| match value {
+            HeaderValueIn::Text(text) => Some((name, text.into_bytes())),
+            HeaderValueIn::Binary { binary } => base64::engine::general_purpose::STANDARD
+                .decode(binary)
+                .ok()
+                .map(|bytes| (name, bytes)),
+        })
+        .collect())
+}
+
 impl StoredResponse {
-    /// The stored form of `response`, keeping the headers named in `headers` (values that
-    /// are not visible ASCII text are left out).
+    /// The stored form of `response`, keeping the headers named in `headers`, their values
+    /// byte for byte.
     pub fn of(response: &Response<Body>, headers: &[HeaderName]) -> Self {
         let kept = response
             .headers()
             .iter()
             .filter(|(name, _)| headers.contains(name))
-            .filter_map(|(name, value)| Some((name.to_string(), value.to_str().ok()?.to_owned())))
+            .map(|(name, value)| (name.to_string(), value.as_bytes().to_vec()))
             .collect();
         let body = match response.body() {
             Body::Text(text) => StoredBody::Text(text.clone()),
@@ -66,8 +121,9 @@ impl StoredResponse {
         }
     }
 
-    /// The response again, marked as replayed with [`REPLAYED_HEADER`]. A stored part that
-    /// no longer decodes (a status, a header, base64) is left out.
+    /// The response again, its headers' values byte for byte, marked as replayed with
+    /// [`REPLAYED_HEADER`]. A stored part that no longer decodes (a status, a header, base64)
+    /// is left out.
     pub fn replay(&self) -> Response<Body> {
         let body = match &self.body {
             StoredBody::Empty => Body::Empty,
@@ -84,7 +140,7 @@ impl StoredResponse {
         for (name, value) in &self.headers {
             if let (Ok(name), Ok(value)) = (
                 HeaderName::try_from(name.as_str()),
-                HeaderValue::try_from(value.as_str()),
+                HeaderValue::from_bytes(value),
             ) {
                 headers.append(name, value);
             }
@@ -247,7 +303,7 @@ mod tests {
         let stored = StoredResponse::of(&response, &[CONTENT_TYPE]);
         assert_eq!(
             stored.headers,
-            [("content-type".into(), "application/octet-stream".into())]
+            [("content-type".into(), b"application/octet-stream".to_vec())]
         );
         let json = serde_json::to_string(&stored).unwrap();
         assert_eq!(
@@ -261,6 +317,44 @@ mod tests {
         assert_eq!(replayed.headers()[REPLAYED_HEADER], "true");
         assert!(replayed.headers().get("set-cookie").is_none());
         assert!(matches!(replayed.body(), Body::Binary(b) if b == &[0, 159, 146, 150]));
+    }
+
+    #[test]
+    fn header_values_are_stored_as_text_when_utf8_else_base64_and_replayed_exactly() {
+        let mut response = Response::new(Body::Empty);
+        let headers = response.headers_mut();
+        headers.insert(
+            "location",
+            HeaderValue::from_bytes("/files/café".as_bytes()).unwrap(),
+        );
+        headers.insert("x-latin1", HeaderValue::from_bytes(b"caf\xe9").unwrap());
+        let names = [
+            HeaderName::from_static("location"),
+            HeaderName::from_static("x-latin1"),
+        ];
+        let stored = StoredResponse::of(&response, &names);
+        let json = serde_json::to_string(&stored).unwrap();
+        assert_eq!(
+            json,
+            r#"{"status":200,"headers":[["location","/files/café"],["x-latin1",{"binary":"Y2Fm6Q=="}]],"body":"empty"}"#
+        );
+        let read: StoredResponse = serde_json::from_str(&json).unwrap();
+        assert_eq!(read, stored);
+        let replayed = read.replay();
+        assert_eq!(
+            replayed.headers()["location"].as_bytes(),
+            "/files/café".as_bytes()
+        );
+        assert_eq!(replayed.headers()["x-latin1"].as_bytes(), b"caf\xe9");
+        // Base64 that no longer decodes, or a value no header may hold: left out.
+        let damaged: StoredResponse = serde_json::from_str(
+            r#"{"status":200,"headers":[["a",{"binary":"!"}],["b","x\ny"],["c","z"]]}"#,
+        )
+        .unwrap();
+        let replayed = damaged.replay();
+        assert!(replayed.headers().get("a").is_none());
+        assert!(replayed.headers().get("b").is_none());
+        assert_eq!(replayed.headers()["c"], "z");
     }
 
     #[test]

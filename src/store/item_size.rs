@@ -12,7 +12,7 @@ pub const MAX_ITEM_BYTES: usize = 400 * 1024;
 /// The most a DynamoDB number attribute takes (38 significant digits).
 const NUMBER_BYTES: usize = 21;
 
-/// The longest stored payload hash (`v2:` and 64 hex digits). A completion is sized as if
+/// The longest stored payload hash (`v2:` or `v3:`, and 64 hex digits). A completion is sized as if
 /// the record had one, since the stores do not read the record before updating it.
 const PAYLOAD_HASH_MAX_BYTES: usize = 67;
 
