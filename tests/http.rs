@@ -478,3 +478,37 @@ async fn caller_scoping_is_turned_off_or_chosen_by_the_layer() {
     assert!(!answer(&by_tenant, post(user("u-3", "globex"))).await.1);
     assert_eq!(handler.runs(), 2);
 }
+
+/// A missing idempotency table (a typo, another region) is the deployment's fault: every
+/// request is answered 503 `unavailable` (with `Retry-After`), the handler never runs without
+/// its record, and nothing is stored; once the table exists the client's retry runs once and
+/// the next one is replayed.
+#[tokio::test]
+async fn a_missing_table_answers_503_and_stores_nothing() {
+    let Some(client) = lambda_idempotency_test_support::dynamodb::client().await else {
+        return;
+    };
+    let table = format!("missing-{}", uuid::Uuid::new_v4().simple());
+    let store = lambda_idempotency::store::DynamoDbStore::new(client.clone(), &table);
+    let handler = Handler::default();
+    let api = service(store, &handler);
+    for _ in 0..2 {
+        let response = send(&api, post("k-1", r#"{"cents":5}"#)).await;
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(response.headers().contains_key("retry-after"));
+        assert!(problem_type(&response).ends_with(":unavailable"));
+    }
+    assert_eq!(handler.runs(), 0, "no handler without its record");
+    lambda_idempotency::testing::dynamodb::create_table_named(&client, &table, "id", None).await;
+    let created = send(&api, post("k-1", r#"{"cents":5}"#)).await;
+    assert_eq!(
+        (created.status(), replayed(&created)),
+        (StatusCode::CREATED, false)
+    );
+    let again = send(&api, post("k-1", r#"{"cents":5}"#)).await;
+    assert_eq!(
+        (again.status(), replayed(&again)),
+        (StatusCode::CREATED, true)
+    );
+    assert_eq!(handler.runs(), 1);
+}
