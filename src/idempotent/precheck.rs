@@ -65,7 +65,8 @@ struct Lookup {
     /// The derived keys, sorted, each once.
     keys: Vec<IdempotencyKey>,
     found: OnceCell<Found>,
-    /// How many of the batch's records had begun their turn when the read ended.
+    /// How many of the batch's records had begun their turn when the read began: a record
+    /// whose turn began later (during the read, or after it) may find its lease ended since.
     read_in_turn: OnceLock<usize>,
 }
 
@@ -78,16 +79,17 @@ impl Lookup {
             // record that does the lookup, not carried in every record's future.
             .get_or_init(|| {
                 Box::pin(async move {
+                    let read_in = turns_begun();
                     let found = look_up(store, clock, deadline, &self.keys).await;
-                    let _ = self.read_in_turn.set(turns_begun());
+                    let _ = self.read_in_turn.set(read_in);
                     found
                 })
             })
             .await
     }
 
-    /// Whether no record's turn has begun since the read ended: what it found of a record
-    /// asking now is as old as that record's turn, not older.
+    /// Whether no record's turn has begun since the read began: what it found of a record
+    /// asking now is not older than that record's turn.
     fn read_in_this_turn(&self) -> bool {
         self.read_in_turn
             .get()

@@ -9,6 +9,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use aws_lambda_events::sqs::SqsEvent;
+use futures_util::FutureExt;
 use lambda_runtime::LambdaEvent;
 use tower::{Service, ServiceExt};
 use tracing::Instrument;
@@ -378,7 +379,22 @@ impl<S, C, E: BatchEvent> BatchProcessor<S, C, E> {
             // The service catches its handler's panic (and releases the lease); a panic
             // anywhere else on the record's path (a store, a clock, another service) fails
             // this record alone.
-            let call = crate::idempotent::catch_panic_async(self.service.clone().oneshot(event));
+            let mut service = self.service.clone();
+            let call = crate::idempotent::catch_panic_async(async move {
+                // A record that waits for the service to be ready (a concurrency limit in or
+                // around it) begins a new turn once it is: the batch's lookup, read while it
+                // waited, is older than its turn.
+                match ServiceExt::<LambdaEvent<E::Record>>::ready(&mut service).now_or_never() {
+                    Some(ready) => {
+                        ready?;
+                    }
+                    None => {
+                        ServiceExt::<LambdaEvent<E::Record>>::ready(&mut service).await?;
+                        crate::idempotent::begin_turn();
+                    }
+                }
+                service.call(event).await
+            });
             tokio::select! {
                 result = call => result,
                 () = self.clock.sleep_until(deadline.answer_by()) => {
