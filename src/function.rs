@@ -41,7 +41,8 @@
 //! ([`BodyHash`] over [`Serialized`]): equal arguments are one call, whatever order their
 //! serialization visits them in, for arguments made of:
 //! - structs, tuples, enums, `Option`, strings, booleans, and numbers (integers up to 128
-//!   bits with every digit);
+//!   bits with every digit; finite floats: serde_json writes `NaN` and the infinities as
+//!   `null`, like `None`, so they key as it does);
 //! - sequences whose order is part of their value: `Vec`, `VecDeque`, arrays and slices
 //!   (`[a, b]` and `[b, a]` are two calls), and `BTreeSet`;
 //! - maps with string or integer keys, `HashMap` and `BTreeMap` (their entries sorted);

@@ -92,13 +92,16 @@ impl<T: serde::Serialize> Serialized<T> {
 
 impl<T> Serialized<T> {
     /// `value` with the canonical form of `json`, the JSON text it was deserialized from (a
-    /// whole invocation's event as received). Fails when `json` is not JSON or is nested
-    /// deeper than 128 levels.
-    pub(crate) fn from_json(value: T, json: &str) -> Result<Self, serde_json::Error> {
-        Ok(Self {
-            value,
-            json: crate::canonical::canonical(json)?.into_bytes(),
-        })
+    /// whole invocation's event as received), or that text itself when it has no canonical
+    /// form (a string with a lone surrogate escape, which a producer that cut an emoji in half
+    /// writes, or nesting deeper than 128 levels): a redelivery carries the same bytes, so it
+    /// still finds its record.
+    pub(crate) fn from_json(value: T, json: &str) -> Self {
+        let json = match crate::canonical::canonical(json) {
+            Ok(canonical) => canonical.into_bytes(),
+            Err(_) => json.as_bytes().to_vec(),
+        };
+        Self { value, json }
     }
 
     /// The value.

@@ -63,10 +63,10 @@
 //! that carry nothing per delivery: an API Gateway or S3 event has request ids and times that
 //! differ on each), and a closure over `&Serialized<T>` reads the deserialized event through
 //! `Deref`. The default [`MessageId`](crate::key::MessageId) finds no id on a whole event, so
-//! every invocation fails with [`KeyError::MissingMessageId`]: choose a key with
-//! [`IdempotencyLayer::with_key`]. An event nested deeper than 128 levels (in a field `T`
-//! does not read; `T` itself would not deserialize) fails with [`KeyError::BodyNotJson`],
-//! without running the handler.
+//! every invocation fails with [`KeyError::MissingMessageId`](crate::key::KeyError::MissingMessageId): choose a key with
+//! [`IdempotencyLayer::with_key`]. An event without a canonical form (nested deeper than 128
+//! levels, or holding a lone surrogate escape, in a field `T` does not read) is keyed on its
+//! text as received: a redelivery sends the same bytes.
 //!
 //! Every [`Error`] fails the invocation (Lambda retries an asynchronous one), except a
 //! permanent failure stored earlier, which is returned as the error again, and
@@ -85,7 +85,6 @@ use tower::{BoxError, Service};
 use crate::error::Error;
 use crate::idempotent::{IdempotencyLayer, Idempotent, Mode};
 use crate::input::Serialized;
-use crate::key::KeyError;
 use crate::processed::Processed;
 
 /// A whole invocation's event as Lambda delivered it: its JSON text, and the handler's `T`
@@ -94,8 +93,9 @@ use crate::processed::Processed;
 /// The event an [`IdempotentInvocation`] takes. `lambda_runtime` deserializes it from the
 /// invocation's body (its `Deserialize` keeps the text and deserializes `T` from it); the
 /// key and payload hash are derived from that text, canonical, so they keep what `T` would
-/// lose: every digit of a number past 64 bits (in a `serde_json::Value` it is an `f64`), one
-/// order for a set's elements (a `HashSet` iterates in an order of its own), and the fields
+/// lose: every digit of a number past 64 bits (in a `serde_json::Value` it is an `f64`), the
+/// order of a list's elements as sent (a `HashSet` in `T` iterates in an order of its own; a
+/// resend that lists a set's elements in another order is another payload), and the fields
 /// `T` does not read. In tests, build it from the text Lambda would deliver
 /// ([`from_json`](Received::from_json)), or from a value
 /// ([`from_value`](Received::from_value)), and wrap it in a `LambdaEvent` (with the testing
@@ -246,16 +246,7 @@ where
 
     fn call(&mut self, event: LambdaEvent<Received<T>>) -> Self::Future {
         let Received { value, json } = event.payload;
-        let payload = match Serialized::from_json(value, json.get()) {
-            Ok(payload) => payload,
-            Err(err) => {
-                // Valid JSON (Lambda's body, parsed), but nested deeper than canonical JSON
-                // goes.
-                let err = Error::Key(KeyError::BodyNotJson(err));
-                crate::metrics::outcome(err.outcome());
-                return Box::pin(std::future::ready(Err(err)));
-            }
-        };
+        let payload = Serialized::from_json(value, json.get());
         let processed = self.inner.call(LambdaEvent::new(payload, event.context));
         Box::pin(async move {
             let processed = processed.await;
@@ -302,8 +293,7 @@ mod tests {
         assert_eq!(event.json(), std::str::from_utf8(body).unwrap().trim());
         assert_eq!(event.get().tags.len(), 3);
         assert!(event.get().id.is_f64(), "T keeps what it can of the id");
-        let input =
-            Serialized::from_json(event.into_inner(), std::str::from_utf8(body).unwrap()).unwrap();
+        let input = Serialized::from_json(event.into_inner(), std::str::from_utf8(body).unwrap());
         assert_eq!(
             input.json(),
             br#"{"id":12345678901234567890123e0,"tags":["b","a","c"]}"#
@@ -344,7 +334,7 @@ mod tests {
         })
         .unwrap();
         assert_eq!(from_text.get(), from_value.get());
-        let input = |event: &Received<Refund>| Serialized::from_json((), event.json()).unwrap();
+        let input = |event: &Received<Refund>| Serialized::from_json((), event.json());
         assert_eq!(
             BodyHash.key_material(&input(&from_text)).unwrap(),
             BodyHash.key_material(&input(&from_value)).unwrap()

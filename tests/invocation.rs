@@ -249,7 +249,7 @@ async fn concurrent_invocations_on_dynamodb_local() {
 }
 
 #[tokio::test]
-async fn events_without_a_key_or_json_never_run_the_handler() {
+async fn events_without_a_key_never_run_the_handler_and_odd_json_runs_once() {
     let handler = Handler::default();
     let h = handler.clone();
     // The default key (the event's own id) finds nothing on a whole event.
@@ -262,22 +262,27 @@ async fn events_without_a_key_or_json_never_run_the_handler() {
     );
     assert_eq!(err.outcome(), Outcome::Rejected);
 
-    // An event nested deeper than canonical JSON goes (128 levels), in a field the handler's
-    // type does not read: it deserializes, and no key can be derived from it.
+    // Events without a canonical form, in fields the handler's type does not read: nested
+    // deeper than canonical JSON goes (128 levels), or a string with a lone surrogate escape
+    // (a producer that cut an emoji in half). They deserialize, are keyed on their text as
+    // received, run once, and a redelivery of the same text replays. (Found in review: both
+    // failed every invocation with a key error.)
     let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
-    let text = format!(r#"{{"order_id": "o-1", "cents": 1, "trace": {deep}}}"#);
-    let h = handler.clone();
-    let mut function =
-        layer(InMemoryStore::new()).invocation(service_fn(move |e| h.clone().handle(e)));
-    let err = call(&mut function, received::<Refund>(&text))
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(err, Error::Key(KeyError::BodyNotJson(_))),
-        "{err:?}"
-    );
-    assert_eq!(err.outcome(), Outcome::Rejected);
-    assert_eq!(handler.runs(), 0);
+    let cut = r#""truncated \ud83d""#;
+    for (n, extra) in [deep.as_str(), cut].into_iter().enumerate() {
+        let text = format!(r#"{{"order_id": "o-{n}", "cents": 1, "trace": {extra}}}"#);
+        let h = handler.clone();
+        let mut function =
+            layer(InMemoryStore::new()).invocation(service_fn(move |e| h.clone().handle(e)));
+        let first = call(&mut function, received::<Refund>(&text))
+            .await
+            .unwrap();
+        let again = call(&mut function, received::<Refund>(&text))
+            .await
+            .unwrap();
+        assert_eq!(first, again, "{extra}: replayed");
+    }
+    assert_eq!(handler.runs(), 2, "each ran once");
 
     // An event that cannot be serialized as JSON (a map with non-string keys) is not built.
     assert!(Received::from_value(HashMap::from([((1u8, 2u8), 3u8)])).is_err());

@@ -26,8 +26,11 @@ pub trait TransactionScope: Store {
     /// `PostgresStore`, a pool of fewer than 2 connections, one being kept for the lease
     /// calls) with [`StoreError::Misconfigured`].
     /// [`IdempotencyLayer::in_transaction`](crate::IdempotencyLayer::in_transaction) calls it,
-    /// so such a store is refused when the layer is built, not at the first record.
-    fn check_transactions(&self) -> Result<(), StoreError>;
+    /// so such a store is refused when the layer is built, not at the first record. The
+    /// default accepts every configuration.
+    fn check_transactions(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
 
     /// Opens a transaction. It waits for its turn and its connection (a store may run only
     /// so many at once: `PostgresStore` keeps a connection for the lease calls), waits on a
