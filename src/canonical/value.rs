@@ -221,57 +221,30 @@ impl<S: Serializer> Serializer for SortSets<S> {
     }
 }
 
-impl<S: ser::SerializeSeq> ser::SerializeSeq for SortSets<S> {
-    type Ok = S::Ok;
-    type Error = S::Error;
+/// The compound serializers of one element kind, each element wrapped in [`Sorted`].
+macro_rules! sorted_elements {
+    ($($compound:ident::$element:ident),+ $(,)?) => {$(
+        impl<S: ser::$compound> ser::$compound for SortSets<S> {
+            type Ok = S::Ok;
+            type Error = S::Error;
 
-    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), S::Error> {
-        self.0.serialize_element(&Sorted(value))
-    }
+            fn $element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), S::Error> {
+                self.0.$element(&Sorted(value))
+            }
 
-    fn end(self) -> Result<S::Ok, S::Error> {
-        self.0.end()
-    }
+            fn end(self) -> Result<S::Ok, S::Error> {
+                self.0.end()
+            }
+        }
+    )+};
 }
 
-impl<S: ser::SerializeTuple> ser::SerializeTuple for SortSets<S> {
-    type Ok = S::Ok;
-    type Error = S::Error;
-
-    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), S::Error> {
-        self.0.serialize_element(&Sorted(value))
-    }
-
-    fn end(self) -> Result<S::Ok, S::Error> {
-        self.0.end()
-    }
-}
-
-impl<S: ser::SerializeTupleStruct> ser::SerializeTupleStruct for SortSets<S> {
-    type Ok = S::Ok;
-    type Error = S::Error;
-
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), S::Error> {
-        self.0.serialize_field(&Sorted(value))
-    }
-
-    fn end(self) -> Result<S::Ok, S::Error> {
-        self.0.end()
-    }
-}
-
-impl<S: ser::SerializeTupleVariant> ser::SerializeTupleVariant for SortSets<S> {
-    type Ok = S::Ok;
-    type Error = S::Error;
-
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), S::Error> {
-        self.0.serialize_field(&Sorted(value))
-    }
-
-    fn end(self) -> Result<S::Ok, S::Error> {
-        self.0.end()
-    }
-}
+sorted_elements!(
+    SerializeSeq::serialize_element,
+    SerializeTuple::serialize_element,
+    SerializeTupleStruct::serialize_field,
+    SerializeTupleVariant::serialize_field,
+);
 
 impl<S: ser::SerializeMap> ser::SerializeMap for SortSets<S> {
     type Ok = S::Ok;

@@ -296,14 +296,10 @@ impl<S, C, E: BatchEvent> BatchProcessor<S, C, E> {
             .into_inner()
             .or_else(|| misconfigured_for_all(&report.records));
         if let Some(fault) = failing {
-            tracing::error!(
-                error_type = "Idempotency.Misconfigured",
-                store = fault.store,
-                table = %fault.table,
-                code = %fault.code,
-                error = %fault,
+            log_misconfiguration(
+                &fault,
                 "the store is not set up for this function: failing the invocation, so that \
-                 the batch is retried once it is fixed"
+                 the batch is retried once it is fixed",
             );
             report.invocation_error = Some(BatchError::Misconfigured(fault));
         } else if let Some(fault) = report
@@ -311,14 +307,10 @@ impl<S, C, E: BatchEvent> BatchProcessor<S, C, E> {
             .iter()
             .find_map(|r| r.error.as_ref()?.misconfiguration())
         {
-            tracing::error!(
-                error_type = "Idempotency.Misconfigured",
-                store = fault.store,
-                table = %fault.table,
-                code = %fault.code,
-                error = %fault,
+            log_misconfiguration(
+                fault,
                 "a table of the handler's writes refused some records while others committed: \
-                 those records are reported alone"
+                 those records are reported alone",
             );
         }
         report
@@ -416,6 +408,18 @@ impl<S, C, E: BatchEvent> BatchProcessor<S, C, E> {
         span.in_scope(|| report.log(self.log_error_text));
         report
     }
+}
+
+/// Logs `fault`, said once for the batch, as an ERROR with `what` it does to it.
+fn log_misconfiguration(fault: &Misconfiguration, what: &str) {
+    tracing::error!(
+        error_type = "Idempotency.Misconfigured",
+        store = fault.store,
+        table = %fault.table,
+        code = %fault.code,
+        error = %fault,
+        "{what}"
+    );
 }
 
 /// The misconfiguration of a table of the handler's writes that fails the whole batch: one
