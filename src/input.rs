@@ -2,6 +2,12 @@
 
 use std::borrow::Cow;
 
+/// An [`Input`] whose [`id`](Input::id) is unique per event as its source assigns it: the
+/// batch records (SQS messages, Kinesis records, DynamoDB stream records), which
+/// [`MessageId`](crate::key::MessageId) keys on. A whole invocation, an HTTP request or a
+/// function's arguments have no such id, so `MessageId` does not compile there.
+pub trait Identified: Input {}
+
 /// A value of a named attribute (an SQS message attribute, an HTTP header).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]

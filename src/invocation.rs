@@ -62,9 +62,9 @@
 //! order id), [`BodyHash`](crate::key::BodyHash) keys on the whole event (only for events
 //! that carry nothing per delivery: an API Gateway or S3 event has request ids and times that
 //! differ on each), and a closure over `&Serialized<T>` reads the deserialized event through
-//! `Deref`. The default [`MessageId`](crate::key::MessageId) finds no id on a whole event, so
-//! every invocation fails with [`KeyError::MissingMessageId`](crate::key::KeyError::MissingMessageId): choose a key with
-//! [`IdempotencyLayer::with_key`]. An event without a canonical form (nested deeper than 128
+//! `Deref`. The default [`MessageId`](crate::key::MessageId) reads a batch record's id and
+//! finds none on a whole event: a layer still keyed by it does not compile with
+//! [`IdempotencyLayer::invocation`], so choose a key with [`IdempotencyLayer::with_key`]. An event without a canonical form (nested deeper than 128
 //! levels, or holding a lone surrogate escape, in a field `T` does not read) is keyed on its
 //! text as received: a redelivery sends the same bytes.
 //!
@@ -85,6 +85,7 @@ use tower::{BoxError, Service};
 use crate::error::Error;
 use crate::idempotent::{IdempotencyLayer, Idempotent, Mode};
 use crate::input::Serialized;
+use crate::key::KeyExtractor;
 use crate::processed::Processed;
 
 /// A whole invocation's event as Lambda delivered it: its JSON text, and the handler's `T`
@@ -212,7 +213,15 @@ impl<St: Clone, K: Clone, C: Clone, M> IdempotencyLayer<St, K, C, M> {
     /// Makes a whole-invocation handler (a service of `LambdaEvent<T>`, such as
     /// `lambda_runtime::service_fn(f)`) idempotent on the key this layer derives from the
     /// event. See the [module](crate::invocation) docs.
-    pub fn invocation<S>(&self, handler: S) -> IdempotentInvocation<S, St, K, C, M> {
+    ///
+    /// The layer's key must read a whole event ([`JsonPointer`](crate::key::JsonPointer),
+    /// [`BodyHash`](crate::key::BodyHash), a closure over `&Serialized<T>`): the default
+    /// [`MessageId`](crate::key::MessageId) finds no id on one, and does not compile here.
+    pub fn invocation<S, T>(&self, handler: S) -> IdempotentInvocation<S, St, K, C, M>
+    where
+        S: Service<LambdaEvent<T>>,
+        K: KeyExtractor<Serialized<T>>,
+    {
         IdempotentInvocation {
             inner: tower::Layer::layer(self, EventHandler { inner: handler }),
         }

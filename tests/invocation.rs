@@ -252,15 +252,18 @@ async fn concurrent_invocations_on_dynamodb_local() {
 async fn events_without_a_key_never_run_the_handler_and_odd_json_runs_once() {
     let handler = Handler::default();
     let h = handler.clone();
-    // The default key (the event's own id) finds nothing on a whole event.
+    // A key whose field the event lacks. (The default key, the event's own id, does not
+    // compile on a whole event: `MessageId`'s `compile_fail` doctest.)
     let mut function = IdempotencyLayer::new(InMemoryStore::new())
+        .with_key(JsonPointer::new("/no_such_field"))
         .invocation(service_fn(move |e| h.clone().handle(e)));
     let err = call(&mut function, refund("o-1", 1)).await.unwrap_err();
     assert!(
-        matches!(err, Error::Key(KeyError::MissingMessageId)),
+        matches!(err, Error::Key(KeyError::PointerNotFound { .. })),
         "{err:?}"
     );
     assert_eq!(err.outcome(), Outcome::Rejected);
+    assert_eq!(handler.runs(), 0, "no key, no run");
 
     // Events without a canonical form, in fields the handler's type does not read: nested
     // deeper than canonical JSON goes (128 levels), or a string with a lone surrogate escape

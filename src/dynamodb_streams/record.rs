@@ -10,6 +10,8 @@ use super::image;
 use crate::batch::{BatchEvent, Ordering};
 use crate::input::{AttributeValue, Input};
 
+impl crate::input::Identified for EventRecord {}
+
 impl Input for EventRecord {
     /// The `eventID`, unique per change.
     fn id(&self) -> Option<&str> {

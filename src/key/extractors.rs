@@ -1,16 +1,33 @@
 //! The built-in key extractors, for any [`Input`].
 
 use crate::canonical::canonical;
-use crate::input::{AttributeValue, Input};
+use crate::input::{AttributeValue, Identified, Input};
 use crate::key::{non_empty, KeyError, KeyExtractor};
 use crate::pointer::select;
 
-/// Keys on the event's own id ([`Input::id`]; SQS: the `messageId`), the default. Catches
-/// redeliveries by the source, not producer retries.
+/// Keys on a batch record's own id ([`Input::id`]; SQS: the `messageId`; Kinesis and
+/// DynamoDB Streams: the `eventID`), the default. Catches redeliveries by the source, not
+/// producer retries.
+///
+/// Implemented for the batch records only ([`Identified`]): a whole invocation, an HTTP request or a
+/// function's arguments carry no id unique per event, so a layer keyed by `MessageId` does
+/// not compile there; choose a key with [`IdempotencyLayer::with_key`](crate::IdempotencyLayer::with_key).
+///
+/// ```compile_fail,E0277
+/// use lambda_idempotency::store::InMemoryStore;
+/// use lambda_idempotency::IdempotencyLayer;
+/// use lambda_runtime::{service_fn, LambdaEvent};
+/// async fn refund(event: LambdaEvent<serde_json::Value>) -> Result<u64, lambda_runtime::Error> {
+///     Ok(1)
+/// }
+/// let layer = IdempotencyLayer::new(InMemoryStore::new());
+/// // error: `MessageId` cannot derive an idempotency key from a whole invocation's event
+/// let function = layer.invocation(service_fn(refund));
+/// ```
 #[derive(Debug, Clone, Copy, Default)]
 pub struct MessageId;
 
-impl<I: Input + ?Sized> KeyExtractor<I> for MessageId {
+impl<I: Identified + ?Sized> KeyExtractor<I> for MessageId {
     fn key_material(&self, input: &I) -> Result<Vec<u8>, KeyError> {
         let id = input.id().ok_or(KeyError::MissingMessageId)?;
         non_empty(id.as_bytes().to_vec())

@@ -109,8 +109,9 @@ impl KeyError {
 
 /// Derives raw key material from an event of type `I`.
 ///
-/// Implemented for every [`Input`](crate::Input) (an SQS message, for one) by [`MessageId`]
-/// (the default), [`MessageAttribute`], [`JsonPointer`] and [`BodyHash`], and for any `I` by
+/// Implemented for every [`Input`](crate::Input) (an SQS message, for one) by
+/// [`MessageAttribute`], [`JsonPointer`] and [`BodyHash`], for the batch records by
+/// [`MessageId`] (the default), and for any `I` by
 /// any `Fn(&I) -> Result<impl AsRef<[u8]>, KeyError>`. Combine two with
 /// [`or`](KeyExtractor::or).
 ///
@@ -119,6 +120,11 @@ impl KeyError {
 /// creates a *new* message with a new `messageId`, so when producers may retry, key on an id
 /// the producer generates (a message attribute such as `Idempotency-Key`, or a field in the
 /// body) instead.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot derive an idempotency key from `{I}`",
+    label = "no key for `{I}`",
+    note = "`MessageId` (the default key) reads a batch record's own id: a whole invocation, an HTTP request or a function call has none. Choose the key with `IdempotencyLayer::with_key`, e.g. `JsonPointer::new(\"/order_id\")`, or a closure `|event: &I| -> Result<_, KeyError>`"
+)]
 pub trait KeyExtractor<I: ?Sized>: Send + Sync + 'static {
     /// The raw key material for `input`. It is hashed before it is stored.
     fn key_material(&self, input: &I) -> Result<Vec<u8>, KeyError>;

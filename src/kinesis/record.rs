@@ -11,6 +11,8 @@ use crate::input::{AttributeValue, Input};
 /// The attribute name under which a Kinesis record's partition key is read.
 const PARTITION_KEY: &str = "partitionKey";
 
+impl crate::input::Identified for KinesisEventRecord {}
+
 impl Input for KinesisEventRecord {
     /// The `eventID`: `shardId-…:` and the sequence number.
     fn id(&self) -> Option<&str> {

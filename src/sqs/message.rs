@@ -7,6 +7,8 @@ use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use crate::batch::{BatchEvent, Ordering};
 use crate::input::{AttributeValue, Input};
 
+impl crate::input::Identified for SqsMessage {}
+
 impl Input for SqsMessage {
     fn id(&self) -> Option<&str> {
         self.message_id.as_deref()
