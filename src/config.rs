@@ -30,10 +30,12 @@ pub enum MissingKey {
     ProcessUnprotected,
 }
 
-/// How a [`Transactional`](crate::idempotent::Transactional) handler's writes are committed.
+/// How a handler's writes are committed with its record: chosen on the layer of a handler
+/// with writes ([`IdempotencyLayer::with_commit`](crate::IdempotencyLayer::with_commit)), the
+/// only place it applies.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum IdempotencyMode {
+pub enum CommitStrategy {
     /// Take a lease first, then commit the writes with the record, fenced by the lease (the
     /// default). The handler never runs twice at once.
     #[default]
@@ -44,18 +46,29 @@ pub enum IdempotencyMode {
     Optimistic,
 }
 
-impl IdempotencyMode {
+impl CommitStrategy {
     /// Parses `lease` or `optimistic` (as in the `IDEMPOTENCY_MODE` variable).
     pub fn parse(value: &str) -> Option<Self> {
         match value.trim().to_ascii_lowercase().as_str() {
-            "lease" => Some(IdempotencyMode::Lease),
-            "optimistic" => Some(IdempotencyMode::Optimistic),
+            "lease" => Some(CommitStrategy::Lease),
+            "optimistic" => Some(CommitStrategy::Optimistic),
             _ => None,
         }
     }
 }
 
-/// Configuration of the idempotency layer.
+/// The settings of the records: how they are keyed, kept, validated, leased, retried and
+/// observed.
+///
+/// Where a setting lives, in one sentence: **what a record is and how it is kept** (key
+/// prefix, window, lease, payload validation, local cache, attempts, hooks) is `Config`;
+/// **what the layer is built from** (store, key, clock) **and the kind of handler it wraps**
+/// (plain, with writes and their [`CommitStrategy`], in a transaction) is the
+/// [`IdempotencyLayer`](crate::IdempotencyLayer); **how a batch runs** (scheduling,
+/// pre-check, replay) is the [`BatchProcessor`](crate::batch::BatchProcessor); and **how HTTP
+/// maps to records** (header, methods, stored responses, callers) is the `IdempotentHttpLayer`.
+/// The builders of one do not undo another's: [`IdempotencyLayer::with_config`](crate::IdempotencyLayer::with_config)
+/// may come before or after the others.
 ///
 /// # Default
 /// - key prefix: the Lambda function name (from the invocation `Context`, else
@@ -67,7 +80,7 @@ impl IdempotencyMode {
 /// - 3 acquire attempts when the record changes underneath; 3 attempts, with backoff and
 ///   jitter and never past the deadline, for a completion, release or commit that meets a
 ///   store fault (or, for a commit, a transaction conflict);
-/// - lease mode for transactional handlers, no heartbeat;
+/// - no heartbeat;
 /// - a permanent failure stores a fixed text, not its message (which may quote the input).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
@@ -79,7 +92,8 @@ pub struct Config {
     pub(crate) missing_key: MissingKey,
     pub(crate) acquire_attempts: u32,
     pub(crate) commit_attempts: u32,
-    pub(crate) mode: IdempotencyMode,
+    /// Set by the layer when it builds a service (the strategy is the layer's).
+    pub(crate) commit: CommitStrategy,
     pub(crate) heartbeat: Option<Duration>,
     pub(crate) store_failure_messages: bool,
     pub(crate) hooks: Hooks,
@@ -99,7 +113,7 @@ impl Default for Config {
             missing_key: MissingKey::Fail,
             acquire_attempts: 3,
             commit_attempts: 3,
-            mode: IdempotencyMode::Lease,
+            commit: CommitStrategy::Lease,
             heartbeat: None,
             store_failure_messages: false,
             hooks: Hooks::default(),
@@ -171,12 +185,6 @@ impl Config {
         self
     }
 
-    /// Chooses how transactional handlers commit.
-    pub fn with_mode(mut self, mode: IdempotencyMode) -> Self {
-        self.mode = mode;
-        self
-    }
-
     /// Keeps leases of `lease` length (never past the invocation deadline) and extends them
     /// every `every` while the handler runs, so work longer than one lease stays protected.
     /// The extension is fenced by the owner token and stops when the handler ends. The period
@@ -237,11 +245,6 @@ impl Config {
     {
         self.hooks.created = Some(Arc::new(hook));
         self
-    }
-
-    /// The transactional commit mode.
-    pub fn mode(&self) -> IdempotencyMode {
-        self.mode
     }
 
     /// The configured key prefix, if any.

@@ -89,7 +89,7 @@ use serde::Serialize;
 use tower::{BoxError, Layer, Service, ServiceExt};
 
 use crate::clock::Clock;
-use crate::config::IdempotencyMode;
+use crate::config::CommitStrategy;
 use crate::error::Error;
 use crate::idempotent::{within_call, IdempotencyLayer, Mode};
 use crate::input::Serialized;
@@ -151,7 +151,7 @@ impl<St, K, C, M> IdempotencyLayer<St, K, C, M> {
         let config = layer.config_mut();
         config.key_namespace = Some(format!("fn:{name}"));
         // The function's effect is outside the store: never run it without a lease.
-        config.mode = IdempotencyMode::Lease;
+        layer.commit = CommitStrategy::Lease;
         IdempotentFn { layer, name, f }
     }
 }

@@ -89,7 +89,7 @@
 //! [`IdempotencyLayer::with_writes`] returns a [`Completion`] (its result and
 //! [`store::Write`]s) and the writes are committed with the record in one
 //! `TransactWriteItems` ([`store::TransactionalStore`]), so they are applied exactly once
-//! even if the process dies at any instant; [`IdempotencyMode`] chooses between a lease
+//! even if the process dies at any instant; [`CommitStrategy`] chooses between a lease
 //! first and an optimistic single round trip. Errors marked [`Permanent`] are stored and
 //! acknowledged instead of retried.
 //!
@@ -158,7 +158,7 @@ mod canonical;
 mod hashing;
 mod pointer;
 
-pub use config::{Config, IdempotencyMode, MissingKey, DEFAULT_EXPIRES_AFTER};
+pub use config::{CommitStrategy, Config, MissingKey, DEFAULT_EXPIRES_AFTER};
 pub use error::{BoxError, Error, Permanent};
 pub use idempotent::{Completion, IdempotencyLayer, Idempotent, InTransaction, TransactionEvent};
 pub use input::Input;

@@ -144,23 +144,25 @@ async fn a_same_key_follower_waits_no_longer_than_its_own_deadline() {
 
 #[tokio::test]
 async fn an_optimistic_permanent_failure_is_shared_with_same_key_records() {
-    use lambda_idempotency::{Completion, IdempotencyMode, Permanent};
+    use lambda_idempotency::{CommitStrategy, Completion, Permanent};
     let runs = Arc::new(AtomicUsize::new(0));
-    let layer = IdempotencyLayer::new(InMemoryStore::new()).with_config(
-        Config::new()
-            .with_key_prefix("t")
-            .with_mode(IdempotencyMode::Optimistic),
-    );
+    let layer =
+        IdempotencyLayer::new(InMemoryStore::new()).with_config(Config::new().with_key_prefix("t"));
     let counter = runs.clone();
-    let processor =
-        BatchProcessor::new(layer.clone().with_writes().handler(move |_m: SqsMessage| {
-            let runs = counter.clone();
-            async move {
-                runs.fetch_add(1, Ordering::SeqCst);
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                Err::<Completion<()>, _>(Permanent::new("declined"))
-            }
-        }));
+    let processor = BatchProcessor::new(
+        layer
+            .clone()
+            .with_writes()
+            .with_commit(CommitStrategy::Optimistic)
+            .handler(move |_m: SqsMessage| {
+                let runs = counter.clone();
+                async move {
+                    runs.fetch_add(1, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    Err::<Completion<()>, _>(Permanent::new("declined"))
+                }
+            }),
+    );
     let mut event = batch(1);
     event.records.push(event.records[0].clone());
     let report = processor

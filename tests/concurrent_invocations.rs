@@ -14,7 +14,7 @@ use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
 use lambda_idempotency::batch::BatchProcessor;
 use lambda_idempotency::store::{Attr, InMemoryStore, Write};
 use lambda_idempotency::testing::invocation;
-use lambda_idempotency::{Completion, Config, IdempotencyLayer, IdempotencyMode, Outcome};
+use lambda_idempotency::{CommitStrategy, Completion, Config, IdempotencyLayer, Outcome};
 use lambda_idempotency_test_support::{outcomes, reported};
 use tower::ServiceExt;
 
@@ -39,34 +39,31 @@ fn runs_of(runs: &Runs, key: &str) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_key_in_concurrent_invocations_runs_once_in_the_process() {
-    for mode in [IdempotencyMode::Lease, IdempotencyMode::Optimistic] {
+    for mode in [CommitStrategy::Lease, CommitStrategy::Optimistic] {
         let store = InMemoryStore::new();
         store.define_table("ledger", &["key"]);
         let runs: Runs = Arc::default();
         let layer = IdempotencyLayer::new(store.clone())
             .with_key(lambda_idempotency::key::JsonPointer::new("/key"))
-            .with_config(
-                Config::new()
-                    .with_key_prefix("mi")
-                    .with_mode(mode)
-                    .with_local_cache(64),
-            );
+            .with_config(Config::new().with_key_prefix("mi").with_local_cache(64));
         let handler_runs = runs.clone();
-        let processor = BatchProcessor::new(layer.with_writes().handler(move |m: SqsMessage| {
-            let runs = handler_runs.clone();
-            async move {
-                let body: serde_json::Value = serde_json::from_str(m.body.as_deref().unwrap())
-                    .map_err(std::io::Error::other)?;
-                let key = body["key"].as_str().unwrap().to_string();
-                *runs.lock().unwrap().entry(key.clone()).or_default() += 1;
-                // Long enough that the other invocations arrive while it runs.
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                let write = Write::update("ledger", [("key", Attr::s(&key))], "ADD #n :one")
-                    .name("#n", "credits")
-                    .value(":one", Attr::n(1));
-                Ok::<_, std::io::Error>(Completion::new(key).with_write(write))
-            }
-        }));
+        let processor = BatchProcessor::new(layer.with_writes().with_commit(mode).handler(
+            move |m: SqsMessage| {
+                let runs = handler_runs.clone();
+                async move {
+                    let body: serde_json::Value = serde_json::from_str(m.body.as_deref().unwrap())
+                        .map_err(std::io::Error::other)?;
+                    let key = body["key"].as_str().unwrap().to_string();
+                    *runs.lock().unwrap().entry(key.clone()).or_default() += 1;
+                    // Long enough that the other invocations arrive while it runs.
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    let write = Write::update("ledger", [("key", Attr::s(&key))], "ADD #n :one")
+                        .name("#n", "credits")
+                        .value(":one", Attr::n(1));
+                    Ok::<_, std::io::Error>(Completion::new(key).with_write(write))
+                }
+            },
+        ));
         // Four invocations at once, on their own tasks (the processor and its futures are
         // Send): every one carries "shared", two carry "pair", each has its own key too.
         let invocations = (0..4).map(|n| {

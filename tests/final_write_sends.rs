@@ -25,7 +25,7 @@ use lambda_idempotency::store::{
     InMemoryStore, Store, StoreError, TransactionalStore, Write,
 };
 use lambda_idempotency::Permanent;
-use lambda_idempotency::{Completion, Config, IdempotencyLayer, IdempotencyMode, Outcome};
+use lambda_idempotency::{CommitStrategy, Completion, Config, IdempotencyLayer, Outcome};
 use lambda_idempotency_test_support::{invocation, outcomes, reported};
 
 const REMAINING: Duration = Duration::from_secs(30);
@@ -215,28 +215,31 @@ fn carried(request: &CommitRequest) -> String {
 /// with 1 and answers `answer` (a permanent failure when `None`), its runs counted.
 async fn deliver(
     store: &Sends,
-    mode: IdempotencyMode,
+    mode: CommitStrategy,
     answer: Option<&str>,
     receive_count: u32,
 ) -> BatchReport<String> {
     let (clock, runs) = (&store.clock, &store.runs);
     let layer = IdempotencyLayer::new(store.clone())
         .with_clock(clock.clone())
-        .with_config(Config::new().with_key_prefix("sends").with_mode(mode));
+        .with_config(Config::new().with_key_prefix("sends"));
     let (runs, answer) = (runs.clone(), answer.map(str::to_string));
-    let processor = BatchProcessor::new(layer.with_writes().handler(move |_: SqsMessage| {
-        runs.fetch_add(1, Ordering::SeqCst);
-        let answer = answer.clone();
-        async move {
-            let credit = Write::update("ledger", [("account", Attr::s("acct-1"))], "ADD #b :one")
-                .name("#b", "balance")
-                .value(":one", Attr::n(1));
-            match answer {
-                Some(value) => Ok(Completion::new(value).with_write(credit)),
-                None => Err(Permanent::new("card declined")),
+    let processor = BatchProcessor::new(layer.with_writes().with_commit(mode).handler(
+        move |_: SqsMessage| {
+            runs.fetch_add(1, Ordering::SeqCst);
+            let answer = answer.clone();
+            async move {
+                let credit =
+                    Write::update("ledger", [("account", Attr::s("acct-1"))], "ADD #b :one")
+                        .name("#b", "balance")
+                        .value(":one", Attr::n(1));
+                match answer {
+                    Some(value) => Ok(Completion::new(value).with_write(credit)),
+                    None => Err(Permanent::new("card declined")),
+                }
             }
-        }
-    }));
+        },
+    ));
     processor
         .process(invocation(
             one_message(receive_count),
@@ -293,7 +296,7 @@ async fn an_optimistic_commit_is_resent_unchanged_and_refitted_at_a_fresh_time()
     // same request again, refused by the record it wrote: ours.
     let store = Sends::new(&[1]);
     let large = "a".repeat(5_000);
-    let first = deliver(&store, IdempotencyMode::Optimistic, Some(&large), 1).await;
+    let first = deliver(&store, CommitStrategy::Optimistic, Some(&large), 1).await;
     assert_acknowledged(&first, Outcome::Executed, "first delivery");
     assert_eq!(store.runs(), 1);
     let sent = store.sent();
@@ -313,7 +316,7 @@ async fn an_optimistic_commit_is_resent_unchanged_and_refitted_at_a_fresh_time()
     assert_eq!(store.balance(), Some(Attr::n(1)), "credited once");
     // A redelivery replays the whole result from the compressed record, found by the
     // pre-check.
-    let again = deliver(&store, IdempotencyMode::Optimistic, Some("other"), 2).await;
+    let again = deliver(&store, CommitStrategy::Optimistic, Some("other"), 2).await;
     store.assert_redelivery(&again, Outcome::Replayed, Some(&large), 3);
 }
 
@@ -321,7 +324,7 @@ async fn an_optimistic_commit_is_resent_unchanged_and_refitted_at_a_fresh_time()
 async fn a_commit_under_a_lease_is_refitted_at_the_same_time_and_expiry() {
     let store = Sends::new(&[]);
     let large = "a".repeat(5_000);
-    let first = deliver(&store, IdempotencyMode::Lease, Some(&large), 1).await;
+    let first = deliver(&store, CommitStrategy::Lease, Some(&large), 1).await;
     assert_acknowledged(&first, Outcome::Executed, "first delivery");
     assert_eq!(store.runs(), 1);
     let sent = store.sent();
@@ -334,7 +337,7 @@ async fn a_commit_under_a_lease_is_refitted_at_the_same_time_and_expiry() {
         .assert_stored_as_sent(Status::Completed, &sent[1])
         .await;
     assert_eq!(store.balance(), Some(Attr::n(1)), "credited once");
-    let again = deliver(&store, IdempotencyMode::Lease, Some("other"), 2).await;
+    let again = deliver(&store, CommitStrategy::Lease, Some("other"), 2).await;
     store.assert_redelivery(&again, Outcome::Replayed, Some(&large), 2);
 }
 
@@ -343,7 +346,7 @@ async fn a_lease_commit_whose_answer_was_lost_is_recognised_by_the_record_it_wro
     // Send 0: applied, its answer lost. Send 1: the same again, refused by its owner fence
     // (the record is no longer in progress), and the refusing record shows the commit ours.
     let store = Sends::new(&[0]);
-    let first = deliver(&store, IdempotencyMode::Lease, Some("ok"), 1).await;
+    let first = deliver(&store, CommitStrategy::Lease, Some("ok"), 1).await;
     assert_acknowledged(&first, Outcome::Executed, "first delivery");
     assert_eq!(first.records[0].value.as_deref(), Some("ok"));
     assert_eq!(store.runs(), 1);
@@ -354,7 +357,7 @@ async fn a_lease_commit_whose_answer_was_lost_is_recognised_by_the_record_it_wro
         .assert_stored_as_sent(Status::Completed, &sent[1])
         .await;
     assert_eq!(store.balance(), Some(Attr::n(1)), "credited once");
-    let again = deliver(&store, IdempotencyMode::Lease, Some("other"), 2).await;
+    let again = deliver(&store, CommitStrategy::Lease, Some("other"), 2).await;
     store.assert_redelivery(&again, Outcome::Replayed, Some("ok"), 2);
 }
 
@@ -362,7 +365,7 @@ async fn a_lease_commit_whose_answer_was_lost_is_recognised_by_the_record_it_wro
 async fn an_optimistic_permanent_failure_is_resent_unchanged_and_replayed() {
     // Send 0: the failure, applied, its answer lost. Send 1: the same again, refused: ours.
     let store = Sends::new(&[0]);
-    let first = deliver(&store, IdempotencyMode::Optimistic, None, 1).await;
+    let first = deliver(&store, CommitStrategy::Optimistic, None, 1).await;
     assert_acknowledged(&first, Outcome::FailedPermanently, "first delivery");
     assert_eq!(store.runs(), 1);
     let sent = store.sent();
@@ -372,7 +375,7 @@ async fn an_optimistic_permanent_failure_is_resent_unchanged_and_replayed() {
     assert_eq!(carried(&sent[1]), carried(&sent[0]), "resent unchanged");
     store.assert_stored_as_sent(Status::Failed, &sent[1]).await;
     assert_eq!(store.balance(), None, "nothing credited");
-    let again = deliver(&store, IdempotencyMode::Optimistic, Some("other"), 2).await;
+    let again = deliver(&store, CommitStrategy::Optimistic, Some("other"), 2).await;
     store.assert_redelivery(&again, Outcome::FailedPermanently, None, 2);
 }
 

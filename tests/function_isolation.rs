@@ -13,7 +13,7 @@ use lambda_idempotency::key::{BodyHash, IdempotencyKey, KeyExtractor};
 use lambda_idempotency::record::Status;
 use lambda_idempotency::store::{InMemoryStore, Store};
 use lambda_idempotency::{
-    BoxError, Completion, Config, Error, IdempotencyLayer, IdempotencyMode, Processed,
+    BoxError, CommitStrategy, Completion, Config, Error, IdempotencyLayer, Processed,
 };
 use lambda_idempotency_test_support::context_at;
 use lambda_runtime::LambdaEvent;
@@ -76,9 +76,7 @@ async fn no_handler_record_answers_a_function_call() {
 #[tokio::test]
 async fn functions_take_a_lease_on_an_optimistic_layer() {
     let store = InMemoryStore::new();
-    let config = Config::new()
-        .with_key_prefix("p")
-        .with_mode(IdempotencyMode::Optimistic);
+    let config = Config::new().with_key_prefix("p");
     let runs = Arc::new(AtomicUsize::new(0));
     let (started, release) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
     // Two processes: two layers on one store.
@@ -87,6 +85,7 @@ async fn functions_take_a_lease_on_an_optimistic_layer() {
         IdempotencyLayer::new(store.clone())
             .with_config(config.clone())
             .with_writes()
+            .with_commit(CommitStrategy::Optimistic)
             .function("charge", move |cents: u64| {
                 let runs = Arc::clone(&runs);
                 let gate = gate.clone();

@@ -16,7 +16,7 @@ use lambda_idempotency::store::{Attr, AttributeNames, DynamoDbStore, InMemorySto
 use lambda_idempotency::testing::dynamodb::{create_table_named, create_table_with_keys};
 use lambda_idempotency::testing::events::{sqs_event, sqs_fifo_message, sqs_message};
 use lambda_idempotency::validation::PayloadValidation;
-use lambda_idempotency::{Completion, Config, IdempotencyLayer, IdempotencyMode, Outcome};
+use lambda_idempotency::{CommitStrategy, Completion, Config, IdempotencyLayer, Outcome};
 use lambda_idempotency_test_support as support;
 use order_consumer::{apply_order, order_key, Applied, KEY_PREFIX};
 use support::dynamodb::{balance, create_table, create_table_keyed};
@@ -31,7 +31,7 @@ fn processor(
     client: &aws_sdk_dynamodb::Client,
     idempotency: &str,
     ledger: &str,
-    mode: IdempotencyMode,
+    mode: CommitStrategy,
     runs: Arc<AtomicUsize>,
 ) -> BatchProcessor<
     impl tower::Service<
@@ -51,10 +51,10 @@ fn processor(
         .with_config(
             Config::new()
                 .with_key_prefix(KEY_PREFIX)
-                .with_mode(mode)
                 .with_payload_validation(PayloadValidation::Body),
         )
         .with_writes()
+        .with_commit(mode)
         .handler(move |message: SqsMessage| {
             runs.fetch_add(1, Ordering::SeqCst);
             let ledger = ledger.clone();
@@ -121,7 +121,7 @@ async fn applied_once(
     client: &aws_sdk_dynamodb::Client,
     idempotency: &str,
     ledger: &str,
-    mode: IdempotencyMode,
+    mode: CommitStrategy,
     runs: &Arc<AtomicUsize>,
     runs_before: usize,
 ) {
@@ -154,7 +154,7 @@ async fn a_missing_idempotency_table_fails_the_invocation_naming_it() {
     let Some(client) = support::dynamodb::client().await else {
         return;
     };
-    for mode in [IdempotencyMode::Optimistic, IdempotencyMode::Lease] {
+    for mode in [CommitStrategy::Optimistic, CommitStrategy::Lease] {
         let idempotency = missing("idempotency");
         let ledger = create_table_keyed(&client, "ledger", "account").await;
         let runs = Arc::new(AtomicUsize::new(0));
@@ -171,7 +171,7 @@ async fn a_missing_idempotency_table_fails_the_invocation_naming_it() {
         // runs it before its commit, which is refused whole.
         let runs_before = runs.load(Ordering::SeqCst);
         match mode {
-            IdempotencyMode::Lease => assert_eq!(runs_before, 0),
+            CommitStrategy::Lease => assert_eq!(runs_before, 0),
             _ => assert!(runs_before <= 6, "{runs_before}"),
         }
         assert_eq!(balance(&client, &ledger, "acct-alice").await, 0);
@@ -187,7 +187,7 @@ async fn a_missing_ledger_table_fails_the_invocation_naming_it() {
     let Some(client) = support::dynamodb::client().await else {
         return;
     };
-    for mode in [IdempotencyMode::Optimistic, IdempotencyMode::Lease] {
+    for mode in [CommitStrategy::Optimistic, CommitStrategy::Lease] {
         let idempotency = create_table(&client).await;
         let ledger = missing("ledger");
         let runs = Arc::new(AtomicUsize::new(0));

@@ -16,7 +16,7 @@ use lambda_idempotency::key::IdempotencyKey;
 use lambda_idempotency::record::Status;
 use lambda_idempotency::store::{Attr, DynamoDbStore, Store, StoreError, Write};
 use lambda_idempotency::{
-    Completion, Config, Error, IdempotencyLayer, IdempotencyMode, Outcome, Permanent,
+    CommitStrategy, Completion, Config, Error, IdempotencyLayer, Outcome, Permanent,
 };
 use support::dynamodb::{
     balance, client, client_for_attempts, counted_client, create_table, create_table_keyed,
@@ -26,7 +26,7 @@ use support::harness::fault_proxy::{FaultProxy, Scripted};
 use support::{invocation, outcomes, reported};
 
 const REMAINING: Duration = Duration::from_secs(30);
-const MODES: [IdempotencyMode; 2] = [IdempotencyMode::Lease, IdempotencyMode::Optimistic];
+const MODES: [CommitStrategy; 2] = [CommitStrategy::Lease, CommitStrategy::Optimistic];
 
 fn one(id: &str) -> SqsEvent {
     let mut m = SqsMessage::default();
@@ -37,8 +37,8 @@ fn one(id: &str) -> SqsEvent {
     event
 }
 
-fn config(mode: IdempotencyMode) -> Config {
-    Config::new().with_key_prefix("t").with_mode(mode)
+fn config() -> Config {
+    Config::new().with_key_prefix("t")
 }
 
 async fn stored(store: &DynamoDbStore, id: &str) -> Option<lambda_idempotency::record::Record> {
@@ -73,7 +73,7 @@ async fn proxied(attempts: u32) -> Option<Proxied> {
 
 /// Delivers `id` once to a plain handler over `store` that counts its runs.
 async fn deliver_plain(store: &DynamoDbStore, runs: &Arc<AtomicUsize>, id: &str) -> Vec<Outcome> {
-    let layer = IdempotencyLayer::new(store.clone()).with_config(config(IdempotencyMode::Lease));
+    let layer = IdempotencyLayer::new(store.clone()).with_config(config());
     let counter = runs.clone();
     let processor = BatchProcessor::new(layer.handler(move |_m: SqsMessage| {
         let runs = counter.clone();
@@ -196,11 +196,12 @@ async fn a_transaction_conflict_at_the_top_level_is_retried_then_reported_as_a_c
         let Some(rig) = proxied(1).await else { return };
         let ledger = create_table_keyed(&rig.client, "ledger", "account").await;
         let runs = Arc::new(AtomicUsize::new(0));
-        let layer = IdempotencyLayer::new(rig.store.clone()).with_config(config(mode));
+        let layer = IdempotencyLayer::new(rig.store.clone()).with_config(config());
         let processor = BatchProcessor::new(
             layer
                 .clone()
                 .with_writes()
+                .with_commit(mode)
                 .handler(credit(ledger.clone(), runs.clone())),
         );
         let conflict = || Scripted::Error("TransactionConflictException");
@@ -262,17 +263,19 @@ async fn invalid_handler_writes_are_rejected_once_and_free_the_key() {
             let ledger = create_table_keyed(&client, "ledger", "account").await;
             let store = DynamoDbStore::new(client.clone(), &table);
             let writes = invalid_writes(kind, &ledger);
-            let layer = IdempotencyLayer::new(store.clone()).with_config(config(mode));
+            let layer = IdempotencyLayer::new(store.clone()).with_config(config());
             let processor =
-                BatchProcessor::new(layer.clone().with_writes().handler(move |_m: SqsMessage| {
-                    let writes = writes.clone();
-                    async move {
-                        let completion = Completion::new(());
-                        Ok::<_, std::io::Error>(
-                            writes.into_iter().fold(completion, Completion::with_write),
-                        )
-                    }
-                }));
+                BatchProcessor::new(layer.clone().with_writes().with_commit(mode).handler(
+                    move |_m: SqsMessage| {
+                        let writes = writes.clone();
+                        async move {
+                            let completion = Completion::new(());
+                            Ok::<_, std::io::Error>(
+                                writes.into_iter().fold(completion, Completion::with_write),
+                            )
+                        }
+                    },
+                ));
             counter.reset();
             let report = processor
                 .process(invocation(one("m-1"), SystemTime::now(), REMAINING))
@@ -304,12 +307,12 @@ async fn optimistic_duplicates_whose_handler_now_fails_are_replayed() {
         let store = DynamoDbStore::new(client.clone(), create_table(&client).await);
         let ledger = create_table_keyed(&client, "ledger", "account").await;
         let runs = Arc::new(AtomicUsize::new(0));
-        let layer =
-            IdempotencyLayer::new(store.clone()).with_config(config(IdempotencyMode::Optimistic));
+        let layer = IdempotencyLayer::new(store.clone()).with_config(config());
         let first = BatchProcessor::new(
             layer
                 .clone()
                 .with_writes()
+                .with_commit(CommitStrategy::Optimistic)
                 .handler(credit(ledger.clone(), runs.clone())),
         )
         .process(invocation(one("m-1"), SystemTime::now(), REMAINING))
@@ -375,8 +378,7 @@ async fn results_over_the_item_limit_and_huge_permanent_failures_run_once() {
         ("big-random", incompressible),
     ] {
         let runs = Arc::new(AtomicUsize::new(0));
-        let layer =
-            IdempotencyLayer::new(store.clone()).with_config(config(IdempotencyMode::Lease));
+        let layer = IdempotencyLayer::new(store.clone()).with_config(config());
         let (counter, value) = (runs.clone(), result.clone());
         let processor = BatchProcessor::new(layer.handler(move |_m: SqsMessage| {
             let (runs, value) = (counter.clone(), value.clone());
@@ -396,7 +398,7 @@ async fn results_over_the_item_limit_and_huge_permanent_failures_run_once() {
     }
     let runs = Arc::new(AtomicUsize::new(0));
     let layer = IdempotencyLayer::new(store.clone())
-        .with_config(config(IdempotencyMode::Lease).with_stored_failure_messages(true));
+        .with_config(config().with_stored_failure_messages(true));
     let counter = runs.clone();
     let processor = BatchProcessor::new(layer.handler(move |_m: SqsMessage| {
         let runs = counter.clone();

@@ -17,7 +17,7 @@ use lambda_idempotency::record::{OwnerToken, Status};
 use lambda_idempotency::store::{
     Acquire, AcquireRequest, CompleteRequest, Fenced, InMemoryStore, Store,
 };
-use lambda_idempotency::{Completion, Config, IdempotencyLayer, IdempotencyMode, Outcome};
+use lambda_idempotency::{CommitStrategy, Completion, Config, IdempotencyLayer, Outcome};
 use lambda_idempotency_test_support::faulty_store::{FaultyStore, Inject};
 use lambda_idempotency_test_support::{invocation, outcomes, reported};
 
@@ -433,7 +433,7 @@ enum InTurn {
 /// the report, the handler's runs per message, and the store's calls (`get_many`, `get`,
 /// `acquire`, `commit`).
 async fn completed_elsewhere_while_m1_runs(
-    mode: IdempotencyMode,
+    mode: CommitStrategy,
     in_turn: InTurn,
 ) -> (
     BatchReport<u32>,
@@ -486,13 +486,13 @@ async fn completed_elsewhere_while_m1_runs(
     };
     let fifo = matches!(in_turn, InTurn::Fifo);
     let event = batch(&["m-1", "m-2", "m-3"], 2, fifo);
-    let config = Config::new().with_key_prefix("precheck").with_mode(mode);
+    let config = Config::new().with_key_prefix("precheck");
     let layer = IdempotencyLayer::new(store.clone())
         .with_clock(clock.clone())
         .with_config(config);
     let invocation = invocation(event, clock.now(), REMAINING);
     let report = match mode {
-        IdempotencyMode::Lease => {
+        CommitStrategy::Lease => {
             let processor = BatchProcessor::new(layer.handler(handler));
             process_in_turn(processor, &clock, in_turn, invocation).await
         }
@@ -501,7 +501,8 @@ async fn completed_elsewhere_while_m1_runs(
                 let ran = handler(message);
                 async move { ran.await.map(Completion::new) }
             };
-            let processor = BatchProcessor::new(layer.with_writes().handler(handler));
+            let processor =
+                BatchProcessor::new(layer.with_writes().with_commit(mode).handler(handler));
             process_in_turn(processor, &clock, in_turn, invocation).await
         }
     };
@@ -561,7 +562,7 @@ async fn a_record_completed_elsewhere_before_its_turn_replays() {
         InTurn::OneSlot { together: false },
         InTurn::OneSlot { together: true },
     ];
-    for mode in [IdempotencyMode::Lease, IdempotencyMode::Optimistic] {
+    for mode in [CommitStrategy::Lease, CommitStrategy::Optimistic] {
         for in_turn in in_turns {
             let (report, runs, calls, store) =
                 completed_elsewhere_while_m1_runs(mode, in_turn).await;
@@ -585,7 +586,7 @@ async fn a_record_completed_elsewhere_before_its_turn_replays() {
             // record at its own turn (lease mode: its conditional write; optimistic mode, where
             // the handler runs before the write, a read).
             let expected_calls = match mode {
-                IdempotencyMode::Lease => [1, 0, 3, 0],
+                CommitStrategy::Lease => [1, 0, 3, 0],
                 _ => [1, 2, 0, 1],
             };
             assert_eq!(

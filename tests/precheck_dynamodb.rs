@@ -16,7 +16,7 @@ use lambda_idempotency::clock::{epoch_ms, epoch_secs};
 use lambda_idempotency::key::IdempotencyKey;
 use lambda_idempotency::record::{OwnerToken, Status};
 use lambda_idempotency::store::{Acquire, AcquireRequest, Attr, DynamoDbStore, Store, Write};
-use lambda_idempotency::{Completion, Config, IdempotencyLayer, IdempotencyMode, Outcome};
+use lambda_idempotency::{CommitStrategy, Completion, Config, IdempotencyLayer, Outcome};
 use support::dynamodb::{
     balance, client_for_attempts, counted_client, create_table, create_table_keyed, CallCounter,
 };
@@ -24,7 +24,7 @@ use support::harness::fault_proxy::{FaultProxy, Scripted};
 use support::{invocation, outcomes, reported};
 
 const REMAINING: Duration = Duration::from_secs(30);
-const MODES: [IdempotencyMode; 2] = [IdempotencyMode::Lease, IdempotencyMode::Optimistic];
+const MODES: [CommitStrategy; 2] = [CommitStrategy::Lease, CommitStrategy::Optimistic];
 
 /// `n` orders `m-0`.. crediting acct-1 by 5 each, received `receive_count` times so far.
 fn batch(n: usize, receive_count: u32) -> SqsEvent {
@@ -88,23 +88,26 @@ impl Rig {
     /// A new process (no local answers) crediting the ledger in `mode`, with `precheck`.
     async fn deliver(
         &self,
-        mode: IdempotencyMode,
+        mode: CommitStrategy,
         precheck: Precheck,
         event: SqsEvent,
     ) -> (Vec<Outcome>, Vec<String>, BTreeMap<&'static str, usize>) {
-        let config = Config::new().with_key_prefix("t").with_mode(mode);
+        let config = Config::new().with_key_prefix("t");
         let layer = IdempotencyLayer::new(self.store.clone()).with_config(config);
         let (ledger, runs) = (self.ledger.clone(), self.runs.clone());
-        let processor = BatchProcessor::new(layer.with_writes().handler(move |_m: SqsMessage| {
-            let (ledger, runs) = (ledger.clone(), runs.clone());
-            async move {
-                runs.fetch_add(1, Ordering::SeqCst);
-                let write = Write::update(ledger, [("account", Attr::s("acct-1"))], "ADD #b :a")
-                    .name("#b", "balance")
-                    .value(":a", Attr::n(5));
-                Ok::<_, std::io::Error>(Completion::new(5).with_write(write))
-            }
-        }))
+        let processor = BatchProcessor::new(layer.with_writes().with_commit(mode).handler(
+            move |_m: SqsMessage| {
+                let (ledger, runs) = (ledger.clone(), runs.clone());
+                async move {
+                    runs.fetch_add(1, Ordering::SeqCst);
+                    let write =
+                        Write::update(ledger, [("account", Attr::s("acct-1"))], "ADD #b :a")
+                            .name("#b", "balance")
+                            .value(":a", Attr::n(5));
+                    Ok::<_, std::io::Error>(Completion::new(5).with_write(write))
+                }
+            },
+        ))
         .with_precheck(precheck);
         let processor = if self.together {
             processor.with_batch_replay()
@@ -229,11 +232,11 @@ async fn off_sends_every_redelivered_record_to_its_conditional_write() {
         assert_eq!(again, [Outcome::Replayed; 4], "{mode:?}");
         assert_eq!(made.get("BatchGetItem"), None, "{mode:?}: {made:?}");
         let refused = match mode {
-            IdempotencyMode::Lease => "PutItem",
+            CommitStrategy::Lease => "PutItem",
             _ => "TransactWriteItems",
         };
         assert_eq!(made.get(refused), Some(&4), "{mode:?}: {made:?}");
-        let expected_runs = if mode == IdempotencyMode::Lease { 4 } else { 8 };
+        let expected_runs = if mode == CommitStrategy::Lease { 4 } else { 8 };
         assert_eq!(rig.runs(), expected_runs, "{mode:?}");
         assert_eq!(rig.balance().await, 20, "{mode:?}");
     }
@@ -287,7 +290,7 @@ async fn a_live_lease_found_is_locked_without_a_write_and_an_elapsed_one_is_take
     let stale = hold("m-1", Duration::from_secs(1), now - Duration::from_secs(60));
     assert_eq!(rig.store.acquire(&stale).await.unwrap(), Acquire::Acquired);
     let (outcomes, failures, made) = rig
-        .deliver(IdempotencyMode::Lease, Precheck::default(), batch(2, 2))
+        .deliver(CommitStrategy::Lease, Precheck::default(), batch(2, 2))
         .await;
     assert_eq!(outcomes, [Outcome::Locked, Outcome::Executed]);
     assert_eq!(failures, ["m-0"]);
@@ -317,7 +320,7 @@ async fn a_live_lease_found_is_locked_without_a_write_and_an_elapsed_one_is_take
 #[tokio::test]
 async fn a_redelivery_of_more_than_a_hundred_records_looks_them_up_in_chunks() {
     let Some(rig) = rig().await else { return };
-    let mode = IdempotencyMode::Optimistic;
+    let mode = CommitStrategy::Optimistic;
     rig.deliver(mode, Precheck::default(), batch(150, 1)).await;
     let (again, _, made) = rig.deliver(mode, Precheck::default(), batch(150, 2)).await;
     assert_eq!(again, vec![Outcome::Replayed; 150]);
@@ -352,10 +355,10 @@ async fn one_unreadable_item_costs_only_its_own_record_the_precheck() {
         assert_eq!(again[10], Outcome::StoreUnavailable, "{mode:?}");
         assert_eq!(failures, ["m-10"], "{mode:?}");
         // In optimistic mode m-10 runs before its commit is refused (nothing applied).
-        let m10_ran = usize::from(mode == IdempotencyMode::Optimistic);
+        let m10_ran = usize::from(mode == CommitStrategy::Optimistic);
         assert_eq!(rig.runs(), 10 + m10_ran, "{mode:?}: no other duplicate ran");
         let write = match mode {
-            IdempotencyMode::Lease => "PutItem",
+            CommitStrategy::Lease => "PutItem",
             _ => "TransactWriteItems",
         };
         assert_eq!(
@@ -379,7 +382,7 @@ async fn one_unreadable_item_costs_only_its_own_record_the_precheck() {
 async fn unprocessed_keys_are_asked_again_after_a_backoff_then_given_up() {
     let Some(rig) = rig().await else { return };
     let (first, _, _) = rig
-        .deliver(IdempotencyMode::Lease, Precheck::default(), batch(3, 1))
+        .deliver(CommitStrategy::Lease, Precheck::default(), batch(3, 1))
         .await;
     assert_eq!(first, [Outcome::Executed; 3]);
     let endpoint = std::env::var("AWS_ENDPOINT_URL_DYNAMODB").unwrap();

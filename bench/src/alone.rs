@@ -10,7 +10,7 @@ use lambda_idempotency::batch::BatchProcessor;
 use lambda_idempotency::key::{IdempotencyKey, KeyExtractor};
 use lambda_idempotency::store::InMemoryStore;
 use lambda_idempotency::validation::PayloadValidation;
-use lambda_idempotency::{Config, IdempotencyLayer, IdempotencyMode};
+use lambda_idempotency::{CommitStrategy, Config, IdempotencyLayer};
 use lambda_runtime::LambdaEvent;
 use serde_json::{json, Value};
 
@@ -54,9 +54,9 @@ pub async fn measure(batches: usize) -> Vec<Value> {
         process_cpu() - started,
         n,
     ));
-    for mode in [IdempotencyMode::Optimistic, IdempotencyMode::Lease] {
+    for mode in [CommitStrategy::Optimistic, CommitStrategy::Lease] {
         let name = match mode {
-            IdempotencyMode::Lease => "lease",
+            CommitStrategy::Lease => "lease",
             _ => "optimistic",
         };
         let store = InMemoryStore::new();
@@ -66,12 +66,12 @@ pub async fn measure(batches: usize) -> Vec<Value> {
             .with_config(
                 Config::new()
                     .with_key_prefix(order_consumer::KEY_PREFIX)
-                    .with_mode(mode)
                     .with_payload_validation(PayloadValidation::Body)
                     .with_local_cache(0),
             );
         let handler = layer
             .with_writes()
+            .with_commit(mode)
             .handler(|m| order_consumer::apply_order("ledger".into(), m));
         // As order-consumer's: the pre-checked records found completed replay together.
         let processor = BatchProcessor::new(handler)

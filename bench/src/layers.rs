@@ -15,7 +15,7 @@ use lambda_idempotency::key::{IdempotencyKey, KeyExtractor};
 use lambda_idempotency::record::{decide, Decision, Record};
 use lambda_idempotency::store::{DynamoDbStore, Store};
 use lambda_idempotency::validation::PayloadValidation;
-use lambda_idempotency::IdempotencyMode;
+use lambda_idempotency::CommitStrategy;
 use lambda_idempotency_test_support::dynamodb::{counted_client_at, CallCounter};
 use lambda_runtime::LambdaEvent;
 use order_consumer::{processor, Applied, Settings};
@@ -77,9 +77,9 @@ fn line(what: &str, mode: &str, cpu: Duration, records: usize) -> Value {
 pub async fn measure(endpoint: &str, rounds: usize) -> Vec<Value> {
     let rounds = rounds.max(1).div_ceil(LAYERS.len()) * LAYERS.len();
     let mut lines = Vec::new();
-    for mode in [IdempotencyMode::Optimistic, IdempotencyMode::Lease] {
+    for mode in [CommitStrategy::Optimistic, CommitStrategy::Lease] {
         let name = match mode {
-            IdempotencyMode::Lease => "lease",
+            CommitStrategy::Lease => "lease",
             _ => "optimistic",
         };
         let counter = CallCounter::default();

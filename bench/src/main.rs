@@ -35,7 +35,7 @@ mod sequenced;
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
-use lambda_idempotency::IdempotencyMode;
+use lambda_idempotency::CommitStrategy;
 use lambda_idempotency_test_support::dynamodb::{counted_client, CallCounter};
 use serde_json::{json, Value};
 
@@ -200,7 +200,7 @@ async fn run_all_modes(
     target: Target<'_>,
 ) -> Vec<serde_json::Value> {
     let mut lines = Vec::new();
-    for mode in [IdempotencyMode::Optimistic, IdempotencyMode::Lease] {
+    for mode in [CommitStrategy::Optimistic, CommitStrategy::Lease] {
         lines.extend(run_scenario(scenario, mode, batches, python, target).await);
     }
     if scenario.batch_size == 10 && !scenario.cache && scenario.duplicates != 5 {

@@ -8,7 +8,7 @@ use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes, Put, TransactWr
 use aws_sdk_dynamodb::Client;
 use futures_util::StreamExt;
 use lambda_idempotency::batch::BatchMode;
-use lambda_idempotency::IdempotencyMode;
+use lambda_idempotency::CommitStrategy;
 use order_consumer::Tables;
 use serde_json::Value;
 
@@ -66,7 +66,7 @@ fn raw_id(order: &Value) -> String {
 /// behind redelivered records waiting for the lookup). That differs only for a batch of
 /// more records than the limit with records in both groups, which no scenario has: its
 /// batches of 10 fit the limit, and its batch of 100 is all first deliveries.
-pub async fn raw_batch(client: &Client, t: &Tables, mode: IdempotencyMode, event: &SqsEvent) {
+pub async fn raw_batch(client: &Client, t: &Tables, mode: CommitStrategy, event: &SqsEvent) {
     let (redelivered, fresh): (Vec<&SqsMessage>, Vec<&SqsMessage>) =
         event.records.iter().partition(|m| {
             m.attributes
@@ -139,7 +139,7 @@ pub async fn read_ids(
 async fn raw_records(
     client: &Client,
     t: &Tables,
-    mode: IdempotencyMode,
+    mode: CommitStrategy,
     records: impl Iterator<Item = (Value, String)>,
 ) {
     let s = |v: &str| AttributeValue::S(v.to_string());
@@ -153,7 +153,7 @@ async fn raw_records(
             .build()
             .unwrap();
         let marker = match mode {
-            IdempotencyMode::Lease => {
+            CommitStrategy::Lease => {
                 // The same attributes as the toolkit's record, and the old item back on a
                 // refusal (what a duplicate needs to be answered without a second read).
                 let taken = client

@@ -4,7 +4,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use aws_lambda_events::sqs::SqsEvent;
-use lambda_idempotency::IdempotencyMode;
+use lambda_idempotency::CommitStrategy;
 use lambda_idempotency_test_support::dynamodb::{
     counted_client, counted_client_at, create_table, create_table_keyed, CallCounter,
 };
@@ -76,13 +76,13 @@ pub fn round(x: f64) -> f64 {
 /// implementation.
 pub async fn run_scenario(
     scenario: &Scenario,
-    mode: IdempotencyMode,
+    mode: CommitStrategy,
     batches: usize,
     python: Option<&str>,
     target: Target<'_>,
 ) -> Vec<Value> {
     let mode_name = match mode {
-        IdempotencyMode::Lease => "lease",
+        CommitStrategy::Lease => "lease",
         _ => "optimistic",
     };
     let (ours_counter, raw_counter, setup) = (

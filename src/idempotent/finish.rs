@@ -28,7 +28,7 @@ pub struct ResultOnly;
 
 /// The completion mode of a handler that answers a [`Completion`]: its result and DynamoDB
 /// writes, committed with the record in one transaction (in lease or optimistic mode, see
-/// [`IdempotencyMode`](crate::IdempotencyMode)). Needs a
+/// [`CommitStrategy`](crate::CommitStrategy)). Needs a
 /// [`TransactionalStore`]; chosen with
 /// [`IdempotencyLayer::with_writes`](crate::IdempotencyLayer::with_writes).
 #[derive(Debug, Clone, Copy, Default)]

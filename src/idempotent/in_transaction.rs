@@ -28,7 +28,7 @@ use super::protocol::Protocol;
 use super::store_call::within_deadline;
 use super::stored_result::{self, store_fitting};
 use crate::clock::{epoch_ms, later_secs, Clock, Deadline};
-use crate::config::IdempotencyMode;
+use crate::config::CommitStrategy;
 use crate::error::Error;
 use crate::hooks::Created;
 use crate::input::Input;
@@ -124,9 +124,9 @@ where
         Admission::Unprotected(err) => return Err(Error::Key(err)),
         Admission::Claimed(claim) => claim,
     };
-    match protocol.config.mode {
-        IdempotencyMode::Lease => under_lease(&protocol, claim, inner, event).await,
-        IdempotencyMode::Optimistic => optimistic(&protocol, claim, inner, event).await,
+    match protocol.config.commit {
+        CommitStrategy::Lease => under_lease(&protocol, claim, inner, event).await,
+        CommitStrategy::Optimistic => optimistic(&protocol, claim, inner, event).await,
     }
 }
 

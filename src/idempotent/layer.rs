@@ -12,7 +12,7 @@ use super::record_fn::{record_fn, RecordFn};
 use super::sequenced::{Sequence, Sequenced};
 use super::service::Idempotent;
 use crate::clock::{Clock, SystemClock};
-use crate::config::Config;
+use crate::config::{CommitStrategy, Config};
 use crate::key::MessageId;
 use crate::store::{GuardedWrite, Store, TransactionScope, TransactionalStore};
 
@@ -30,6 +30,7 @@ pub struct IdempotencyLayer<St, K = MessageId, C = SystemClock, M = ResultOnly> 
     key: K,
     clock: C,
     config: Config,
+    pub(crate) commit: CommitStrategy,
     local: Arc<LocalAnswers>,
     mode: PhantomData<fn() -> M>,
 }
@@ -41,6 +42,7 @@ impl<St: Clone, K: Clone, C: Clone, M> Clone for IdempotencyLayer<St, K, C, M> {
             key: self.key.clone(),
             clock: self.clock.clone(),
             config: self.config.clone(),
+            commit: self.commit,
             local: Arc::clone(&self.local),
             mode: PhantomData,
         }
@@ -58,6 +60,7 @@ impl<St: Store> IdempotencyLayer<St> {
             clock: SystemClock,
             local: LocalAnswers::new(&config),
             config,
+            commit: CommitStrategy::Lease,
             mode: PhantomData,
         }
     }
@@ -72,6 +75,7 @@ impl<St, K, C, M> IdempotencyLayer<St, K, C, M> {
             key,
             clock: self.clock,
             config: self.config,
+            commit: self.commit,
             local: self.local,
             mode: PhantomData,
         }
@@ -84,6 +88,7 @@ impl<St, K, C, M> IdempotencyLayer<St, K, C, M> {
             key: self.key,
             clock,
             config: self.config,
+            commit: self.commit,
             local: self.local,
             mode: PhantomData,
         }
@@ -92,7 +97,8 @@ impl<St, K, C, M> IdempotencyLayer<St, K, C, M> {
     /// Builds services whose handler answers a [`Completion`](crate::Completion): its result
     /// and DynamoDB writes, committed with the record in one transaction, so the writes are
     /// applied exactly once even if the process dies at any instant. The store must be a
-    /// [`TransactionalStore`]; [`Config::with_mode`] chooses lease or optimistic commits.
+    /// [`TransactionalStore`]; [`with_commit`](IdempotencyLayer::with_commit) chooses lease
+    /// (the default) or optimistic commits.
     pub fn with_writes(self) -> IdempotencyLayer<St, K, C, ResultAndWrites>
     where
         St: TransactionalStore,
@@ -102,6 +108,7 @@ impl<St, K, C, M> IdempotencyLayer<St, K, C, M> {
             key: self.key,
             clock: self.clock,
             config: self.config,
+            commit: self.commit,
             local: self.local,
             mode: PhantomData,
         }
@@ -111,8 +118,9 @@ impl<St, K, C, M> IdempotencyLayer<St, K, C, M> {
     /// event and the open transaction (for `PostgresStore` (`postgres` feature), a
     /// `PgTransaction`), and its writes commit with the record's final state or not at all,
     /// so they are applied exactly once even if the process dies at any instant.
-    /// [`Config::with_mode`] chooses lease (the lease is kept outside the transaction) or
-    /// optimistic (the uncommitted record row is the lock) commits.
+    /// [`with_commit`](IdempotencyLayer::with_commit) chooses lease (the default: the lease
+    /// is kept outside the transaction) or optimistic (the uncommitted record row is the lock)
+    /// commits.
     ///
     /// # Errors
     ///
@@ -134,6 +142,7 @@ impl<St, K, C, M> IdempotencyLayer<St, K, C, M> {
             key: self.key,
             clock: self.clock,
             config: self.config,
+            commit: self.commit,
             local: self.local,
             mode: PhantomData,
         })
@@ -159,14 +168,17 @@ impl<St, K, C, M> IdempotencyLayer<St, K, C, M> {
             key: sequence,
             clock: self.clock,
             config: self.config,
+            commit: self.commit,
             local: self.local,
             mode: PhantomData,
         }
     }
 
-    /// Uses `config` (this starts a fresh local cache).
+    /// Uses `config`: every setting of the records (see [`Config`]). The layer's clones
+    /// and the services already built keep sharing its single-flight table, and its local
+    /// cache unless `config` sizes the cache otherwise.
     pub fn with_config(mut self, config: Config) -> Self {
-        self.local = LocalAnswers::new(&config);
+        self.local = self.local.reconfigured(&self.config, &config);
         self.config = config;
         self
     }
@@ -210,6 +222,27 @@ impl<St, K, C, M> IdempotencyLayer<St, K, C, M> {
     }
 }
 
+/// The commit strategy, on the layers of handlers with writes (the only ones it applies to).
+macro_rules! with_commit {
+    ($($kind:ty),+) => {$(
+        impl<St, K, C> IdempotencyLayer<St, K, C, $kind> {
+            /// Commits the handler's writes with `strategy`: a lease first (the default), or
+            /// optimistically (see [`CommitStrategy`]).
+            pub fn with_commit(mut self, strategy: CommitStrategy) -> Self {
+                self.commit = strategy;
+                self
+            }
+
+            /// The commit strategy.
+            pub fn commit(&self) -> CommitStrategy {
+                self.commit
+            }
+        }
+    )+};
+}
+
+with_commit!(ResultAndWrites, InTransaction);
+
 impl<S, St: Clone, K: Clone, C: Clone, M> Layer<S> for IdempotencyLayer<St, K, C, M> {
     type Service = Idempotent<S, St, K, C, M>;
 
@@ -221,9 +254,37 @@ impl<S, St: Clone, K: Clone, C: Clone, M> Layer<S> for IdempotencyLayer<St, K, C
                 store: self.store.clone(),
                 key: self.key.clone(),
                 clock: self.clock.clone(),
-                config: self.config.clone(),
+                config: Config {
+                    commit: self.commit,
+                    ..self.config.clone()
+                },
                 local: Arc::clone(&self.local),
             }),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::InMemoryStore;
+
+    /// The order of the builders does not matter: a configuration given after the layer
+    /// was cloned (or services were built) keeps one single-flight table for all of them,
+    /// and the cache too unless its size changes. (Before, `with_config` started both
+    /// afresh, so two services of one layer each ran a record of the same key.)
+    #[test]
+    fn a_later_configuration_keeps_the_shared_answers() {
+        let layer = IdempotencyLayer::new(InMemoryStore::new())
+            .with_config(Config::new().with_local_cache(8));
+        let earlier = layer.clone();
+        let later = layer.with_config(Config::new().with_local_cache(8).with_key_prefix("p"));
+        assert!(Arc::ptr_eq(&earlier.local, &later.local));
+        let resized = later.with_config(Config::new().with_local_cache(16));
+        assert!(Arc::ptr_eq(
+            &earlier.local.in_flight,
+            &resized.local.in_flight
+        ));
+        assert!(!Arc::ptr_eq(&earlier.local, &resized.local));
     }
 }

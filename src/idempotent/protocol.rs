@@ -25,10 +25,27 @@ pub(crate) struct LocalAnswers {
 impl LocalAnswers {
     pub(crate) fn new(config: &Config) -> Arc<Self> {
         Arc::new(LocalAnswers {
-            cache: (config.local_cache_capacity > 0)
-                .then(|| Mutex::new(CompletedCache::new(config.local_cache_capacity))),
+            cache: Self::cache_for(config),
             in_flight: Arc::default(),
         })
+    }
+
+    /// These answers under `config`: the same ones (the cache and the single-flight table
+    /// stay shared) unless `config` sizes the cache otherwise, which starts a cache of that
+    /// size and keeps the single-flight table.
+    pub(crate) fn reconfigured(self: &Arc<Self>, old: &Config, config: &Config) -> Arc<Self> {
+        if old.local_cache_capacity == config.local_cache_capacity {
+            return Arc::clone(self);
+        }
+        Arc::new(LocalAnswers {
+            cache: Self::cache_for(config),
+            in_flight: Arc::clone(&self.in_flight),
+        })
+    }
+
+    fn cache_for(config: &Config) -> Option<Mutex<CompletedCache>> {
+        (config.local_cache_capacity > 0)
+            .then(|| Mutex::new(CompletedCache::new(config.local_cache_capacity)))
     }
 
     /// The completed record for `key`, if it is cached and not expired at `now`.

@@ -19,7 +19,7 @@ use super::sequenced::{self, PositionOf, Sequence, Sequenced};
 use super::{lease, optimistic, precheck};
 use crate::batch::{BatchReplay, BatchReplayer};
 use crate::clock::{Clock, SystemClock};
-use crate::config::IdempotencyMode;
+use crate::config::CommitStrategy;
 use crate::error::Error;
 use crate::input::Input;
 use crate::key::{KeyExtractor, MessageId};
@@ -40,13 +40,14 @@ use crate::store::{GuardedWrite, Store, TransactionScope, TransactionalStore};
 /// - [`ResultAndWrites`] ([`IdempotencyLayer::with_writes`](crate::IdempotencyLayer::with_writes)):
 ///   the handler answers a [`Completion<T>`], its result and DynamoDB writes, committed with
 ///   the record in one transaction, so the writes are applied exactly once even if the
-///   process dies at any instant. Two ways to commit ([`Config::with_mode`](crate::Config::with_mode)):
-///   - [`IdempotencyMode::Lease`] (default): take the lease (a conditional put), run the
+///   process dies at any instant. Two ways to commit
+///   ([`IdempotencyLayer::with_commit`](crate::IdempotencyLayer::with_commit)):
+///   - [`CommitStrategy::Lease`] (default): take the lease (a conditional put), run the
 ///     handler, then commit the writes with the record, fenced by the lease owner token.
 ///     Two round trips for a fresh record; the handler never runs twice at the same time.
 ///     Choose it when the handler has effects besides the writes it hands back, or is
 ///     costly.
-///   - [`IdempotencyMode::Optimistic`]: no lease. Run the handler, then commit the writes
+///   - [`CommitStrategy::Optimistic`]: no lease. Run the handler, then commit the writes
 ///     with a completed record conditioned on no live record: one round trip for a fresh
 ///     record; a duplicate learns the stored result from the refused commit. Two
 ///     concurrent deliveries may both run the handler; exactly one commits. Choose it when
@@ -210,11 +211,11 @@ where
         event: LambdaEvent<I>,
     ) -> ResponseFuture<T> {
         let (ready, protocol) = service.take_ready();
-        match protocol.config.mode {
-            IdempotencyMode::Lease => {
+        match protocol.config.commit {
+            CommitStrategy::Lease => {
                 Box::pin(lease::run::<Self, _, _, _, _, _>(protocol, ready, event))
             }
-            IdempotencyMode::Optimistic => Box::pin(optimistic::run(protocol, ready, event)),
+            CommitStrategy::Optimistic => Box::pin(optimistic::run(protocol, ready, event)),
         }
     }
 

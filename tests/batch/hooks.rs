@@ -11,9 +11,7 @@ use lambda_idempotency::batch::BatchProcessor;
 use lambda_idempotency::clock::Clock;
 use lambda_idempotency::hooks::ReplaySource;
 use lambda_idempotency::record::Status;
-use lambda_idempotency::{
-    Completion, Error, IdempotencyLayer, IdempotencyMode, Outcome, Permanent,
-};
+use lambda_idempotency::{CommitStrategy, Completion, Error, IdempotencyLayer, Outcome, Permanent};
 use serde_json::json;
 use support::{invocation, load_event, outcomes};
 
@@ -177,13 +175,13 @@ async fn the_created_hook_sees_each_lease_once_and_no_duplicate() {
 #[tokio::test]
 async fn the_created_hook_sees_optimistic_records_with_their_final_status() {
     let mut setup = Setup::new();
-    setup.config = setup.config.clone().with_mode(IdempotencyMode::Optimistic);
     let created = created_hook(&mut setup);
     let layer = IdempotencyLayer::new(setup.store.clone())
         .with_key(order_consumer::order_key())
         .with_clock(setup.clock.clone())
         .with_config(setup.config.clone())
-        .with_writes();
+        .with_writes()
+        .with_commit(CommitStrategy::Optimistic);
     let handler = layer.handler(|message: SqsMessage| async move {
         let order: order_consumer::Order = serde_json::from_str(message.body.as_deref().unwrap())?;
         if order.event_id == "evt-4002" {

@@ -19,7 +19,7 @@ use crate::{batch, config, message, REMAINING};
 fn ledger_credit(
     store: &InMemoryStore,
     clock: &ManualClock,
-    mode: lambda_idempotency::IdempotencyMode,
+    mode: lambda_idempotency::CommitStrategy,
     runs: Arc<AtomicUsize>,
     broken: Arc<AtomicBool>,
 ) -> BatchProcessor<
@@ -34,20 +34,22 @@ fn ledger_credit(
     use lambda_idempotency::Completion;
     let layer = IdempotencyLayer::new(store.clone())
         .with_clock(clock.clone())
-        .with_config(config().with_mode(mode));
-    BatchProcessor::new(layer.clone().with_writes().handler(move |_m: SqsMessage| {
-        let (runs, broken) = (runs.clone(), broken.clone());
-        async move {
-            runs.fetch_add(1, Ordering::SeqCst);
-            if broken.load(Ordering::SeqCst) {
-                return Err(std::io::Error::other("downstream is down"));
+        .with_config(config());
+    BatchProcessor::new(layer.clone().with_writes().with_commit(mode).handler(
+        move |_m: SqsMessage| {
+            let (runs, broken) = (runs.clone(), broken.clone());
+            async move {
+                runs.fetch_add(1, Ordering::SeqCst);
+                if broken.load(Ordering::SeqCst) {
+                    return Err(std::io::Error::other("downstream is down"));
+                }
+                let credit = Write::update("ledger", [("account", Attr::s("acct-1"))], "ADD #b :a")
+                    .name("#b", "balance")
+                    .value(":a", Attr::n(5));
+                Ok(Completion::new(5u32).with_write(credit))
             }
-            let credit = Write::update("ledger", [("account", Attr::s("acct-1"))], "ADD #b :a")
-                .name("#b", "balance")
-                .value(":a", Attr::n(5));
-            Ok(Completion::new(5u32).with_write(credit))
-        }
-    }))
+        },
+    ))
     .with_clock(clock.clone())
 }
 
@@ -65,8 +67,8 @@ fn balance(store: &InMemoryStore) -> String {
 
 #[tokio::test]
 async fn transactional_handlers_commit_once_on_the_embedded_store_in_both_modes() {
-    use lambda_idempotency::IdempotencyMode;
-    for mode in [IdempotencyMode::Lease, IdempotencyMode::Optimistic] {
+    use lambda_idempotency::CommitStrategy;
+    for mode in [CommitStrategy::Lease, CommitStrategy::Optimistic] {
         let store = InMemoryStore::new();
         store.define_table("ledger", &["account"]);
         let clock = ManualClock::starting_now();
@@ -90,7 +92,7 @@ async fn transactional_handlers_commit_once_on_the_embedded_store_in_both_modes(
         assert_eq!(outcomes(&again), [Outcome::Replayed], "{mode:?}");
         assert!(reported(&again).is_empty(), "{mode:?}");
         assert_eq!(balance(&store), "5", "{mode:?}");
-        let expected_runs = if mode == IdempotencyMode::Lease { 1 } else { 2 };
+        let expected_runs = if mode == CommitStrategy::Lease { 1 } else { 2 };
         assert_eq!(runs.load(Ordering::SeqCst), expected_runs, "{mode:?}");
     }
 }

@@ -16,7 +16,7 @@ use aws_sdk_dynamodb::Client;
 use lambda_idempotency::batch::{BatchProcessor, BatchReport};
 use lambda_idempotency::key::IdempotencyKey;
 use lambda_idempotency::store::DynamoDbStore;
-use lambda_idempotency::{Completion, Config, IdempotencyLayer, IdempotencyMode, Outcome};
+use lambda_idempotency::{CommitStrategy, Completion, Config, IdempotencyLayer, Outcome};
 use lambda_runtime::LambdaEvent;
 use order_consumer::{ledger_credit, order_key, Order, Tables, KEY_PREFIX};
 use support::dynamodb::{balance, client_for, create_table, create_table_keyed};
@@ -25,7 +25,7 @@ use support::{invocation, load_event, reported};
 
 mod restart;
 
-const MODES: [IdempotencyMode; 2] = [IdempotencyMode::Lease, IdempotencyMode::Optimistic];
+const MODES: [CommitStrategy; 2] = [CommitStrategy::Lease, CommitStrategy::Optimistic];
 
 /// One delivery of `event`, invoked now with 4 s to run (short, so that a store that does not
 /// answer is met within the test's time).
@@ -70,7 +70,7 @@ fn container(
     store_client: Client,
     direct: Client,
     tables: &Tables,
-    mode: IdempotencyMode,
+    mode: CommitStrategy,
     witness: Arc<Witness>,
 ) -> BatchProcessor<
     impl tower::Service<
@@ -85,45 +85,42 @@ fn container(
     let (ledger, idempotency) = (tables.ledger.clone(), tables.idempotency.clone());
     let layer = IdempotencyLayer::new(DynamoDbStore::new(store_client, &tables.idempotency))
         .with_key(order_key())
-        .with_config(Config::new().with_key_prefix(KEY_PREFIX).with_mode(mode));
-    BatchProcessor::new(
-        layer
-            .clone()
-            .with_writes()
-            .handler(move |message: SqsMessage| {
-                let (ledger, idempotency, direct, witness) = (
-                    ledger.clone(),
-                    idempotency.clone(),
-                    direct.clone(),
-                    witness.clone(),
-                );
-                async move {
-                    let order: Order = serde_json::from_str(message.body.as_deref().unwrap_or(""))?;
-                    witness.runs.fetch_add(1, Ordering::SeqCst);
-                    if mode == IdempotencyMode::Lease {
-                        let key = IdempotencyKey::derive(KEY_PREFIX, order.event_id.as_bytes());
-                        let item = direct
-                            .get_item()
-                            .table_name(idempotency)
-                            .key("id", AttributeValue::S(key.as_str().into()))
-                            .consistent_read(true)
-                            .send()
-                            .await?
-                            .item;
-                        let leased = item
-                            .and_then(|i| i.get("status").and_then(|s| s.as_s().ok().cloned()))
-                            .is_some_and(|s| s == "INPROGRESS");
-                        if !leased {
-                            witness.unleased.fetch_add(1, Ordering::SeqCst);
-                        }
+        .with_config(Config::new().with_key_prefix(KEY_PREFIX));
+    BatchProcessor::new(layer.clone().with_writes().with_commit(mode).handler(
+        move |message: SqsMessage| {
+            let (ledger, idempotency, direct, witness) = (
+                ledger.clone(),
+                idempotency.clone(),
+                direct.clone(),
+                witness.clone(),
+            );
+            async move {
+                let order: Order = serde_json::from_str(message.body.as_deref().unwrap_or(""))?;
+                witness.runs.fetch_add(1, Ordering::SeqCst);
+                if mode == CommitStrategy::Lease {
+                    let key = IdempotencyKey::derive(KEY_PREFIX, order.event_id.as_bytes());
+                    let item = direct
+                        .get_item()
+                        .table_name(idempotency)
+                        .key("id", AttributeValue::S(key.as_str().into()))
+                        .consistent_read(true)
+                        .send()
+                        .await?
+                        .item;
+                    let leased = item
+                        .and_then(|i| i.get("status").and_then(|s| s.as_s().ok().cloned()))
+                        .is_some_and(|s| s == "INPROGRESS");
+                    if !leased {
+                        witness.unleased.fetch_add(1, Ordering::SeqCst);
                     }
-                    let credit = ledger_credit(ledger, &order);
-                    Ok::<_, lambda_idempotency::BoxError>(
-                        Completion::new(order.amount).with_write(credit),
-                    )
                 }
-            }),
-    )
+                let credit = ledger_credit(ledger, &order);
+                Ok::<_, lambda_idempotency::BoxError>(
+                    Completion::new(order.amount).with_write(credit),
+                )
+            }
+        },
+    ))
 }
 
 /// Delivers `event` until every record is acknowledged (at least once, as SQS does),
@@ -218,7 +215,7 @@ async fn under_store_faults_nothing_is_lost_applied_twice_or_run_unleased() {
         // In lease mode the faults reach records (two calls each, and a lost complete keeps
         // the lease until its deadline); optimistic mode's single, retried commit may absorb
         // them all.
-        if mode == IdempotencyMode::Lease {
+        if mode == CommitStrategy::Lease {
             assert!(
                 failed > 0,
                 "{mode:?}: the faults never reached a record: {seen:?}"

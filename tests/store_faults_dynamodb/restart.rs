@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use aws_lambda_events::sqs::SqsEvent;
-use lambda_idempotency::{IdempotencyMode, Outcome};
+use lambda_idempotency::{CommitStrategy, Outcome};
 use order_consumer::Tables;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
@@ -171,7 +171,7 @@ async fn dynamodb_local_stopped_and_restarted_mid_run() {
         store_client,
         direct.clone(),
         &tables,
-        IdempotencyMode::Optimistic,
+        CommitStrategy::Optimistic,
         witness.clone(),
     );
     let report = processor.process(delivery(first_half.clone())).await;

@@ -3,7 +3,7 @@
 //! ledger is credited exactly once.
 
 use lambda_idempotency::key::MessageId;
-use lambda_idempotency::{IdempotencyMode, Outcome};
+use lambda_idempotency::{CommitStrategy, Outcome};
 use lambda_idempotency_test_support::dynamodb::fresh_store;
 
 use aws_lambda_events::event::dynamodb::Event;
@@ -11,7 +11,7 @@ use aws_lambda_events::event::kinesis::KinesisEvent;
 
 use super::{outcomes, records, sample, Rig, Stream, STOPPED};
 
-const MODES: [IdempotencyMode; 2] = [IdempotencyMode::Lease, IdempotencyMode::Optimistic];
+const MODES: [CommitStrategy; 2] = [CommitStrategy::Lease, CommitStrategy::Optimistic];
 
 /// The sample batch (a good record, a bad one, a good one), then records 0 and 2 twice.
 async fn stops_then_replays<E: Stream + Clone>(sample: E, redelivery: impl Fn() -> E) {
@@ -35,7 +35,7 @@ async fn stops_then_replays<E: Stream + Clone>(sample: E, redelivery: impl Fn() 
         );
         // Lease mode answers the duplicate from its record; optimistic mode runs the
         // handler and learns from the refused commit.
-        let after_second = if mode == IdempotencyMode::Lease { 3 } else { 4 };
+        let after_second = if mode == CommitStrategy::Lease { 3 } else { 4 };
         assert_eq!(rig.runs(), after_second, "{mode:?}");
 
         let third = rig.deliver(MessageId, redelivery()).await;
@@ -44,7 +44,7 @@ async fn stops_then_replays<E: Stream + Clone>(sample: E, redelivery: impl Fn() 
             [Outcome::Replayed, Outcome::Replayed],
             "{mode:?}"
         );
-        let after_third = if mode == IdempotencyMode::Lease { 3 } else { 6 };
+        let after_third = if mode == CommitStrategy::Lease { 3 } else { 6 };
         assert_eq!(rig.runs(), after_third, "{mode:?}");
         assert_eq!(
             rig.balance("acct-alice").await,

@@ -17,7 +17,7 @@ use lambda_idempotency::clock::{Clock, ManualClock, SystemClock};
 use lambda_idempotency::key::KeyExtractor;
 use lambda_idempotency::store::{Attr, InMemoryStore, Write};
 use lambda_idempotency::validation::PayloadValidation;
-use lambda_idempotency::{Completion, Config, IdempotencyLayer, IdempotencyMode, Outcome};
+use lambda_idempotency::{CommitStrategy, Completion, Config, IdempotencyLayer, Outcome};
 use lambda_idempotency_test_support::transactional_contract::Ledger;
 use lambda_idempotency_test_support::{context_at, load_event_json};
 use lambda_runtime::LambdaEvent;
@@ -50,7 +50,7 @@ type Report<E> = BatchReport<i64, <E as BatchEvent>::Response>;
 struct Rig<St = InMemoryStore> {
     store: St,
     ledger: String,
-    mode: IdempotencyMode,
+    mode: CommitStrategy,
     validation: PayloadValidation,
     batch_mode: Option<BatchMode>,
     clock: ManualClock,
@@ -59,12 +59,12 @@ struct Rig<St = InMemoryStore> {
 
 impl Rig {
     async fn new() -> Self {
-        Rig::on(InMemoryStore::new(), IdempotencyMode::Lease).await
+        Rig::on(InMemoryStore::new(), CommitStrategy::Lease).await
     }
 }
 
 impl<St: Ledger + Clone> Rig<St> {
-    async fn on(store: St, mode: IdempotencyMode) -> Self {
+    async fn on(store: St, mode: CommitStrategy) -> Self {
         let ledger = store.ledger().await;
         Self {
             store,
@@ -105,12 +105,9 @@ impl<St: Ledger + Clone> Rig<St> {
         let layer = IdempotencyLayer::new(self.store.clone())
             .with_key(key)
             .with_clock(self.clock.clone())
-            .with_config(
-                Config::new()
-                    .with_key_prefix("streams")
-                    .with_mode(self.mode),
-            )
-            .with_writes();
+            .with_config(Config::new().with_key_prefix("streams"))
+            .with_writes()
+            .with_commit(self.mode);
         let (runs, ledger) = (self.runs.clone(), self.ledger.clone());
         let handler = layer.handler(move |record: E::Record| {
             runs.fetch_add(1, Ordering::SeqCst);

@@ -13,7 +13,7 @@ use lambda_idempotency::clock::{epoch_ms, epoch_secs, Clock};
 use lambda_idempotency::key::IdempotencyKey;
 use lambda_idempotency::record::{OwnerToken, Record, Status};
 use lambda_idempotency::store::{Acquire, AcquireRequest, Store};
-use lambda_idempotency::{Error, IdempotencyMode, Outcome};
+use lambda_idempotency::{CommitStrategy, Error, Outcome};
 use order_consumer::{Order, KEY_PREFIX};
 use support::faulty_store::Inject;
 use support::{invocation, outcomes, reported};
@@ -30,7 +30,7 @@ const ALICE_MESSAGE: &str = "0b1f5a52-7d3e-4c1a-9f60-2a51c1d0e001";
 #[track_caller]
 fn acknowledged(
     ledger: &Ledger,
-    mode: IdempotencyMode,
+    mode: CommitStrategy,
     report: &BatchReport<Applied>,
     outcome: Outcome,
     runs_and_commits: (usize, usize),
@@ -43,7 +43,7 @@ fn acknowledged(
 
 /// The record is completed, holds no lease, and was written by `owner` if given.
 #[track_caller]
-fn assert_completed(record: &Record, owner: Option<&OwnerToken>, mode: IdempotencyMode) {
+fn assert_completed(record: &Record, owner: Option<&OwnerToken>, mode: CommitStrategy) {
     assert_eq!(record.status, Status::Completed, "{mode:?}");
     assert_eq!(record.lease_expiration_ms, None, "{mode:?}: no lease");
     if let Some(owner) = owner {
@@ -66,12 +66,12 @@ async fn a_kill_before_the_commit_applies_the_effect_once_after_redelivery() {
         // Under a lease the dead invocation's lease stays until it elapses; optimistic mode
         // writes nothing before its commit.
         let dead_owner = match (mode, ledger.record(ALICE).await) {
-            (IdempotencyMode::Lease, Some(held)) => {
+            (CommitStrategy::Lease, Some(held)) => {
                 assert_eq!(held.status, Status::InProgress);
                 assert!(held.lease_expiration_ms.is_some(), "a lease");
                 held.owner
             }
-            (IdempotencyMode::Optimistic, None) => None,
+            (CommitStrategy::Optimistic, None) => None,
             (_, found) => panic!("{mode:?}: {found:?}"),
         };
         // SQS redelivers after the visibility timeout; by then the dead lease has elapsed.
@@ -100,7 +100,7 @@ async fn a_kill_after_the_commit_replays_after_redelivery() {
             .await;
         assert_eq!((ledger.runs(), ledger.commits()), (1, 1), "{mode:?}");
         let leases = match mode {
-            IdempotencyMode::Lease => 1,
+            CommitStrategy::Lease => 1,
             _ => 0,
         };
         assert_eq!(ledger.acquires(), leases, "{mode:?}");
@@ -142,7 +142,7 @@ async fn a_commit_whose_response_was_lost_is_recognised_not_applied_twice() {
         // commit that it is a duplicate.
         let again = ledger.deliver(mode, one_record("batch.json", 0)).await;
         let runs_and_commits = match mode {
-            IdempotencyMode::Lease => (1, 2),
+            CommitStrategy::Lease => (1, 2),
             _ => (2, 3),
         };
         acknowledged(&ledger, mode, &again, Outcome::Replayed, runs_and_commits);
@@ -214,7 +214,7 @@ async fn a_lease_lost_to_another_invocation_applies_nothing() {
         Ok(())
     });
     let report = ledger
-        .container(IdempotencyMode::Lease, hook)
+        .container(CommitStrategy::Lease, hook)
         .process(invocation(
             one_record("batch.json", 0),
             ledger.clock.now(),

@@ -10,7 +10,7 @@ use lambda_idempotency::clock::Clock;
 use lambda_idempotency::key::IdempotencyKey;
 use lambda_idempotency::store::{Attr, Store, StoreError, Write};
 use lambda_idempotency::{
-    Completion, Config, Error, IdempotencyLayer, IdempotencyMode, Outcome, Permanent,
+    CommitStrategy, Completion, Config, Error, IdempotencyLayer, Outcome, Permanent,
 };
 use order_consumer::Order;
 use support::{invocation, load_event, outcomes};
@@ -25,10 +25,10 @@ async fn a_failed_business_condition_applies_nothing_and_is_not_retried_blindly(
         };
         let layer = IdempotencyLayer::new(ledger.store.clone())
             .with_clock(ledger.clock.clone())
-            .with_config(Config::new().with_mode(mode));
+            .with_config(Config::new());
         let table = ledger.ledger_table.clone();
-        let processor =
-            BatchProcessor::new(layer.clone().with_writes().handler(move |_m: SqsMessage| {
+        let processor = BatchProcessor::new(layer.clone().with_writes().with_commit(mode).handler(
+            move |_m: SqsMessage| {
                 let table = table.clone();
                 async move {
                     // Debit an account only if it exists: here it does not.
@@ -39,8 +39,9 @@ async fn a_failed_business_condition_applies_nothing_and_is_not_retried_blindly(
                             .value(":a", Attr::n(-10));
                     Ok::<_, std::io::Error>(Completion::new(()).with_write(debit))
                 }
-            }))
-            .with_clock(ledger.clock.clone());
+            },
+        ))
+        .with_clock(ledger.clock.clone());
         let report = processor
             .process(invocation(
                 one_record("batch.json", 0),
@@ -164,7 +165,7 @@ async fn a_permanent_failure_is_stored_acknowledged_and_replayed() {
             }
             other => panic!("{mode:?}: {other:?}"),
         }
-        if mode == IdempotencyMode::Lease {
+        if mode == CommitStrategy::Lease {
             assert_eq!(*ledger.handler_runs.lock().unwrap(), runs, "not run again");
         }
         assert_eq!(ledger.balance("acct-alice").await, 25, "{mode:?}");

@@ -19,13 +19,13 @@ use lambda_idempotency::key::IdempotencyKey;
 use lambda_idempotency::record::Record;
 use lambda_idempotency::store::{DynamoDbStore, Store};
 use lambda_idempotency::validation::PayloadValidation;
-use lambda_idempotency::{Completion, Config, Error, IdempotencyLayer, IdempotencyMode, Permanent};
+use lambda_idempotency::{CommitStrategy, Completion, Config, Error, IdempotencyLayer, Permanent};
 use order_consumer::{ledger_credit, order_key, Order, KEY_PREFIX};
 use support::dynamodb::{balance, counted_client, create_table, create_table_keyed, CallCounter};
 use support::faulty_store::FaultyStore;
 use support::{invocation, load_event};
 
-const MODES: [IdempotencyMode; 2] = [IdempotencyMode::Lease, IdempotencyMode::Optimistic];
+const MODES: [CommitStrategy; 2] = [CommitStrategy::Lease, CommitStrategy::Optimistic];
 /// The lease cap of the test containers: shorter than an invocation, so a handler can
 /// outlive its lease without outliving its invocation.
 const LEASE_CAP: Duration = Duration::from_secs(10);
@@ -96,7 +96,7 @@ impl Ledger {
     /// A fresh container: its own layer, no cache.
     fn container(
         &self,
-        mode: IdempotencyMode,
+        mode: CommitStrategy,
         hook: Hook,
     ) -> BatchProcessor<
         impl tower::Service<
@@ -117,36 +117,38 @@ impl Ledger {
             .with_config(
                 Config::new()
                     .with_key_prefix(KEY_PREFIX)
-                    .with_mode(mode)
                     .with_max_lease(LEASE_CAP)
                     .with_payload_validation(PayloadValidation::Body),
             );
-        let handler = layer
-            .clone()
-            .with_writes()
-            .handler(move |message: SqsMessage| {
-                let ledger_table = ledger_table.clone();
-                let runs = runs.clone();
-                let hook = hook.clone();
-                async move {
-                    *runs.lock().unwrap() += 1;
-                    let order: Order = serde_json::from_str(message.body.as_deref().unwrap_or(""))
-                        .map_err(lambda_idempotency::BoxError::from)?;
-                    hook(&order)?;
-                    let credit = ledger_credit(ledger_table, &order);
-                    Ok::<_, lambda_idempotency::BoxError>(
-                        Completion::new(Applied {
-                            account: order.account,
-                            amount: order.amount,
-                        })
-                        .with_write(credit),
-                    )
-                }
-            });
+        let handler =
+            layer
+                .clone()
+                .with_writes()
+                .with_commit(mode)
+                .handler(move |message: SqsMessage| {
+                    let ledger_table = ledger_table.clone();
+                    let runs = runs.clone();
+                    let hook = hook.clone();
+                    async move {
+                        *runs.lock().unwrap() += 1;
+                        let order: Order =
+                            serde_json::from_str(message.body.as_deref().unwrap_or(""))
+                                .map_err(lambda_idempotency::BoxError::from)?;
+                        hook(&order)?;
+                        let credit = ledger_credit(ledger_table, &order);
+                        Ok::<_, lambda_idempotency::BoxError>(
+                            Completion::new(Applied {
+                                account: order.account,
+                                amount: order.amount,
+                            })
+                            .with_write(credit),
+                        )
+                    }
+                });
         BatchProcessor::new(handler).with_clock(self.clock.clone())
     }
 
-    async fn deliver(&self, mode: IdempotencyMode, event: SqsEvent) -> BatchReport<Applied> {
+    async fn deliver(&self, mode: CommitStrategy, event: SqsEvent) -> BatchReport<Applied> {
         self.container(mode, Arc::new(|_| Ok(())))
             .process(invocation(event, self.clock.now(), REMAINING))
             .await
@@ -154,7 +156,7 @@ impl Ledger {
 
     /// Delivers `event`, but the container dies (its future is dropped) if it has not
     /// answered within a second: nothing after that point runs, as under `kill -9`.
-    async fn deliver_and_die(&self, mode: IdempotencyMode, event: SqsEvent) {
+    async fn deliver_and_die(&self, mode: CommitStrategy, event: SqsEvent) {
         let processor = self.container(mode, Arc::new(|_| Ok(())));
         let run = processor.process(invocation(event, self.clock.now(), REMAINING));
         assert!(

@@ -3,7 +3,7 @@
 use lambda_idempotency_test_support as support;
 
 use lambda_idempotency::key::KeyExtractor;
-use lambda_idempotency::{Error, IdempotencyMode, Outcome};
+use lambda_idempotency::{CommitStrategy, Error, Outcome};
 use order_consumer::order_key;
 use support::{load_event, outcomes};
 
@@ -33,7 +33,7 @@ async fn batch_and_redelivery_apply_each_event_once() {
         // duplicate; lease mode's refused acquire answers it before the handler.
         let runs = *ledger.handler_runs.lock().unwrap();
         match mode {
-            IdempotencyMode::Lease => assert_eq!(runs, 3),
+            CommitStrategy::Lease => assert_eq!(runs, 3),
             _ => assert_eq!(runs, 4),
         }
     }
@@ -42,9 +42,9 @@ async fn batch_and_redelivery_apply_each_event_once() {
 #[tokio::test]
 async fn dynamodb_calls_per_record_are_the_minimum_for_each_mode() {
     for (mode, fresh_calls) in [
-        (IdempotencyMode::Optimistic, vec![("TransactWriteItems", 3)]),
+        (CommitStrategy::Optimistic, vec![("TransactWriteItems", 3)]),
         (
-            IdempotencyMode::Lease,
+            CommitStrategy::Lease,
             vec![("PutItem", 3), ("TransactWriteItems", 3)],
         ),
     ] {

@@ -4,13 +4,13 @@
 use std::sync::Arc;
 
 use lambda_idempotency::record::Status;
-use lambda_idempotency::{IdempotencyMode, Outcome};
+use lambda_idempotency::{CommitStrategy, Outcome};
 use lambda_idempotency_test_support::outcomes;
 use tokio::sync::Notify;
 
 use crate::{ids, FirstRun, Rig};
 
-const MODES: [IdempotencyMode; 2] = [IdempotencyMode::Lease, IdempotencyMode::Optimistic];
+const MODES: [CommitStrategy; 2] = [CommitStrategy::Lease, CommitStrategy::Optimistic];
 
 fn alice(balance: i64) -> Vec<(String, i64)> {
     vec![("acct-alice".to_string(), balance)]
@@ -82,7 +82,7 @@ async fn a_lost_lease_rolls_the_credit_back() {
     };
     let first = FirstRun::CreditsThenLosesTheLease;
     let report = rig
-        .process(IdempotencyMode::Lease, first, Arc::new(Notify::new()))
+        .process(CommitStrategy::Lease, first, Arc::new(Notify::new()))
         .await;
     assert_eq!(outcomes(&report), [Outcome::LeaseLost]);
     assert_eq!(report.response.batch_item_failures.len(), 1);

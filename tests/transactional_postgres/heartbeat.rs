@@ -10,7 +10,7 @@ use lambda_idempotency::batch::BatchProcessor;
 use lambda_idempotency::record::Status;
 use lambda_idempotency::store::postgres::PgTransaction;
 use lambda_idempotency::store::PostgresStore;
-use lambda_idempotency::{IdempotencyLayer, IdempotencyMode, Outcome};
+use lambda_idempotency::{CommitStrategy, IdempotencyLayer, Outcome};
 use lambda_idempotency_test_support as support;
 use support::outcomes;
 
@@ -44,8 +44,8 @@ async fn a_heartbeat_waiting_on_the_row_through_the_commit_lets_the_record_finis
     slow_commits(&rig, 0.6).await;
     let process = || {
         rig.crediting(
-            config(IdempotencyMode::Lease)
-                .with_heartbeat(Duration::from_secs(3), Duration::from_millis(50)),
+            config().with_heartbeat(Duration::from_secs(3), Duration::from_millis(50)),
+            CommitStrategy::Lease,
         )
     };
     let report = process().process(deliver_first()).await;
@@ -80,11 +80,11 @@ async fn heartbeats_on_a_small_pool_never_starve_behind_their_own_transactions()
         let (runs, ledger) = (Arc::clone(&rig.runs), rig.ledger.clone());
         let handler = IdempotencyLayer::new(store.clone())
             .with_config(
-                config(IdempotencyMode::Lease)
-                    .with_heartbeat(Duration::from_millis(600), Duration::from_millis(200)),
+                config().with_heartbeat(Duration::from_millis(600), Duration::from_millis(200)),
             )
             .in_transaction()
             .expect("a pool with room for transactions")
+            .with_commit(CommitStrategy::Lease)
             .handler(move |message: SqsMessage, transaction: PgTransaction| {
                 runs.fetch_add(1, Ordering::SeqCst);
                 let ledger = ledger.clone();
@@ -144,9 +144,10 @@ async fn a_record_waiting_for_a_transaction_holds_no_lease() {
         let (runs, ledger) = (Arc::clone(&rig.runs), rig.ledger.clone());
         let (started, release) = (Arc::clone(&started), Arc::clone(&release));
         IdempotencyLayer::new(store)
-            .with_config(config(IdempotencyMode::Lease))
+            .with_config(config())
             .in_transaction()
             .expect("a pool with room for transactions")
+            .with_commit(CommitStrategy::Lease)
             .handler(move |message: SqsMessage, transaction: PgTransaction| {
                 runs.fetch_add(1, Ordering::SeqCst);
                 let (ledger, started, release) =

@@ -16,7 +16,7 @@ use lambda_idempotency::key::IdempotencyKey;
 use lambda_idempotency::record::{Record, Status};
 use lambda_idempotency::store::postgres::PgTransaction;
 use lambda_idempotency::store::{PostgresStore, Store};
-use lambda_idempotency::{BoxError, Config, IdempotencyLayer, IdempotencyMode, Outcome};
+use lambda_idempotency::{BoxError, CommitStrategy, Config, IdempotencyLayer, Outcome};
 use lambda_idempotency_test_support as support;
 use serde::Deserialize;
 use support::{invocation, load_event, outcomes};
@@ -98,6 +98,7 @@ impl Rig {
     pub(crate) fn crediting(
         &self,
         config: Config,
+        mode: CommitStrategy,
     ) -> BatchProcessor<
         impl tower::Service<
                 lambda_runtime::LambdaEvent<SqsMessage>,
@@ -110,6 +111,7 @@ impl Rig {
             .with_config(config)
             .in_transaction()
             .expect("a pool with room for transactions")
+            .with_commit(mode)
             .handler(move |message: SqsMessage, transaction: PgTransaction| {
                 runs.fetch_add(1, Ordering::SeqCst);
                 let ledger = ledger.clone();
@@ -125,7 +127,7 @@ impl Rig {
     /// doing `first` on its first run. `ready` is notified when a handler has credited.
     pub(crate) fn process(
         &self,
-        mode: IdempotencyMode,
+        mode: CommitStrategy,
         first: FirstRun,
         ready: Arc<tokio::sync::Notify>,
     ) -> impl std::future::Future<Output = BatchReport<i64>> + 'static {
@@ -135,7 +137,7 @@ impl Rig {
     /// As [`process`](Self::process), the first run crediting and then waiting for `release`.
     pub(crate) fn process_holding(
         &self,
-        mode: IdempotencyMode,
+        mode: CommitStrategy,
         ready: Arc<tokio::sync::Notify>,
         release: Arc<tokio::sync::Notify>,
     ) -> impl std::future::Future<Output = BatchReport<i64>> + 'static {
@@ -144,7 +146,7 @@ impl Rig {
 
     fn process_with(
         &self,
-        mode: IdempotencyMode,
+        mode: CommitStrategy,
         first: FirstRun,
         ready: Arc<tokio::sync::Notify>,
         release: Arc<tokio::sync::Notify>,
@@ -155,9 +157,10 @@ impl Rig {
             self.store.clone(),
         );
         let handler = IdempotencyLayer::new(self.store.clone())
-            .with_config(config(mode))
+            .with_config(config())
             .in_transaction()
             .expect("a pool with room for transactions")
+            .with_commit(mode)
             .handler(move |message: SqsMessage, transaction: PgTransaction| {
                 let run = runs.fetch_add(1, Ordering::SeqCst);
                 let (ledger, store, ready) = (ledger.clone(), store.clone(), Arc::clone(&ready));
@@ -208,8 +211,8 @@ impl Rig {
     }
 }
 
-pub(crate) fn config(mode: IdempotencyMode) -> Config {
-    Config::new().with_key_prefix("orders").with_mode(mode)
+pub(crate) fn config() -> Config {
+    Config::new().with_key_prefix("orders")
 }
 
 pub(crate) fn deliver(name: &str) -> lambda_runtime::LambdaEvent<aws_lambda_events::sqs::SqsEvent> {
@@ -233,11 +236,11 @@ pub(crate) fn ids(name: &str) -> Vec<String> {
 
 /// The sample batch, delivered twice to fresh processes: each record's handler runs once, its
 /// credit is committed with its record, and the second delivery replays the stored balance.
-async fn batch_twice(mode: IdempotencyMode) {
+async fn batch_twice(mode: CommitStrategy) {
     let Some(rig) = Rig::new().await else {
         return;
     };
-    let process = || rig.crediting(config(mode));
+    let process = || rig.crediting(config(), mode);
     let first = process().process(deliver("batch.json")).await;
     assert_eq!(outcomes(&first), [Outcome::Executed; 3]);
     assert!(first.response.batch_item_failures.is_empty());
@@ -262,12 +265,12 @@ async fn batch_twice(mode: IdempotencyMode) {
 
 #[tokio::test]
 async fn lease_mode_commits_each_credit_once_with_its_record() {
-    batch_twice(IdempotencyMode::Lease).await;
+    batch_twice(CommitStrategy::Lease).await;
 }
 
 #[tokio::test]
 async fn optimistic_mode_commits_each_credit_once_with_its_record() {
-    batch_twice(IdempotencyMode::Optimistic).await;
+    batch_twice(CommitStrategy::Optimistic).await;
 }
 
 /// A store whose pool leaves no connection for a handler's transaction besides the one kept
@@ -292,11 +295,9 @@ async fn a_pool_without_room_for_a_transaction_is_refused_when_the_layer_is_buil
                     handlers' transactions besides the one kept for lease calls: build it with \
                     a max size of at least 2 (the transactions to run at once, plus one)";
     let small = store(1);
-    for mode in [IdempotencyMode::Lease, IdempotencyMode::Optimistic] {
+    for mode in [CommitStrategy::Lease, CommitStrategy::Optimistic] {
         let layer = IdempotencyLayer::new(small.clone())
-            .with_config(
-                config(mode).with_heartbeat(Duration::from_secs(3), Duration::from_secs(1)),
-            )
+            .with_config(config().with_heartbeat(Duration::from_secs(3), Duration::from_secs(1)))
             .in_transaction();
         match layer {
             Err(err @ StoreError::Misconfigured { .. }) => assert_eq!(err.to_string(), expected),

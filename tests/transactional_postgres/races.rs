@@ -5,7 +5,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lambda_idempotency::{IdempotencyMode, Outcome};
+use lambda_idempotency::{CommitStrategy, Outcome};
 use lambda_idempotency_test_support::outcomes;
 use tokio::sync::Notify;
 
@@ -29,7 +29,7 @@ async fn a_dead_invocation_applies_nothing_optimistic() {
         return;
     };
     let ready = Arc::new(Notify::new());
-    let mode = IdempotencyMode::Optimistic;
+    let mode = CommitStrategy::Optimistic;
     let dying = rig.process(mode, FirstRun::CreditsThenHangs, Arc::clone(&ready));
     kill_after_credit(dying, &ready).await;
     assert_eq!(rig.record(&ids("batch.json")[0]).await, None);
@@ -47,7 +47,7 @@ async fn a_dead_invocation_applies_nothing_lease() {
         return;
     };
     let ready = Arc::new(Notify::new());
-    let mode = IdempotencyMode::Lease;
+    let mode = CommitStrategy::Lease;
     let dying = rig.process(mode, FirstRun::CreditsThenHangs, Arc::clone(&ready));
     kill_after_credit(dying, &ready).await;
     let again = rig.process(mode, FirstRun::Credits, ready).await;
@@ -66,7 +66,7 @@ async fn a_concurrent_duplicate_waits_and_replays_optimistic() {
         return;
     };
     let (ready, release) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
-    let mode = IdempotencyMode::Optimistic;
+    let mode = CommitStrategy::Optimistic;
     let first = rig.process_holding(mode, Arc::clone(&ready), Arc::clone(&release));
     let duplicate = async {
         ready.notified().await;
@@ -95,7 +95,7 @@ async fn a_concurrent_duplicate_is_locked_lease() {
         return;
     };
     let (ready, release) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
-    let mode = IdempotencyMode::Lease;
+    let mode = CommitStrategy::Lease;
     let first = rig.process_holding(mode, Arc::clone(&ready), Arc::clone(&release));
     let duplicate = async {
         ready.notified().await;
@@ -150,7 +150,7 @@ async fn an_acquire_that_read_a_stale_record_asks_again() {
         .await
         .unwrap();
     let duplicate = rig.process(
-        IdempotencyMode::Optimistic,
+        CommitStrategy::Optimistic,
         FirstRun::Credits,
         Arc::new(Notify::new()),
     );

@@ -4,7 +4,7 @@ use aws_lambda_events::sqs::{SqsEvent, SqsMessage, SqsMessageAttribute};
 use lambda_idempotency::key::{
     BodyHash, IdempotencyKey, JsonPointer, KeyExtractor, MessageAttribute, MessageId,
 };
-use lambda_idempotency::IdempotencyMode;
+use lambda_idempotency::CommitStrategy;
 use lambda_idempotency_test_support as support;
 use order_consumer::{processor, Settings, Tables};
 use std::time::{Duration, SystemTime};
@@ -91,7 +91,7 @@ async fn key_finds_the_record_the_order_consumer_wrote() {
         idempotency: rig.table.clone(),
         ledger,
     };
-    let settings = Settings::new(tables, IdempotencyMode::Optimistic);
+    let settings = Settings::new(tables, CommitStrategy::Optimistic);
     let body = r#"{"eventId":"evt-cli-1","account":"acct-a","amount":5}"#;
     let mut m = SqsMessage::default();
     m.message_id = Some("m-1".into());

@@ -41,7 +41,7 @@ use lambda_idempotency::idempotent::{Position, Sequence};
 use lambda_idempotency::key::{JsonPointer, KeyError, KeyExtractor, MessageAttribute};
 use lambda_idempotency::store::{Attr, DynamoDbStore, Write};
 use lambda_idempotency::validation::PayloadValidation;
-use lambda_idempotency::{Completion, Config, Error, IdempotencyLayer, IdempotencyMode, Processed};
+use lambda_idempotency::{CommitStrategy, Completion, Config, Error, IdempotencyLayer, Processed};
 use lambda_runtime::LambdaEvent;
 use serde::{Deserialize, Serialize};
 use tower::util::Either;
@@ -243,7 +243,7 @@ pub struct Settings {
     /// Its tables.
     pub tables: Tables,
     /// How the ledger write is committed with the record.
-    pub mode: IdempotencyMode,
+    pub mode: CommitStrategy,
     /// How long records count.
     pub expires_after: Duration,
     /// The time that must remain before the deadline to start a record.
@@ -259,7 +259,7 @@ pub struct Settings {
 impl Settings {
     /// The defaults for `tables` in `mode`: the default window and start margin (the
     /// library's), and a local cache of 1024 keys.
-    pub fn new(tables: Tables, mode: IdempotencyMode) -> Self {
+    pub fn new(tables: Tables, mode: CommitStrategy) -> Self {
         Self {
             tables,
             mode,
@@ -277,9 +277,9 @@ impl Settings {
         let mode_text = std::env::var("IDEMPOTENCY_MODE").unwrap_or_else(|_| "optimistic".into());
         let sequenced = mode_text.trim().eq_ignore_ascii_case("sequenced");
         let mode = if sequenced {
-            Some(IdempotencyMode::Optimistic)
+            Some(CommitStrategy::Optimistic)
         } else {
-            IdempotencyMode::parse(&mode_text)
+            CommitStrategy::parse(&mode_text)
         }
         .ok_or_else(|| {
             format!("IDEMPOTENCY_MODE must be optimistic, lease or sequenced, not {mode_text:?}")
@@ -343,7 +343,6 @@ pub fn processor(
         .with_config(
             Config::new()
                 .with_key_prefix(KEY_PREFIX)
-                .with_mode(settings.mode)
                 .with_expires_after(settings.expires_after)
                 .with_payload_validation(PayloadValidation::Body)
                 .with_local_cache(settings.local_cache),
@@ -355,7 +354,12 @@ pub fn processor(
         let sequence = Sequence::next(SEQUENCE_ATTRIBUTE, position);
         Either::Right(layer.sequenced(sequence).handler(apply))
     } else {
-        Either::Left(layer.with_writes().handler(apply))
+        Either::Left(
+            layer
+                .with_writes()
+                .with_commit(settings.mode)
+                .handler(apply),
+        )
     };
     BatchProcessor::new(handler)
         .with_deadline_margin(settings.deadline_margin)

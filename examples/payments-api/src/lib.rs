@@ -32,7 +32,7 @@ use lambda_idempotency::clock::SystemClock;
 use lambda_idempotency::http::IdempotentHttpLayer;
 use lambda_idempotency::idempotent::ResultAndWrites;
 use lambda_idempotency::store::{Attr, DynamoDbStore, Write};
-use lambda_idempotency::{BoxError, Completion, Config, Error, IdempotencyLayer, IdempotencyMode};
+use lambda_idempotency::{BoxError, CommitStrategy, Completion, Config, Error, IdempotencyLayer};
 pub use order_consumer::{sdk_config, Settings, Tables};
 use serde::{Deserialize, Serialize};
 use tower::Layer;
@@ -221,7 +221,7 @@ pub async fn handle(
 pub fn settings_from_env() -> Result<Settings, lambda_runtime::Error> {
     let mut settings = Settings::from_env()?;
     if std::env::var_os("IDEMPOTENCY_MODE").is_none_or(|mode| mode.is_empty()) {
-        settings.mode = IdempotencyMode::Lease;
+        settings.mode = CommitStrategy::Lease;
     }
     Ok(settings)
 }
@@ -235,13 +235,13 @@ pub fn layer(
     let store = DynamoDbStore::new(client, settings.tables.idempotency.clone());
     let config = Config::new()
         .with_key_prefix(KEY_PREFIX)
-        .with_mode(settings.mode)
         .with_expires_after(settings.expires_after)
         .with_local_cache(settings.local_cache);
     IdempotentHttpLayer::new(
         IdempotencyLayer::new(store)
             .with_config(config)
-            .with_writes(),
+            .with_writes()
+            .with_commit(settings.mode),
     )
     .with_methods([Method::POST])
 }

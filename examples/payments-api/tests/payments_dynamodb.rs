@@ -8,7 +8,7 @@ use aws_sdk_dynamodb::Client;
 use lambda_http::http::StatusCode;
 use lambda_http::{Body, Request, RequestExt, Response};
 use lambda_idempotency::http::REPLAYED_HEADER;
-use lambda_idempotency::{Error, IdempotencyMode};
+use lambda_idempotency::{CommitStrategy, Error};
 use lambda_idempotency_test_support as support;
 use payments_api::{handle, layer, service, Ledger, Settings, Tables};
 use serde_json::{json, Value};
@@ -16,9 +16,9 @@ use support::dynamodb::{balance, create_table, create_table_keyed};
 use tokio::sync::{Barrier, Notify};
 use tower::{Layer, ServiceExt};
 
-const MODES: [IdempotencyMode; 2] = [IdempotencyMode::Lease, IdempotencyMode::Optimistic];
+const MODES: [CommitStrategy; 2] = [CommitStrategy::Lease, CommitStrategy::Optimistic];
 
-async fn deployment(client: &Client, mode: IdempotencyMode) -> Settings {
+async fn deployment(client: &Client, mode: CommitStrategy) -> Settings {
     let tables = Tables {
         idempotency: create_table(client).await,
         ledger: create_table_keyed(client, "ledger", "account").await,
@@ -168,7 +168,7 @@ async fn one_key_at_once_is_one_payment_and_one_409() {
     let Some(client) = support::dynamodb::client().await else {
         return;
     };
-    let settings = deployment(&client, IdempotencyMode::Lease).await;
+    let settings = deployment(&client, CommitStrategy::Lease).await;
     let ledger = Ledger::new(client.clone(), settings.tables.ledger.clone());
     let (started, release) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
     let gated = {

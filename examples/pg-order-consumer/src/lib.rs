@@ -26,7 +26,7 @@ use lambda_idempotency::batch::BatchProcessor;
 use lambda_idempotency::store::postgres::PgTransaction;
 use lambda_idempotency::store::{PostgresStore, StoreError, TransactionScope};
 use lambda_idempotency::validation::PayloadValidation;
-use lambda_idempotency::{BoxError, Config, Error, IdempotencyLayer, IdempotencyMode, Processed};
+use lambda_idempotency::{BoxError, CommitStrategy, Config, Error, IdempotencyLayer, Processed};
 use lambda_runtime::LambdaEvent;
 pub use order_consumer::{order_key, parse_order, Applied, Order, KEY_PREFIX};
 
@@ -40,7 +40,7 @@ pub struct Settings {
     /// `DATABASE_URL`.
     pub database_url: String,
     /// Lease or optimistic transactions.
-    pub mode: IdempotencyMode,
+    pub mode: CommitStrategy,
     /// How long records count.
     pub expires_after: Duration,
     /// The time that must remain before the deadline to start a record.
@@ -49,7 +49,7 @@ pub struct Settings {
 
 impl Settings {
     /// The defaults for `database_url` in `mode`.
-    pub fn new(database_url: impl Into<String>, mode: IdempotencyMode) -> Self {
+    pub fn new(database_url: impl Into<String>, mode: CommitStrategy) -> Self {
         Self {
             database_url: database_url.into(),
             mode,
@@ -65,7 +65,7 @@ impl Settings {
             .filter(|v| !v.is_empty())
             .ok_or("environment variable DATABASE_URL is required")?;
         let mode_text = std::env::var("IDEMPOTENCY_MODE").unwrap_or_else(|_| "optimistic".into());
-        let mode = IdempotencyMode::parse(&mode_text).ok_or_else(|| {
+        let mode = CommitStrategy::parse(&mode_text).ok_or_else(|| {
             format!("IDEMPOTENCY_MODE must be optimistic or lease, not {mode_text:?}")
         })?;
         let mut settings = Self::new(url, mode);
@@ -172,11 +172,11 @@ where
         .with_config(
             Config::new()
                 .with_key_prefix(KEY_PREFIX)
-                .with_mode(settings.mode)
                 .with_expires_after(settings.expires_after)
                 .with_payload_validation(PayloadValidation::Body),
         )
         .in_transaction()?
+        .with_commit(settings.mode)
         .handler(apply_order);
     Ok(BatchProcessor::new(handler).with_deadline_margin(settings.deadline_margin))
 }
@@ -201,7 +201,7 @@ mod tests {
                     .expect("a pool"),
             )
         };
-        let settings = Settings::new("postgres://nobody@127.0.0.1:1/none", IdempotencyMode::Lease);
+        let settings = Settings::new("postgres://nobody@127.0.0.1:1/none", CommitStrategy::Lease);
         match processor(store(1), &settings) {
             Err(StoreError::Misconfigured(fault)) => assert!(
                 fault

@@ -11,7 +11,7 @@ use lambda_idempotency::batch::BatchReport;
 use lambda_idempotency::key::IdempotencyKey;
 use lambda_idempotency::record::{Record, Status};
 use lambda_idempotency::store::{PostgresStore, Store};
-use lambda_idempotency::{IdempotencyMode, Outcome};
+use lambda_idempotency::{CommitStrategy, Outcome};
 use lambda_idempotency_test_support as support;
 use pg_order_consumer::{connect, processor, Applied, Settings, Tables, KEY_PREFIX};
 use support::faulty_store::{FaultyStore, Inject};
@@ -19,7 +19,7 @@ use support::{invocation, load_event, outcomes, reported};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-const MODES: [IdempotencyMode; 2] = [IdempotencyMode::Lease, IdempotencyMode::Optimistic];
+const MODES: [CommitStrategy; 2] = [CommitStrategy::Lease, CommitStrategy::Optimistic];
 const REMAINING: Duration = Duration::from_secs(3);
 
 fn first_order() -> lambda_runtime::LambdaEvent<aws_lambda_events::sqs::SqsEvent> {
@@ -33,14 +33,14 @@ const MESSAGE: &str = "0b1f5a52-7d3e-4c1a-9f60-2a51c1d0e001";
 
 /// The one record was answered `outcome` and acknowledged.
 #[track_caller]
-fn acknowledged(report: &BatchReport<Applied>, outcome: Outcome, mode: IdempotencyMode) {
+fn acknowledged(report: &BatchReport<Applied>, outcome: Outcome, mode: CommitStrategy) {
     assert_eq!(outcomes(report), [outcome], "{mode:?}");
     assert!(reported(report).is_empty(), "{mode:?}");
 }
 
 /// The record is completed and holds no lease.
 #[track_caller]
-fn assert_completed(record: &Record, mode: IdempotencyMode) {
+fn assert_completed(record: &Record, mode: CommitStrategy) {
     assert_eq!(record.status, Status::Completed, "{mode:?}");
     assert_eq!(record.lease_expiration_ms, None, "{mode:?}: no lease");
     assert!(record.owner.is_some(), "{mode:?}");
@@ -65,7 +65,7 @@ struct Rig {
 }
 
 impl Rig {
-    async fn new(url: &str, mode: IdempotencyMode) -> Self {
+    async fn new(url: &str, mode: CommitStrategy) -> Self {
         let store = connect(url).expect("a pool");
         Tables::default().ensure(&store).await.expect("the tables");
         let faulty = FaultyStore::new(store.clone());
@@ -114,7 +114,7 @@ async fn a_kill_before_the_commit_applies_nothing_and_the_redelivery_once() {
         let rig = Rig::new(&url, mode).await;
         rig.deliver_and_die(Inject::CommitNeverSent).await;
         assert_eq!(balance(&rig.store).await, 0, "{mode:?}");
-        let dead_owner = if mode == IdempotencyMode::Lease {
+        let dead_owner = if mode == CommitStrategy::Lease {
             // The dead lease holds until its invocation's deadline.
             let held = rig.record().await.expect("the dead invocation's lease");
             assert_eq!(held.status, Status::InProgress);

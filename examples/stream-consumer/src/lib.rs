@@ -82,7 +82,6 @@ pub fn dynamodb_key(record: &EventRecord) -> Result<Vec<u8>, KeyError> {
 fn config(settings: &Settings, prefix: &str) -> Config {
     Config::new()
         .with_key_prefix(prefix)
-        .with_mode(settings.mode)
         .with_expires_after(settings.expires_after)
         .with_payload_validation(PayloadValidation::Body)
         .with_local_cache(settings.local_cache)
@@ -104,6 +103,7 @@ pub fn kinesis_processor(
         .with_key(JsonPointer::new("/eventId"))
         .with_config(config(settings, KINESIS_KEY_PREFIX))
         .with_writes()
+        .with_commit(settings.mode)
         .handler(move |record: KinesisEventRecord| std::future::ready(credit(&ledger, &record)));
     BatchProcessor::kinesis(handler).with_deadline_margin(settings.deadline_margin)
 }
@@ -124,6 +124,7 @@ pub fn dynamodb_processor(
         .with_key(dynamodb_key)
         .with_config(config(settings, DYNAMODB_KEY_PREFIX))
         .with_writes()
+        .with_commit(settings.mode)
         .handler(move |record: EventRecord| {
             std::future::ready(if record.event_name == "INSERT" {
                 credit(&ledger, &record)
