@@ -160,7 +160,9 @@ mod pointer;
 
 pub use config::{CommitStrategy, Config, MissingKey, DEFAULT_EXPIRES_AFTER};
 pub use error::{BoxError, Error, Permanent};
-pub use idempotent::{Completion, IdempotencyLayer, Idempotent, InTransaction, TransactionEvent};
+pub use idempotent::{
+    Completion, IdempotencyLayer, Idempotent, InTransaction, SequencedLayer, TransactionEvent,
+};
 pub use input::Input;
 pub use outcome::Outcome;
 pub use processed::Processed;

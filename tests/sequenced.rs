@@ -11,7 +11,7 @@ use lambda_idempotency::batch::{BatchProcessor, BatchReport};
 use lambda_idempotency::idempotent::{Position, Sequence};
 use lambda_idempotency::key::KeyError;
 use lambda_idempotency::store::{Attr, Guarded, GuardedWrite, InMemoryStore, Item, Write};
-use lambda_idempotency::{Completion, IdempotencyLayer, Outcome, Permanent};
+use lambda_idempotency::{Completion, Outcome, Permanent, SequencedLayer};
 use lambda_idempotency_test_support::{invocation, outcomes, reported};
 
 const REMAINING: Duration = Duration::from_secs(30);
@@ -64,7 +64,7 @@ impl Rig {
         } else {
             Sequence::next("version", position)
         };
-        let layer = IdempotencyLayer::new(self.store.clone()).sequenced(sequence);
+        let layer = SequencedLayer::new(self.store.clone(), sequence);
         let runs = self.runs.clone();
         let processor = BatchProcessor::new(layer.handler(move |m: SqsMessage| {
             let runs = runs.clone();

@@ -16,7 +16,7 @@ use lambda_idempotency::batch::BatchProcessor;
 use lambda_idempotency::idempotent::{Position, Sequence};
 use lambda_idempotency::key::KeyError;
 use lambda_idempotency::store::{Attr, DynamoDbStore, Write};
-use lambda_idempotency::{Completion, IdempotencyLayer, Outcome};
+use lambda_idempotency::{Completion, Outcome, SequencedLayer};
 use support::dynamodb::{client_for_attempts, counted_client, create_table_keyed, CallCounter};
 use support::harness::fault_proxy::{FaultProxy, Scripted};
 use support::{invocation, outcomes, reported};
@@ -86,7 +86,7 @@ impl Rig {
         event: SqsEvent,
     ) -> (Vec<Outcome>, Vec<String>, BTreeMap<&'static str, usize>) {
         let sequence = Sequence::next("sequence", position(self.ledger.clone()));
-        let layer = IdempotencyLayer::new(store.clone()).sequenced(sequence);
+        let layer = SequencedLayer::new(store.clone(), sequence);
         let (ledger, runs) = (self.ledger.clone(), self.runs.clone());
         let processor = BatchProcessor::new(layer.handler(move |m: SqsMessage| {
             let (ledger, runs) = (ledger.clone(), runs.clone());

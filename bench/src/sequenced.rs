@@ -10,7 +10,7 @@ use lambda_idempotency::batch::BatchProcessor;
 use lambda_idempotency::idempotent::{Position, Sequence};
 use lambda_idempotency::key::KeyError;
 use lambda_idempotency::store::{Attr, DynamoDbStore, Write};
-use lambda_idempotency::{Completion, IdempotencyLayer, Input};
+use lambda_idempotency::{Completion, Input, SequencedLayer};
 use lambda_idempotency_test_support::dynamodb::{counted_client, counted_client_at, CallCounter};
 use lambda_runtime::LambdaEvent;
 use serde_json::Value;
@@ -48,7 +48,7 @@ pub async fn run_sequenced(scenario: &Scenario, batches: usize, target: Target<'
         })
     };
     let store = DynamoDbStore::new(ours_client, ours_t.idempotency.clone());
-    let layer = IdempotencyLayer::new(store).sequenced(Sequence::next("sequence", position));
+    let layer = SequencedLayer::new(store, Sequence::next("sequence", position));
     let ledger = ours_t.ledger.clone();
     let ours = BatchProcessor::new(layer.handler(move |m: SqsMessage| {
         let ledger = ledger.clone();

@@ -148,32 +148,6 @@ impl<St, K, C, M> IdempotencyLayer<St, K, C, M> {
         })
     }
 
-    /// Builds services whose handler's one write is its own guard (natural idempotency):
-    /// `sequence` places each event in its entity's sequence, and the handler answers a
-    /// [`Completion`](crate::Completion) with exactly one put or update on that entity, which
-    /// the toolkit conditions on the entity's sequence and sets to the event's number. No
-    /// idempotency record is written: one conditional write per fresh event, none for a
-    /// duplicate found by the read of a redelivered event. The store must be a
-    /// [`GuardedWrite`]. The key extractor, the local cache and the record settings of
-    /// [`Config`] do not apply.
-    pub fn sequenced<P>(
-        self,
-        sequence: Sequence<P>,
-    ) -> IdempotencyLayer<St, Sequence<P>, C, Sequenced>
-    where
-        St: GuardedWrite,
-    {
-        IdempotencyLayer {
-            store: self.store,
-            key: sequence,
-            clock: self.clock,
-            config: self.config,
-            commit: self.commit,
-            local: self.local,
-            mode: PhantomData,
-        }
-    }
-
     /// Uses `config`: every setting of the records (see [`Config`]). The layer's clones
     /// and the services already built keep sharing its single-flight table, and its local
     /// cache unless `config` sizes the cache otherwise.
@@ -219,6 +193,85 @@ impl<St, K, C, M> IdempotencyLayer<St, K, C, M> {
         C: Clone,
     {
         self.layer(record_fn(f))
+    }
+}
+
+/// Builds sequence-guarded services: the handler's one write is its own guard (natural
+/// idempotency).
+///
+/// `sequence` places each event in its entity's sequence, and the handler answers a
+/// [`Completion`](crate::Completion) with exactly one put or update on that entity, which
+/// the toolkit conditions on the entity's sequence and sets to the event's number. No
+/// idempotency record is written: one conditional write per fresh event, none for a
+/// duplicate found by the read of a redelivered event. The store must be a
+/// [`GuardedWrite`]. With no record, there is no key, local cache or record setting to
+/// choose: the store, the sequence and the clock are all it takes.
+#[derive(Debug)]
+pub struct SequencedLayer<St, P, C = SystemClock> {
+    layer: IdempotencyLayer<St, Sequence<P>, C, Sequenced>,
+}
+
+impl<St: Clone, P: Clone, C: Clone> Clone for SequencedLayer<St, P, C> {
+    fn clone(&self) -> Self {
+        Self {
+            layer: self.layer.clone(),
+        }
+    }
+}
+
+impl<St: GuardedWrite, P> SequencedLayer<St, P> {
+    /// A layer writing through `store`, each event placed by `sequence`.
+    pub fn new(store: St, sequence: Sequence<P>) -> Self {
+        let config = Config::default();
+        Self {
+            layer: IdempotencyLayer {
+                store,
+                key: sequence,
+                clock: SystemClock,
+                local: LocalAnswers::new(&config),
+                config,
+                commit: CommitStrategy::Lease,
+                mode: PhantomData,
+            },
+        }
+    }
+}
+
+impl<St, P, C> SequencedLayer<St, P, C> {
+    /// Reads time from `clock` instead of the system clock.
+    pub fn with_clock<C2: Clock>(self, clock: C2) -> SequencedLayer<St, P, C2> {
+        SequencedLayer {
+            layer: self.layer.with_clock(clock),
+        }
+    }
+
+    /// The store.
+    pub fn store(&self) -> &St {
+        &self.layer.store
+    }
+
+    /// The sequence.
+    pub fn sequence(&self) -> &Sequence<P> {
+        &self.layer.key
+    }
+
+    /// Wraps a plain async function of one event: `async fn(E) -> Result<Completion<T>, Err>`
+    /// whose completion holds the entity's one write.
+    pub fn handler<F>(&self, f: F) -> Idempotent<RecordFn<F>, St, Sequence<P>, C, Sequenced>
+    where
+        St: Clone,
+        P: Clone,
+        C: Clone,
+    {
+        self.layer.handler(f)
+    }
+}
+
+impl<S, St: Clone, P: Clone, C: Clone> Layer<S> for SequencedLayer<St, P, C> {
+    type Service = Idempotent<S, St, Sequence<P>, C, Sequenced>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        self.layer.layer(inner)
     }
 }
 

@@ -48,7 +48,7 @@ pub use finish::{ResultAndWrites, ResultOnly, MAX_STORED_FAILURE_BYTES, UNSTORED
 pub(crate) use in_flight::{within_batch, within_call};
 pub use in_transaction::{InTransaction, TransactionEvent};
 pub(crate) use invoke::catch_panic_async;
-pub use layer::IdempotencyLayer;
+pub use layer::{IdempotencyLayer, SequencedLayer};
 pub(crate) use precheck::{begin_turn, offering};
 pub use record_fn::{record_fn, RecordFn};
 pub use sequenced::{Position, PositionOf, Sequence, SequenceRule, Sequenced};

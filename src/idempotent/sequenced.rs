@@ -67,7 +67,7 @@ pub enum SequenceRule {
 }
 
 /// The sequence guard of a layer built with
-/// [`IdempotencyLayer::sequenced`](crate::IdempotencyLayer::sequenced): how events are
+/// [`SequencedLayer::new`](crate::SequencedLayer::new): how events are
 /// placed ([`PositionOf`]), the entity attribute holding the sequence, and the rule.
 #[derive(Debug, Clone)]
 pub struct Sequence<P> {

@@ -41,7 +41,9 @@ use lambda_idempotency::idempotent::{Position, Sequence};
 use lambda_idempotency::key::{JsonPointer, KeyError, KeyExtractor, MessageAttribute};
 use lambda_idempotency::store::{Attr, DynamoDbStore, Write};
 use lambda_idempotency::validation::PayloadValidation;
-use lambda_idempotency::{CommitStrategy, Completion, Config, Error, IdempotencyLayer, Processed};
+use lambda_idempotency::{
+    CommitStrategy, Completion, Config, Error, IdempotencyLayer, Processed, SequencedLayer,
+};
 use lambda_runtime::LambdaEvent;
 use serde::{Deserialize, Serialize};
 use tower::util::Either;
@@ -338,7 +340,7 @@ pub fn processor(
         + 'static,
 > {
     let store = DynamoDbStore::new(client, settings.tables.idempotency.clone());
-    let layer = IdempotencyLayer::new(store)
+    let layer = IdempotencyLayer::new(store.clone())
         .with_key(order_key())
         .with_config(
             Config::new()
@@ -352,7 +354,7 @@ pub fn processor(
     let handler = if settings.sequenced {
         let position = order_position(settings.tables.ledger.clone());
         let sequence = Sequence::next(SEQUENCE_ATTRIBUTE, position);
-        Either::Right(layer.sequenced(sequence).handler(apply))
+        Either::Right(SequencedLayer::new(store, sequence).handler(apply))
     } else {
         Either::Left(
             layer
