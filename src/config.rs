@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::hooks::{Created, Hooks, Replay};
-use crate::validation::PayloadValidation;
+use crate::key::PayloadValidation;
 
 /// The default record window ([`Config::with_expires_after`]): 43 days, longer than a message
 /// can live in SQS with a dead-letter queue and one redrive at the longest retention SQS

@@ -94,7 +94,7 @@ use crate::error::Error;
 use crate::idempotent::{within_call, IdempotencyLayer, Mode};
 use crate::input::Serialized;
 use crate::key::{BodyHash, KeyError};
-use crate::processed::Processed;
+use crate::outcome::Processed;
 
 /// The deadline of a call outside an invocation: none (the end of time, as epoch
 /// milliseconds).

@@ -25,7 +25,7 @@ pub enum AttributeValue<'a> {
 /// extractors ([`MessageId`](crate::key::MessageId),
 /// [`MessageAttribute`](crate::key::MessageAttribute),
 /// [`JsonPointer`](crate::key::JsonPointer), [`BodyHash`](crate::key::BodyHash)) and
-/// [`PayloadValidation`](crate::validation::PayloadValidation) work on any `Input`.
+/// [`PayloadValidation`](crate::key::PayloadValidation) work on any `Input`.
 pub trait Input {
     /// The event's own id, unique per event as its source sees it (SQS `messageId`).
     fn id(&self) -> Option<&str>;
@@ -36,7 +36,7 @@ pub trait Input {
     /// The attribute called `name`, if the event has it with a value.
     fn attribute(&self, name: &str) -> Option<AttributeValue<'_>>;
 
-    /// The query string that [payload validation](crate::validation::PayloadValidation)
+    /// The query string that [payload validation](crate::key::PayloadValidation)
     /// covers beside the body: an HTTP request's, empty when it has none. `None` (the
     /// default) for events that have no query string at all (batch records, invocations).
     fn query(&self) -> Option<Cow<'_, str>> {
@@ -88,7 +88,7 @@ impl<T: serde::Serialize> Serialized<T> {
     /// Serializes `value`. Fails when it cannot be serialized as JSON (a map with keys that
     /// are not strings, a serializer error) or is nested deeper than 128 levels.
     pub fn new(value: T) -> Result<Self, serde_json::Error> {
-        let json = crate::canonical::canonical_value(&value)?;
+        let json = crate::key::canonical::canonical_value(&value)?;
         Ok(Self {
             value,
             json: json.into_bytes(),
@@ -103,7 +103,7 @@ impl<T> Serialized<T> {
     /// writes, or nesting deeper than 128 levels): a redelivery carries the same bytes, so it
     /// still finds its record.
     pub(crate) fn from_json(value: T, json: &str) -> Self {
-        let json = match crate::canonical::canonical(json) {
+        let json = match crate::key::canonical::canonical(json) {
             Ok(canonical) => canonical.into_bytes(),
             Err(_) => json.as_bytes().to_vec(),
         };

@@ -86,7 +86,7 @@ use crate::error::Error;
 use crate::idempotent::{IdempotencyLayer, Idempotent, Mode};
 use crate::input::Serialized;
 use crate::key::KeyExtractor;
-use crate::processed::Processed;
+use crate::outcome::Processed;
 
 /// A whole invocation's event as Lambda delivered it: its JSON text, and the handler's `T`
 /// deserialized from that text.
@@ -129,7 +129,7 @@ impl<T: Serialize> Received<T> {
     /// when `T` serializes as it deserializes). Fails when `value` cannot be serialized as
     /// JSON (a map with keys that are not strings) or is nested deeper than 128 levels.
     pub fn from_value(value: T) -> Result<Self, serde_json::Error> {
-        let json = RawValue::from_string(crate::canonical::canonical_value(&value)?)?;
+        let json = RawValue::from_string(crate::key::canonical::canonical_value(&value)?)?;
         Ok(Self { value, json })
     }
 }

@@ -96,7 +96,7 @@
 //! # Modules
 //! - [`idempotent`]: the layer, the service and the protocol's drivers;
 //! - [`store`]: the store trait, its requests and limits, the embedded and DynamoDB stores;
-//! - [`key`] and [`validation`]: idempotency keys and payload hashes, from any [`Input`];
+//! - [`key`]: idempotency keys and payload hashes, from any [`Input`];
 //! - [`batch`]: batch processors and their partial batch responses, for [`sqs`] and, with
 //!   their features, `kinesis` and `dynamodb_streams`;
 //! - [`invocation`]: whole invocations of any event; `http` (feature `http`): HTTP APIs with
@@ -146,17 +146,11 @@ pub mod key;
 pub mod kinesis;
 pub mod metrics;
 mod outcome;
-mod processed;
 pub mod record;
 pub mod sqs;
 pub mod store;
 #[cfg(feature = "testing")]
 pub mod testing;
-pub mod validation;
-
-mod canonical;
-mod hashing;
-mod pointer;
 
 pub use config::{CommitStrategy, Config, MissingKey, DEFAULT_EXPIRES_AFTER};
 pub use error::{BoxError, Error, Permanent};
@@ -164,8 +158,7 @@ pub use idempotent::{
     Completion, IdempotencyLayer, Idempotent, InTransaction, SequencedLayer, TransactionEvent,
 };
 pub use input::Input;
-pub use outcome::Outcome;
-pub use processed::Processed;
+pub use outcome::{Outcome, Processed};
 
 /// The README's Rust examples, compiled as doctests.
 #[cfg(doctest)]

@@ -7,7 +7,7 @@ use std::time::SystemTime;
 
 use crate::clock::{epoch_ms, epoch_secs};
 use crate::key::IdempotencyKey;
-use crate::validation::PayloadHash;
+use crate::key::PayloadHash;
 
 /// The state of an idempotency record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

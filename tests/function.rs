@@ -11,9 +11,9 @@ use aws_lambda_events::sqs::SqsEvent;
 use lambda_idempotency::batch::BatchProcessor;
 use lambda_idempotency::clock::ManualClock;
 use lambda_idempotency::input::Serialized;
+use lambda_idempotency::key::PayloadValidation;
 use lambda_idempotency::key::{JsonPointer, KeyError};
 use lambda_idempotency::store::{InMemoryStore, Store};
-use lambda_idempotency::validation::PayloadValidation;
 use lambda_idempotency::{
     BoxError, Config, Error, IdempotencyLayer, Outcome, Permanent, Processed,
 };

@@ -9,11 +9,11 @@ use std::time::{Duration, SystemTime};
 
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage, SqsMessageAttribute};
 use lambda_idempotency::batch::BatchProcessor;
+use lambda_idempotency::key::PayloadValidation;
 use lambda_idempotency::key::{
     BodyHash, IdempotencyKey, JsonPointer, KeyExtractor, MessageAttribute,
 };
 use lambda_idempotency::store::InMemoryStore;
-use lambda_idempotency::validation::PayloadValidation;
 use lambda_idempotency::{Config, Error, IdempotencyLayer, Outcome};
 use order_consumer::{order_key, Order};
 use proptest::prelude::*;

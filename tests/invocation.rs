@@ -8,10 +8,10 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use lambda_idempotency::invocation::Received;
+use lambda_idempotency::key::PayloadValidation;
 use lambda_idempotency::key::{IdempotencyKey, JsonPointer, KeyError};
 use lambda_idempotency::record::Status;
 use lambda_idempotency::store::{InMemoryStore, Store};
-use lambda_idempotency::validation::PayloadValidation;
 use lambda_idempotency::{Config, Error, IdempotencyLayer, Outcome};
 use lambda_idempotency_test_support::context_at;
 use lambda_idempotency_test_support::dynamodb::fresh_store;

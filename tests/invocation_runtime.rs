@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lambda_idempotency::key::JsonPointer;
+use lambda_idempotency::key::PayloadValidation;
 use lambda_idempotency::store::InMemoryStore;
-use lambda_idempotency::validation::PayloadValidation;
 use lambda_idempotency::{Config, IdempotencyLayer};
 use lambda_idempotency_test_support::harness::runtime_api::{Reply, RuntimeApi};
 use lambda_runtime::{service_fn, LambdaEvent};

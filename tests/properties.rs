@@ -6,11 +6,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use lambda_idempotency::clock::{epoch_ms, epoch_secs, Clock, ManualClock};
 use lambda_idempotency::key::IdempotencyKey;
+use lambda_idempotency::key::PayloadHash;
 use lambda_idempotency::record::{decide, Decision, OwnerToken, Record, Status};
 use lambda_idempotency::store::{
     Acquire, AcquireRequest, CompleteRequest, Fenced, InMemoryStore, Store,
 };
-use lambda_idempotency::validation::PayloadHash;
 use proptest::prelude::*;
 
 const BASE_MS: u64 = 1_700_000_000_000;

@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
 use lambda_idempotency::batch::BatchProcessor;
+use lambda_idempotency::key::PayloadValidation;
 use lambda_idempotency::key::{IdempotencyKey, KeyExtractor};
 use lambda_idempotency::store::InMemoryStore;
-use lambda_idempotency::validation::PayloadValidation;
 use lambda_idempotency::{CommitStrategy, Config, IdempotencyLayer};
 use lambda_runtime::LambdaEvent;
 use serde_json::{json, Value};

@@ -11,10 +11,10 @@
 use std::time::{Duration, SystemTime};
 
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
+use lambda_idempotency::key::PayloadValidation;
 use lambda_idempotency::key::{IdempotencyKey, KeyExtractor};
 use lambda_idempotency::record::{decide, Decision, Record};
 use lambda_idempotency::store::{DynamoDbStore, Store};
-use lambda_idempotency::validation::PayloadValidation;
 use lambda_idempotency::CommitStrategy;
 use lambda_idempotency_test_support::dynamodb::{counted_client_at, CallCounter};
 use lambda_runtime::LambdaEvent;

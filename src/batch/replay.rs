@@ -13,7 +13,7 @@ use futures_util::FutureExt;
 use lambda_runtime::Context;
 use tower::util::Either;
 
-use crate::processed::Processed;
+use crate::outcome::Processed;
 
 /// One offered record's replay, decided at the record's turn (its expiry, lease and payload
 /// checked against what was read then, the response hook called, the local cache filled):

@@ -8,7 +8,7 @@ use super::error::BatchError;
 use super::event::BatchEvent;
 use crate::error::{error_chain, Error};
 use crate::outcome::Outcome;
-use crate::processed::Processed;
+use crate::outcome::Processed;
 
 /// How one record ended.
 #[derive(Debug)]

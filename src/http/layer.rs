@@ -15,7 +15,7 @@ use super::service::{HttpHandler, IdempotentHttp};
 use crate::clock::SystemClock;
 use crate::config::MissingKey;
 use crate::idempotent::{IdempotencyLayer, ResultOnly};
-use crate::validation::PayloadValidation;
+use crate::key::PayloadValidation;
 
 /// What the HTTP layer adds to the protocol: which requests it protects, what it stores and
 /// how it answers.

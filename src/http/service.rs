@@ -19,7 +19,7 @@ use crate::error::Error;
 use crate::idempotent::{
     catch_panic_async, Completion, Idempotent, Mode, ResultAndWrites, ResultOnly,
 };
-use crate::processed::Processed;
+use crate::outcome::Processed;
 
 /// A `lambda_http` handler made idempotent on the `Idempotency-Key` header: it answers
 /// every request with a response (the handler's, a replay, or a problem), never an error.

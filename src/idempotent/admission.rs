@@ -19,11 +19,11 @@ use crate::config::{Config, MissingKey};
 use crate::error::Error;
 use crate::hooks::ReplaySource;
 use crate::input::Input;
+use crate::key::PayloadHash;
 use crate::key::{IdempotencyKey, KeyError, KeyExtractor, MAX_KEY_BYTES};
-use crate::processed::Processed;
+use crate::outcome::Processed;
 use crate::record::{decide, Decision, Record, Status};
 use crate::store::Store;
-use crate::validation::PayloadHash;
 
 /// The prefix used when neither the configuration nor the Lambda environment names one.
 pub const FALLBACK_KEY_PREFIX: &str = "lambda-idempotency";

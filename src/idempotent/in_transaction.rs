@@ -33,7 +33,7 @@ use crate::error::Error;
 use crate::hooks::Created;
 use crate::input::Input;
 use crate::key::KeyExtractor;
-use crate::processed::Processed;
+use crate::outcome::Processed;
 use crate::record::{OwnerToken, Status};
 use crate::store::{
     Acquire, AcquireRequest, Commit, CompleteRequest, StoreError, TransactionScope,

@@ -23,7 +23,7 @@ use crate::error::Error;
 use crate::hooks::Created;
 use crate::input::Input;
 use crate::key::KeyExtractor;
-use crate::processed::Processed;
+use crate::outcome::Processed;
 use crate::record::{decide, Decision, OwnerToken, Record, Status};
 use crate::store::{Commit, CommitRequest, StoreError, TransactionalStore, Write};
 

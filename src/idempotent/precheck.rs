@@ -35,11 +35,11 @@ use crate::batch::{BatchReplayer, Candidate};
 use crate::clock::{Clock, Deadline};
 use crate::hooks::ReplaySource;
 use crate::input::Input;
+use crate::key::PayloadHash;
 use crate::key::{IdempotencyKey, KeyExtractor};
-use crate::processed::Processed;
+use crate::outcome::Processed;
 use crate::record::{decide, Decision, Record, Status};
 use crate::store::{Store, StoreError};
-use crate::validation::PayloadHash;
 
 /// What the pre-check found, sorted by key (one record per key).
 type Found = Vec<Arc<Record>>;

@@ -20,7 +20,7 @@ use crate::clock::{Clock, Deadline};
 use crate::error::Error;
 use crate::input::Input;
 use crate::key::{IdempotencyKey, KeyError};
-use crate::processed::Processed;
+use crate::outcome::Processed;
 use crate::store::{Attr, Guarded, GuardedWrite, Item, StoreError, Write, WriteKind};
 
 /// Where an event stands: its entity (the item its write changes) and its number in that

@@ -23,7 +23,7 @@ use crate::config::CommitStrategy;
 use crate::error::Error;
 use crate::input::Input;
 use crate::key::{KeyExtractor, MessageId};
-use crate::processed::Processed;
+use crate::outcome::Processed;
 use crate::store::{GuardedWrite, Store, TransactionScope, TransactionalStore};
 
 /// A handler made idempotent: it runs at most once per key while the key's record counts,

@@ -24,10 +24,10 @@ use super::invoke::catch_panic;
 use crate::error::Error;
 use crate::hooks::{Hooks, Replay, ReplaySource};
 use crate::key::IdempotencyKey;
-use crate::processed::Processed;
+use crate::key::PayloadHash;
+use crate::outcome::Processed;
 use crate::record::{decide, Decision, Record};
 use crate::store::{CommitRequest, CompleteRequest, StoreError};
-use crate::validation::PayloadHash;
 
 const COMPRESSED_TAG: &str = "~deflate:";
 const OMITTED_TAG: &str = "~omitted:";

@@ -1,9 +1,9 @@
 //! The built-in key extractors, for any [`Input`].
 
-use crate::canonical::canonical;
 use crate::input::{AttributeValue, Identified, Input};
+use crate::key::canonical::canonical;
+use crate::key::pointer::select;
 use crate::key::{non_empty, KeyError, KeyExtractor};
-use crate::pointer::select;
 
 /// Keys on a batch record's own id ([`Input::id`]; SQS: the `messageId`; Kinesis and
 /// DynamoDB Streams: the `eventID`), the default. Catches redeliveries by the source, not

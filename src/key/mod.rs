@@ -1,16 +1,26 @@
-//! Idempotency keys: where they come from ([`KeyExtractor`]) and how they are stored
-//! ([`IdempotencyKey`]).
+//! Idempotency keys and payload hashes: where a key comes from ([`KeyExtractor`]), how it
+//! is stored ([`IdempotencyKey`]), and how a payload is fingerprinted to tell a duplicate
+//! from a key reused with another payload ([`PayloadValidation`]). Both read an event
+//! through [`Input`](crate::Input) in canonical JSON (`canonical`, `pointer`) and are
+//! hashed (`hashing`).
 
 use std::fmt;
 
 use tower::BoxError;
 
-use crate::hashing::prefixed_sha256_hex;
+use crate::key::hashing::prefixed_sha256_hex;
 
+pub(crate) mod canonical;
 mod extractors;
+pub(crate) mod hashing;
+pub(crate) mod pointer;
+pub(crate) mod validation;
 
 pub(crate) use extractors::json_text;
 pub use extractors::{BodyHash, JsonPointer, MessageAttribute, MessageId};
+pub use validation::{
+    PayloadHash, PayloadValidation, PAYLOAD_HASH_PREFIX, QUERY_PAYLOAD_HASH_PREFIX,
+};
 
 /// The longest stored key, in bytes (DynamoDB's partition key limit).
 pub const MAX_KEY_BYTES: usize = 2048;

@@ -5,7 +5,7 @@ use lambda_idempotency_test_support as support;
 use std::sync::Arc;
 
 use lambda_idempotency::batch::BatchMode;
-use lambda_idempotency::validation::PayloadValidation;
+use lambda_idempotency::key::PayloadValidation;
 use lambda_idempotency::{Error, Outcome};
 use order_consumer::Order;
 use support::{load_event, outcomes, reported};

@@ -11,7 +11,7 @@ use aws_lambda_events::sqs::SqsMessage;
 use lambda_idempotency::batch::{BatchMode, Precheck};
 use lambda_idempotency::hooks::ReplaySource;
 use lambda_idempotency::key::JsonPointer;
-use lambda_idempotency::validation::PayloadValidation;
+use lambda_idempotency::key::PayloadValidation;
 use lambda_idempotency::{Config, IdempotencyLayer, Outcome};
 use lambda_idempotency_test_support::{outcomes, reported};
 use tower::Layer;

@@ -9,10 +9,10 @@ use std::time::Duration;
 use aws_lambda_events::sqs::{SqsMessage, SqsMessageAttribute};
 use lambda_idempotency::batch::BatchProcessor;
 use lambda_idempotency::clock::{Clock, ManualClock};
+use lambda_idempotency::key::PayloadValidation;
 use lambda_idempotency::key::{IdempotencyKey, JsonPointer, KeyExtractor, MessageAttribute};
 use lambda_idempotency::record::{OwnerToken, Status};
 use lambda_idempotency::store::{InMemoryStore, Store};
-use lambda_idempotency::validation::PayloadValidation;
 use lambda_idempotency::{Error, IdempotencyLayer, Outcome};
 use support::{invocation, outcomes};
 

@@ -4,8 +4,8 @@
 use aws_lambda_events::event::dynamodb::{Event, EventRecord};
 use lambda_idempotency::batch::BatchProcessor;
 use lambda_idempotency::clock::SystemClock;
+use lambda_idempotency::key::PayloadValidation;
 use lambda_idempotency::key::{BodyHash, JsonPointer, KeyExtractor, MessageAttribute, MessageId};
-use lambda_idempotency::validation::PayloadValidation;
 use lambda_idempotency::Outcome;
 
 use super::{outcomes, records, reported, sample, values, Order, Rig, Stream, STOPPED};

@@ -38,9 +38,9 @@ use aws_config::{BehaviorVersion, SdkConfig};
 use aws_lambda_events::sqs::SqsMessage;
 use lambda_idempotency::batch::{BatchProcessor, DEFAULT_DEADLINE_MARGIN};
 use lambda_idempotency::idempotent::{Position, Sequence};
+use lambda_idempotency::key::PayloadValidation;
 use lambda_idempotency::key::{JsonPointer, KeyError, KeyExtractor, MessageAttribute};
 use lambda_idempotency::store::{Attr, DynamoDbStore, Write};
-use lambda_idempotency::validation::PayloadValidation;
 use lambda_idempotency::{
     CommitStrategy, Completion, Config, Error, IdempotencyLayer, Processed, SequencedLayer,
 };

@@ -30,9 +30,9 @@
 use aws_lambda_events::event::dynamodb::{Event as DynamoDbEvent, EventRecord};
 use aws_lambda_events::event::kinesis::{KinesisEvent, KinesisEventRecord};
 use lambda_idempotency::batch::{BatchError, BatchProcessor};
+use lambda_idempotency::key::PayloadValidation;
 use lambda_idempotency::key::{JsonPointer, KeyError, KeyExtractor};
 use lambda_idempotency::store::DynamoDbStore;
-use lambda_idempotency::validation::PayloadValidation;
 use lambda_idempotency::{Completion, Config, IdempotencyLayer, Input};
 use lambda_runtime::LambdaEvent;
 use order_consumer::{ledger_credit, order_from_json};

@@ -25,7 +25,7 @@ use super::replay::{BatchReplay, BatchReplayer};
 use super::report::{summarize, BatchReport, RecordReport};
 use crate::clock::{epoch_ms, Clock, Deadline, SystemClock};
 use crate::error::Error;
-use crate::processed::Processed;
+use crate::outcome::Processed;
 use crate::store::{Misconfiguration, StoreError};
 
 /// Which records of a batch are looked up in the store together before they run (one

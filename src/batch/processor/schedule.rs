@@ -17,7 +17,7 @@ use crate::batch::replay::Candidate;
 use crate::batch::report::{skipped, RecordReport};
 use crate::clock::Clock;
 use crate::error::Error;
-use crate::processed::Processed;
+use crate::outcome::Processed;
 
 /// What a concurrent batch's replay phase left each offered record, by position in the
 /// batch, each taken by its record: worked out once, by the first offered record to start;

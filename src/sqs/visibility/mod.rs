@@ -21,7 +21,7 @@ use tower::{Layer, Service};
 use crate::batch::{BatchError, BatchProcessor, BatchReport};
 use crate::clock::{Clock, Deadline, SystemClock};
 use crate::error::Error;
-use crate::processed::Processed;
+use crate::outcome::Processed;
 
 use timeout::{receives, visibility_of};
 pub use timeout::{Backoff, MAX_VISIBILITY};

@@ -14,7 +14,7 @@
 use sha2::{Digest, Sha256};
 
 use crate::clock::epoch_ms;
-use crate::hashing::to_hex;
+use crate::key::hashing::to_hex;
 use crate::store::{Attr, CommitRequest, Item, Write, WriteKind};
 
 /// The token of `request`, committed to `table` (`fresh`: an optimistic commit): 32 hex

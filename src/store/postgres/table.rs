@@ -67,7 +67,7 @@ impl Table {
         if cut != table {
             return cut.to_string();
         }
-        let digest = crate::hashing::sha256_hex(self.name.as_bytes());
+        let digest = crate::key::hashing::sha256_hex(self.name.as_bytes());
         let kept = MAX_IDENTIFIER_BYTES - "_12345678_expiration".len();
         format!("{}_{}_expiration", &plain[..kept], &digest[..8])
     }

@@ -3,9 +3,9 @@
 use std::time::Duration;
 
 use crate::clock::{epoch_ms, epoch_secs, Clock, ManualClock};
+use crate::key::PayloadHash;
 use crate::record::{decide, Decision, OwnerToken, Status};
 use crate::store::{Acquire, CompleteRequest, ExtendRequest, Fenced, Store};
-use crate::validation::PayloadHash;
 
 use super::{acquire_request, complete_request, key, Seed, HOUR, LEASE};
 

@@ -6,11 +6,11 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::canonical::canonical;
-use crate::hashing::{legacy_canonical_json, prefixed_sha256_hex, sha256_hex};
 use crate::input::Input;
+use crate::key::canonical::canonical;
+use crate::key::hashing::{legacy_canonical_json, prefixed_sha256_hex, sha256_hex};
+use crate::key::pointer::select;
 use crate::key::{json_text, KeyError};
-use crate::pointer::select;
 
 /// What part of a record's body the stored payload hash covers.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
