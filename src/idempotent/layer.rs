@@ -103,15 +103,7 @@ impl<St, K, C, M> IdempotencyLayer<St, K, C, M> {
     where
         St: TransactionalStore,
     {
-        IdempotencyLayer {
-            store: self.store,
-            key: self.key,
-            clock: self.clock,
-            config: self.config,
-            commit: self.commit,
-            local: self.local,
-            mode: PhantomData,
-        }
+        self.of_kind()
     }
 
     /// Builds services whose handler writes in the store's own transaction: it receives the
@@ -137,7 +129,12 @@ impl<St, K, C, M> IdempotencyLayer<St, K, C, M> {
         St: TransactionScope,
     {
         self.store.check_transactions()?;
-        Ok(IdempotencyLayer {
+        Ok(self.of_kind())
+    }
+
+    /// This layer, building services of the handler kind `M2`.
+    fn of_kind<M2>(self) -> IdempotencyLayer<St, K, C, M2> {
+        IdempotencyLayer {
             store: self.store,
             key: self.key,
             clock: self.clock,
@@ -145,7 +142,7 @@ impl<St, K, C, M> IdempotencyLayer<St, K, C, M> {
             commit: self.commit,
             local: self.local,
             mode: PhantomData,
-        })
+        }
     }
 
     /// Uses `config`: every setting of the records (see [`Config`]). The layer's clones
