@@ -83,12 +83,6 @@ pub enum Error {
         /// The failure was stored by an earlier delivery.
         replayed: bool,
     },
-    /// A duplicate of an invocation that completed, whose stored result is not available (it
-    /// was too large to store even compressed, or no longer decodes as the result type): the
-    /// handler did not run again, and there is no response to replay. In a batch such a
-    /// record is acknowledged ([`Processed::ReplayedWithoutResult`](crate::Processed)).
-    #[error("the invocation completed before, but its stored result is not available")]
-    ResultUnavailable,
     /// A condition of one of the handler's writes failed: nothing was applied.
     #[error("condition of write {write_index} failed for {key}; nothing was applied")]
     ConditionFailed {
@@ -150,7 +144,6 @@ impl Error {
                 Outcome::Locked
             }
             Error::Permanent { .. } => Outcome::FailedPermanently,
-            Error::ResultUnavailable => Outcome::Replayed,
             Error::Store(StoreError::Misconfigured(_)) => Outcome::Misconfigured,
             Error::Store(store) if store.is_request_fault() => Outcome::Rejected,
             // The handler's own statements may have aborted its transaction.
@@ -167,12 +160,9 @@ impl Error {
     }
 
     /// The record was answered from an earlier delivery's stored record: a replayed
-    /// permanent failure, or a completed invocation whose result is unavailable.
+    /// permanent failure.
     pub fn is_replay(&self) -> bool {
-        matches!(
-            self,
-            Error::Permanent { replayed: true, .. } | Error::ResultUnavailable
-        )
+        matches!(self, Error::Permanent { replayed: true, .. })
     }
 
     /// A stable name for Lambda diagnostics and logs.
@@ -193,7 +183,6 @@ impl Error {
             Error::Store(StoreError::DeadlineReached { .. }) => "Idempotency.DeadlineReached",
             Error::Permanent { .. } => "Idempotency.PermanentFailure",
             Error::ConditionFailed { .. } => "Idempotency.ConditionFailed",
-            Error::ResultUnavailable => "Idempotency.ResultUnavailable",
             Error::Conflict { .. } => "Idempotency.TransactionConflict",
             Error::Store(_) => "Idempotency.StoreError",
             Error::Handler(_) => "Idempotency.HandlerError",

@@ -68,9 +68,9 @@
 //! levels, or holding a lone surrogate escape, in a field `T` does not read) is keyed on its
 //! text as received: a redelivery sends the same bytes.
 //!
-//! Every [`Error`] fails the invocation (Lambda retries an asynchronous one), except a
-//! permanent failure stored earlier, which is returned as the error again, and
-//! [`Error::ResultUnavailable`], a duplicate whose stored response could not be kept.
+//! Every [`Error`] fails the invocation (Lambda retries an asynchronous one), a permanent
+//! failure stored earlier too (returned as the error again); a duplicate whose stored
+//! response could not be kept answers [`InvocationError::ResultUnavailable`].
 
 use std::future::Future;
 use std::pin::Pin;
@@ -236,7 +236,58 @@ impl<S, St, K, C, M> IdempotentInvocation<S, St, K, C, M> {
 }
 
 /// The future an [`IdempotentInvocation`] returns.
-pub type InvocationFuture<R> = Pin<Box<dyn Future<Output = Result<R, Error>> + Send>>;
+pub type InvocationFuture<R> = Pin<Box<dyn Future<Output = Result<R, InvocationError>> + Send>>;
+
+/// Why an idempotent invocation answers no response: the record failed, or it is a
+/// duplicate of a completed invocation whose response was not kept.
+///
+/// Either way the runtime answers Lambda with an error, whose `errorType` is stable
+/// ([`error_type`](InvocationError::error_type)).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum InvocationError {
+    /// The record failed: see [`Error`].
+    #[error(transparent)]
+    Failed(#[from] Error),
+    /// A duplicate of an invocation that completed, whose stored response is not available
+    /// (it was too large to store even compressed, or no longer decodes as the response
+    /// type): the handler did not run again, and there is no response to replay. Not a
+    /// failure of the record (its outcome is [`Outcome::Replayed`](crate::Outcome::Replayed)),
+    /// but the runtime has no answer but an error for it.
+    #[error("the invocation completed before, but its stored result is not available")]
+    ResultUnavailable,
+}
+
+impl InvocationError {
+    /// The record's outcome.
+    pub fn outcome(&self) -> crate::Outcome {
+        match self {
+            InvocationError::Failed(err) => err.outcome(),
+            InvocationError::ResultUnavailable => crate::Outcome::Replayed,
+        }
+    }
+
+    /// A stable name for Lambda diagnostics and logs: the record's
+    /// [`Error::error_type`], or `Idempotency.ResultUnavailable`.
+    pub fn error_type(&self) -> &'static str {
+        match self {
+            InvocationError::Failed(err) => err.error_type(),
+            InvocationError::ResultUnavailable => "Idempotency.ResultUnavailable",
+        }
+    }
+}
+
+impl From<InvocationError> for lambda_runtime::Diagnostic {
+    fn from(err: InvocationError) -> Self {
+        match err {
+            InvocationError::Failed(err) => err.into(),
+            unavailable => lambda_runtime::Diagnostic {
+                error_type: unavailable.error_type().into(),
+                error_message: unavailable.to_string(),
+            },
+        }
+    }
+}
 
 impl<S, St, K, C, M, T> Service<LambdaEvent<Received<T>>> for IdempotentInvocation<S, St, K, C, M>
 where
@@ -246,11 +297,11 @@ where
     M::Value: Send + 'static,
 {
     type Response = M::Value;
-    type Error = Error;
+    type Error = InvocationError;
     type Future = InvocationFuture<M::Value>;
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
-        Service::<LambdaEvent<Serialized<T>>>::poll_ready(&mut self.inner, cx)
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), InvocationError>> {
+        Service::<LambdaEvent<Serialized<T>>>::poll_ready(&mut self.inner, cx).map_err(Into::into)
     }
 
     fn call(&mut self, event: LambdaEvent<Received<T>>) -> Self::Future {
@@ -267,7 +318,7 @@ where
                 Processed::Executed(value)
                 | Processed::Replayed(value)
                 | Processed::Unprotected(value) => Ok(value),
-                Processed::ReplayedWithoutResult => Err(Error::ResultUnavailable),
+                Processed::ReplayedWithoutResult => Err(InvocationError::ResultUnavailable),
             }
         })
     }

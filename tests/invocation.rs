@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use lambda_idempotency::invocation::Received;
+use lambda_idempotency::invocation::{InvocationError, Received};
 use lambda_idempotency::key::PayloadValidation;
 use lambda_idempotency::key::{IdempotencyKey, JsonPointer, KeyError};
 use lambda_idempotency::record::Status;
@@ -106,7 +106,10 @@ async fn replays_and_retries<St: Store + Clone>(store: St) {
     // The handler fails: the caller gets the error, the lease is released.
     handler.fail.store(true, Ordering::SeqCst);
     let err = call(&mut function, refund("o-1", 250)).await.unwrap_err();
-    assert!(matches!(err, Error::Handler(_)), "{err:?}");
+    assert!(
+        matches!(err, InvocationError::Failed(Error::Handler(_))),
+        "{err:?}"
+    );
     assert_eq!(err.outcome(), Outcome::Failed);
     assert_eq!(handler.runs(), 1);
     assert_eq!(
@@ -146,7 +149,10 @@ async fn replays_and_retries<St: Store + Clone>(store: St) {
 
     // The same key with another payload is refused, not replayed, and runs nothing.
     let err = call(&mut function, refund("o-1", 999)).await.unwrap_err();
-    assert!(matches!(err, Error::PayloadMismatch { .. }), "{err:?}");
+    assert!(
+        matches!(err, InvocationError::Failed(Error::PayloadMismatch { .. })),
+        "{err:?}"
+    );
     // Another key is another invocation.
     let other = call(&mut function, refund("o-2", 5)).await.unwrap();
     assert_eq!(
@@ -190,7 +196,10 @@ async fn concurrent_duplicate_is_locked<St: Store + Clone>(store: St) {
         .oneshot(refund("o-7", 70))
         .await
         .unwrap_err();
-    assert!(matches!(err, Error::InProgress { .. }), "{err:?}");
+    assert!(
+        matches!(err, InvocationError::Failed(Error::InProgress { .. })),
+        "{err:?}"
+    );
     assert_eq!(err.outcome(), Outcome::Locked);
     assert_eq!(handler.runs(), 1, "the duplicate did not run");
     let record = store
@@ -259,7 +268,10 @@ async fn events_without_a_key_never_run_the_handler_and_odd_json_runs_once() {
         .invocation(service_fn(move |e| h.clone().handle(e)));
     let err = call(&mut function, refund("o-1", 1)).await.unwrap_err();
     assert!(
-        matches!(err, Error::Key(KeyError::PointerNotFound { .. })),
+        matches!(
+            err,
+            InvocationError::Failed(Error::Key(KeyError::PointerNotFound { .. }))
+        ),
         "{err:?}"
     );
     assert_eq!(err.outcome(), Outcome::Rejected);
@@ -389,6 +401,33 @@ async fn fields_the_handler_type_does_not_read_are_part_of_the_payload() {
     let err = call(&mut function, received(&event("b")))
         .await
         .unwrap_err();
-    assert!(matches!(err, Error::PayloadMismatch { .. }), "{err:?}");
+    assert!(
+        matches!(err, InvocationError::Failed(Error::PayloadMismatch { .. })),
+        "{err:?}"
+    );
     assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+/// A duplicate of a completed invocation whose stored response does not decode as the
+/// response type (here: a deployment that changed it) does not run the handler again and is
+/// no failure of the record: the invocation answers `InvocationError::ResultUnavailable`,
+/// outcome `replayed`, `errorType` `Idempotency.ResultUnavailable`.
+#[tokio::test]
+async fn a_duplicate_whose_response_was_not_kept_answers_result_unavailable() {
+    let store = InMemoryStore::new();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let mut before = layer(store.clone()).invocation(counting::<Refund>(&runs));
+    assert_eq!(call(&mut before, refund("o-1", 5)).await.unwrap(), 1);
+    let r = runs.clone();
+    let mut after = layer(store.clone()).invocation(service_fn(move |_: LambdaEvent<Refund>| {
+        r.fetch_add(1, Ordering::SeqCst);
+        async move { Ok::<_, BoxError>(String::from("a receipt")) }
+    }));
+    let err = call(&mut after, refund("o-1", 5)).await.unwrap_err();
+    assert!(matches!(err, InvocationError::ResultUnavailable), "{err:?}");
+    assert_eq!(err.outcome(), Outcome::Replayed);
+    let diagnostic = lambda_runtime::Diagnostic::from(err);
+    assert_eq!(diagnostic.error_type, "Idempotency.ResultUnavailable");
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the handler did not run again");
+    assert_eq!(store.records()[0].status, Status::Completed);
 }

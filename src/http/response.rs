@@ -182,7 +182,6 @@ impl Problem {
                 Problem::InProgress
             }
             Error::Conflict { .. } | Error::ConditionFailed { .. } => Problem::Conflict,
-            Error::ResultUnavailable => Problem::ResultUnavailable,
             Error::Permanent { .. } => Problem::FailedPermanently,
             Error::Store(store) if !store.is_request_fault() => Problem::Unavailable,
             Error::DeadlineNear | Error::DeadlineReached => Problem::Unavailable,
