@@ -2,9 +2,8 @@
 //! state in one `TransactWriteItems`.
 
 use std::collections::HashMap;
-use std::future::Future;
 
-use aws_sdk_dynamodb::error::ProvideErrorMetadata;
+use aws_sdk_dynamodb::error::{BuildError, ProvideErrorMetadata};
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{
     AttributeValue, ConditionCheck, Delete, Put, ReturnValuesOnConditionCheckFailure,
@@ -49,61 +48,51 @@ fn invalid(index: usize, err: impl std::fmt::Display) -> StoreError {
     }
 }
 
+/// `$builder` (one of the SDK's builders of a write: a transaction's `Put`, `Update`, `Delete`
+/// or `ConditionCheck`, a `PutItem` or `UpdateItem` request) with `$write`'s table, condition
+/// and expression attribute names and values. The builders share these setters but no trait.
+macro_rules! conditioned {
+    ($builder:expr, $write:expr) => {{
+        let write: &Write = $write;
+        $builder
+            .table_name(&write.table)
+            .set_condition_expression(write.condition_expression.clone())
+            .set_expression_attribute_names(
+                (!write.names.is_empty()).then(|| write.names.clone().into_iter().collect()),
+            )
+            .set_expression_attribute_values(
+                (!write.values.is_empty()).then(|| sdk_item(&write.values)),
+            )
+    }};
+}
+pub(super) use conditioned;
+
 fn sdk_write(index: usize, write: &Write) -> Result<TransactWriteItem, StoreError> {
-    let names = (!write.names.is_empty()).then(|| write.names.clone().into_iter().collect());
-    let values = (!write.values.is_empty()).then(|| sdk_item(&write.values));
+    // The write's item: the whole item to put, or the key of the item to touch.
+    let attributes = Some(sdk_item(&write.item));
+    let invalid = |e: BuildError| invalid(index, e);
     let item = TransactWriteItem::builder();
-    Ok(match write.kind {
-        WriteKind::Put => item
-            .put(
-                Put::builder()
-                    .table_name(&write.table)
-                    .set_item(Some(sdk_item(&write.item)))
-                    .set_condition_expression(write.condition_expression.clone())
-                    .set_expression_attribute_names(names)
-                    .set_expression_attribute_values(values)
-                    .build()
-                    .map_err(|e| invalid(index, e))?,
-            )
-            .build(),
-        WriteKind::Update => item
-            .update(
-                Update::builder()
-                    .table_name(&write.table)
-                    .set_key(Some(sdk_item(&write.item)))
-                    .set_update_expression(write.update_expression.clone())
-                    .set_condition_expression(write.condition_expression.clone())
-                    .set_expression_attribute_names(names)
-                    .set_expression_attribute_values(values)
-                    .build()
-                    .map_err(|e| invalid(index, e))?,
-            )
-            .build(),
-        WriteKind::Delete => item
-            .delete(
-                Delete::builder()
-                    .table_name(&write.table)
-                    .set_key(Some(sdk_item(&write.item)))
-                    .set_condition_expression(write.condition_expression.clone())
-                    .set_expression_attribute_names(names)
-                    .set_expression_attribute_values(values)
-                    .build()
-                    .map_err(|e| invalid(index, e))?,
-            )
-            .build(),
-        WriteKind::ConditionCheck => item
-            .condition_check(
-                ConditionCheck::builder()
-                    .table_name(&write.table)
-                    .set_key(Some(sdk_item(&write.item)))
-                    .set_condition_expression(write.condition_expression.clone())
-                    .set_expression_attribute_names(names)
-                    .set_expression_attribute_values(values)
-                    .build()
-                    .map_err(|e| invalid(index, e))?,
-            )
-            .build(),
-    })
+    let item = match write.kind {
+        WriteKind::Put => {
+            let put = conditioned!(Put::builder().set_item(attributes), write);
+            item.put(put.build().map_err(invalid)?)
+        }
+        WriteKind::Update => {
+            let update = Update::builder()
+                .set_key(attributes)
+                .set_update_expression(write.update_expression.clone());
+            item.update(conditioned!(update, write).build().map_err(invalid)?)
+        }
+        WriteKind::Delete => {
+            let delete = conditioned!(Delete::builder().set_key(attributes), write);
+            item.delete(delete.build().map_err(invalid)?)
+        }
+        WriteKind::ConditionCheck => {
+            let check = conditioned!(ConditionCheck::builder().set_key(attributes), write);
+            item.condition_check(check.build().map_err(invalid)?)
+        }
+    };
+    Ok(item.build())
 }
 
 impl DynamoDbStore {
@@ -283,17 +272,10 @@ impl DynamoDbStore {
 }
 
 impl TransactionalStore for DynamoDbStore {
-    fn commit(
-        &self,
-        request: &CommitRequest,
-    ) -> impl Future<Output = Result<Commit, StoreError>> + Send {
-        Box::pin(self.commit_inner(request))
-    }
-
-    fn commit_fresh(
-        &self,
-        request: &CommitRequest,
-    ) -> impl Future<Output = Result<Commit, StoreError>> + Send {
-        Box::pin(self.commit_fresh_inner(request))
+    boxed_calls! {
+        fn commit(&self, request: &CommitRequest) -> Result<Commit, StoreError>
+            => commit_inner;
+        fn commit_fresh(&self, request: &CommitRequest) -> Result<Commit, StoreError>
+            => commit_fresh_inner;
     }
 }

@@ -1,5 +1,18 @@
 //! [`DynamoDbStore`]: records in a DynamoDB table, with conditional writes.
 
+/// Trait methods that answer the future of an inherent method, boxed: the SDK's request
+/// futures are several kilobytes, and held inline they would make every record's future
+/// (built and moved for each record, duplicates answered without any call included) as large
+/// as the largest of them. `fn name(&self, arg: Type, ..) -> Output => inner;` gives `name`,
+/// returning `Box::pin(self.inner(arg, ..))`.
+macro_rules! boxed_calls {
+    ($(fn $name:ident(&self $(, $arg:ident: $ty:ty)*) -> $output:ty => $inner:ident;)+) => {$(
+        fn $name(&self $(, $arg: $ty)*) -> impl ::std::future::Future<Output = $output> + Send {
+            Box::pin(self.$inner($($arg),*))
+        }
+    )+};
+}
+
 mod batch_get;
 pub(super) mod commit;
 mod guarded;
@@ -9,7 +22,6 @@ mod refusal_tests;
 mod request_token;
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::time::SystemTime;
 
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
@@ -531,50 +543,19 @@ where
     }
 }
 
-// Each call's future is boxed: the SDK's request futures are several kilobytes, and held
-// inline they would make every record's future (built and moved for each record, duplicates
-// answered without any call included) as large as the largest of them.
 impl Store for DynamoDbStore {
-    fn acquire(
-        &self,
-        request: &AcquireRequest,
-    ) -> impl Future<Output = Result<Acquire, StoreError>> + Send {
-        Box::pin(self.acquire_inner(request))
-    }
-
-    fn complete(
-        &self,
-        request: &CompleteRequest,
-    ) -> impl Future<Output = Result<Fenced, StoreError>> + Send {
-        Box::pin(self.complete_inner(request))
-    }
-
-    fn extend(
-        &self,
-        request: &ExtendRequest,
-    ) -> impl Future<Output = Result<Fenced, StoreError>> + Send {
-        Box::pin(self.extend_inner(request))
-    }
-
-    fn release(
-        &self,
-        key: &IdempotencyKey,
-        owner: &OwnerToken,
-    ) -> impl Future<Output = Result<Fenced, StoreError>> + Send {
-        Box::pin(self.release_inner(key, owner))
-    }
-
-    fn get(
-        &self,
-        key: &IdempotencyKey,
-    ) -> impl Future<Output = Result<Option<Record>, StoreError>> + Send {
-        Box::pin(self.get_inner(key))
-    }
-
-    fn get_many(
-        &self,
-        keys: &[IdempotencyKey],
-    ) -> impl Future<Output = Result<Vec<Record>, StoreError>> + Send {
-        Box::pin(self.get_many_inner(keys))
+    boxed_calls! {
+        fn acquire(&self, request: &AcquireRequest) -> Result<Acquire, StoreError>
+            => acquire_inner;
+        fn complete(&self, request: &CompleteRequest) -> Result<Fenced, StoreError>
+            => complete_inner;
+        fn extend(&self, request: &ExtendRequest) -> Result<Fenced, StoreError>
+            => extend_inner;
+        fn release(&self, key: &IdempotencyKey, owner: &OwnerToken) -> Result<Fenced, StoreError>
+            => release_inner;
+        fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError>
+            => get_inner;
+        fn get_many(&self, keys: &[IdempotencyKey]) -> Result<Vec<Record>, StoreError>
+            => get_many_inner;
     }
 }
