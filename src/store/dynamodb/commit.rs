@@ -6,15 +6,11 @@ use std::collections::HashMap;
 use aws_sdk_dynamodb::error::{BuildError, ProvideErrorMetadata};
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{
-    AttributeValue, ConditionCheck, Delete, Put, ReturnValuesOnConditionCheckFailure,
-    TransactWriteItem, Update,
+    AttributeValue, ConditionCheck, Delete, Put, TransactWriteItem, Update,
 };
 
 use super::request_token::client_request_token;
-use super::{
-    misconfigured, num, refusal, s, takeover_values, unavailable, DynamoDbStore, Refusal,
-    FINAL_STATE_UPDATE, OWNER_CONDITION, TAKEOVER_CONDITION,
-};
+use super::{misconfigured, refusal, s, unavailable, DynamoDbStore, Refusal};
 use crate::store::item_size::check_commit_size;
 use crate::store::{
     Attr, Commit, CommitRequest, Item, Misconfiguration, StoreError, TransactionalStore, Write,
@@ -98,20 +94,10 @@ fn sdk_write(index: usize, write: &Write) -> Result<TransactWriteItem, StoreErro
 impl DynamoDbStore {
     /// Lease mode: the record goes from in progress (held by us) to its final state.
     fn lease_marker(&self, request: &CommitRequest) -> Result<TransactWriteItem, StoreError> {
-        let (names, values) = self.final_state(
-            &request.owner,
-            request.status,
-            &request.data,
-            request.expiration_secs,
-        );
         let update = Update::builder()
             .table_name(&self.table)
-            .set_key(Some(self.key_item(&request.key)?))
-            .update_expression(FINAL_STATE_UPDATE)
-            .condition_expression(OWNER_CONDITION)
-            .set_expression_attribute_names(Some(names))
-            .set_expression_attribute_values(Some(values))
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .set_key(Some(self.key_item(&request.key)?));
+        let update = to_final_state!(self, update, request)
             .build()
             .map_err(|e| invalid(0, e))?;
         Ok(TransactWriteItem::builder().update(update).build())
@@ -119,22 +105,16 @@ impl DynamoDbStore {
 
     /// Optimistic mode: the final record is written if no live record exists.
     fn fresh_marker(&self, request: &CommitRequest) -> Result<TransactWriteItem, StoreError> {
-        let n = &self.names;
-        let mut item = self.key_item(&request.key)?;
-        item.insert(n.status.clone(), s(request.status.as_str()));
-        item.insert(n.data.clone(), s(&request.data));
-        item.insert(n.expiration.clone(), num(request.expiration_secs));
-        item.insert(n.owner.clone(), s(request.owner.as_str()));
-        if let Some(validation) = &request.validation {
-            item.insert(n.validation.clone(), s(validation));
-        }
-        let put = Put::builder()
-            .table_name(&self.table)
-            .set_item(Some(item))
-            .condition_expression(TAKEOVER_CONDITION)
-            .set_expression_attribute_names(Some(self.takeover_names()))
-            .set_expression_attribute_values(Some(takeover_values(request.now)))
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+        let mut item = self.record_item(
+            &request.key,
+            request.status,
+            request.expiration_secs,
+            &request.owner,
+            request.validation.as_deref(),
+        )?;
+        item.insert(self.names.data.clone(), s(&request.data));
+        let put = Put::builder().table_name(&self.table).set_item(Some(item));
+        let put = under_takeover_condition!(self, put, request.now)
             .build()
             .map_err(|e| invalid(0, e))?;
         Ok(TransactWriteItem::builder().put(put).build())

@@ -13,6 +13,45 @@ macro_rules! boxed_calls {
     )+};
 }
 
+/// `$builder` (a `PutItem` request or a transaction's `Put`) writing a whole record under
+/// [`TAKEOVER_CONDITION`] at `$now`, with `$store`'s attribute names; a refusal answers the
+/// item that refused it. The two builders share these setters but no trait.
+macro_rules! under_takeover_condition {
+    ($store:expr, $builder:expr, $now:expr) => {
+        $builder
+            .condition_expression($crate::store::dynamodb::TAKEOVER_CONDITION)
+            .set_expression_attribute_names(Some($store.takeover_names()))
+            .set_expression_attribute_values(Some($crate::store::dynamodb::takeover_values($now)))
+            .return_values_on_condition_check_failure(
+                ::aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure::AllOld,
+            )
+    };
+}
+
+/// `$builder` (an `UpdateItem` request or a transaction's `Update`) moving the record that
+/// `$request` (a completion or a commit) holds to its final state: [`FINAL_STATE_UPDATE`]
+/// under [`OWNER_CONDITION`], with `$store`'s attribute names; a refusal answers the item
+/// that refused it. The two builders share these setters but no trait.
+macro_rules! to_final_state {
+    ($store:expr, $builder:expr, $request:expr) => {{
+        let request = $request;
+        let (names, values) = $store.final_state(
+            &request.owner,
+            request.status,
+            &request.data,
+            request.expiration_secs,
+        );
+        $builder
+            .update_expression($crate::store::dynamodb::FINAL_STATE_UPDATE)
+            .condition_expression($crate::store::dynamodb::OWNER_CONDITION)
+            .set_expression_attribute_names(Some(names))
+            .set_expression_attribute_values(Some(values))
+            .return_values_on_condition_check_failure(
+                ::aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure::AllOld,
+            )
+    }};
+}
+
 mod batch_get;
 pub(super) mod commit;
 mod guarded;
@@ -27,7 +66,7 @@ use std::time::SystemTime;
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
-use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
+use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodb::Client;
 
 use crate::clock::{epoch_ms, epoch_secs};
@@ -123,6 +162,28 @@ impl DynamoDbStore {
             .collect())
     }
 
+    /// The item of a record written whole under [`TAKEOVER_CONDITION`] (by an acquire, by an
+    /// optimistic commit): its key's attributes, `status`, `expiration_secs`, `owner` and the
+    /// `validation` hash when there is one; the caller adds its lease end or its data.
+    pub(crate) fn record_item(
+        &self,
+        key: &IdempotencyKey,
+        status: Status,
+        expiration_secs: u64,
+        owner: &OwnerToken,
+        validation: Option<&str>,
+    ) -> Result<HashMap<String, AttributeValue>, StoreError> {
+        let n = &self.names;
+        let mut item = self.key_item(key)?;
+        item.insert(n.status.clone(), s(status.as_str()));
+        item.insert(n.expiration.clone(), num(expiration_secs));
+        item.insert(n.owner.clone(), s(owner.as_str()));
+        if let Some(validation) = validation {
+            item.insert(n.validation.clone(), s(validation));
+        }
+        Ok(item)
+    }
+
     /// The attribute names [`TAKEOVER_CONDITION`] uses.
     pub(crate) fn takeover_names(&self) -> HashMap<String, String> {
         let n = &self.names;
@@ -173,29 +234,26 @@ impl DynamoDbStore {
 
     async fn acquire_inner(&self, request: &AcquireRequest) -> Result<Acquire, StoreError> {
         let n = &self.names;
-        let mut item = self.key_item(&request.key)?;
+        let mut item = self.record_item(
+            &request.key,
+            Status::InProgress,
+            request.expiration_secs,
+            &request.owner,
+            request.validation.as_deref(),
+        )?;
         let size_bytes = record_size_bytes(n, &request.shape());
         check_item_size(size_bytes)?;
-        item.insert(n.status.clone(), s(Status::InProgress.as_str()));
-        item.insert(n.expiration.clone(), num(request.expiration_secs));
         item.insert(
             n.in_progress_expiration.clone(),
             num(request.lease_expiration_ms),
         );
-        item.insert(n.owner.clone(), s(request.owner.as_str()));
-        if let Some(validation) = &request.validation {
-            item.insert(n.validation.clone(), s(validation));
-        }
         crate::metrics::dynamodb_call();
-        let result = self
+        let put = self
             .client
             .put_item()
             .table_name(&self.table)
-            .set_item(Some(item))
-            .condition_expression(TAKEOVER_CONDITION)
-            .set_expression_attribute_names(Some(self.takeover_names()))
-            .set_expression_attribute_values(Some(takeover_values(request.now)))
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .set_item(Some(item));
+        let result = under_takeover_condition!(self, put, request.now)
             .send()
             .await;
         let err = match result {
@@ -233,25 +291,13 @@ impl DynamoDbStore {
         let key_item = self.key_item(&request.key)?;
         let size_bytes = completed_size_bytes(&self.names, request);
         check_item_size(size_bytes)?;
-        let (names, values) = self.final_state(
-            &request.owner,
-            request.status,
-            &request.data,
-            request.expiration_secs,
-        );
         crate::metrics::dynamodb_call();
-        let result = self
+        let update = self
             .client
             .update_item()
             .table_name(&self.table)
-            .set_key(Some(key_item))
-            .update_expression(FINAL_STATE_UPDATE)
-            .condition_expression(OWNER_CONDITION)
-            .set_expression_attribute_names(Some(names))
-            .set_expression_attribute_values(Some(values))
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .send()
-            .await;
+            .set_key(Some(key_item));
+        let result = to_final_state!(self, update, request).send().await;
         let err = match result {
             Ok(_) => return Ok(Fenced::Applied),
             Err(err) => err,
