@@ -263,47 +263,34 @@ impl<S: ser::SerializeMap> ser::SerializeMap for SortSets<S> {
     }
 }
 
-impl<S: ser::SerializeStruct> ser::SerializeStruct for SortSets<S> {
-    type Ok = S::Ok;
-    type Error = S::Error;
+/// The compound serializers of named fields (a struct's, a struct variant's), each field's
+/// value wrapped in [`Sorted`].
+macro_rules! sorted_fields {
+    ($($compound:ident),+ $(,)?) => {$(
+        impl<S: ser::$compound> ser::$compound for SortSets<S> {
+            type Ok = S::Ok;
+            type Error = S::Error;
 
-    fn serialize_field<T: Serialize + ?Sized>(
-        &mut self,
-        key: &'static str,
-        value: &T,
-    ) -> Result<(), S::Error> {
-        self.0.serialize_field(key, &Sorted(value))
-    }
+            fn serialize_field<T: Serialize + ?Sized>(
+                &mut self,
+                key: &'static str,
+                value: &T,
+            ) -> Result<(), S::Error> {
+                self.0.serialize_field(key, &Sorted(value))
+            }
 
-    fn skip_field(&mut self, key: &'static str) -> Result<(), S::Error> {
-        self.0.skip_field(key)
-    }
+            fn skip_field(&mut self, key: &'static str) -> Result<(), S::Error> {
+                self.0.skip_field(key)
+            }
 
-    fn end(self) -> Result<S::Ok, S::Error> {
-        self.0.end()
-    }
+            fn end(self) -> Result<S::Ok, S::Error> {
+                self.0.end()
+            }
+        }
+    )+};
 }
 
-impl<S: ser::SerializeStructVariant> ser::SerializeStructVariant for SortSets<S> {
-    type Ok = S::Ok;
-    type Error = S::Error;
-
-    fn serialize_field<T: Serialize + ?Sized>(
-        &mut self,
-        key: &'static str,
-        value: &T,
-    ) -> Result<(), S::Error> {
-        self.0.serialize_field(key, &Sorted(value))
-    }
-
-    fn skip_field(&mut self, key: &'static str) -> Result<(), S::Error> {
-        self.0.skip_field(key)
-    }
-
-    fn end(self) -> Result<S::Ok, S::Error> {
-        self.0.end()
-    }
-}
+sorted_fields!(SerializeStruct, SerializeStructVariant);
 
 #[cfg(test)]
 mod tests {

@@ -2,20 +2,15 @@
 //! state in one `TransactWriteItems`.
 
 use std::collections::HashMap;
-use std::future::Future;
 
-use aws_sdk_dynamodb::error::ProvideErrorMetadata;
+use aws_sdk_dynamodb::error::{BuildError, ProvideErrorMetadata};
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{
-    AttributeValue, ConditionCheck, Delete, Put, ReturnValuesOnConditionCheckFailure,
-    TransactWriteItem, Update,
+    AttributeValue, ConditionCheck, Delete, Put, TransactWriteItem, Update,
 };
 
 use super::request_token::client_request_token;
-use super::{
-    misconfigured, num, refusal, s, takeover_values, unavailable, DynamoDbStore, Refusal,
-    FINAL_STATE_UPDATE, OWNER_CONDITION, TAKEOVER_CONDITION,
-};
+use super::{misconfigured, refusal, s, unavailable, DynamoDbStore, Refusal};
 use crate::store::item_size::check_commit_size;
 use crate::store::{
     Attr, Commit, CommitRequest, Item, Misconfiguration, StoreError, TransactionalStore, Write,
@@ -49,80 +44,60 @@ fn invalid(index: usize, err: impl std::fmt::Display) -> StoreError {
     }
 }
 
+/// `$builder` (one of the SDK's builders of a write: a transaction's `Put`, `Update`, `Delete`
+/// or `ConditionCheck`, a `PutItem` or `UpdateItem` request) with `$write`'s table, condition
+/// and expression attribute names and values. The builders share these setters but no trait.
+macro_rules! conditioned {
+    ($builder:expr, $write:expr) => {{
+        let write: &Write = $write;
+        $builder
+            .table_name(&write.table)
+            .set_condition_expression(write.condition_expression.clone())
+            .set_expression_attribute_names(
+                (!write.names.is_empty()).then(|| write.names.clone().into_iter().collect()),
+            )
+            .set_expression_attribute_values(
+                (!write.values.is_empty()).then(|| sdk_item(&write.values)),
+            )
+    }};
+}
+pub(super) use conditioned;
+
 fn sdk_write(index: usize, write: &Write) -> Result<TransactWriteItem, StoreError> {
-    let names = (!write.names.is_empty()).then(|| write.names.clone().into_iter().collect());
-    let values = (!write.values.is_empty()).then(|| sdk_item(&write.values));
+    // The write's item: the whole item to put, or the key of the item to touch.
+    let attributes = Some(sdk_item(&write.item));
+    let invalid = |e: BuildError| invalid(index, e);
     let item = TransactWriteItem::builder();
-    Ok(match write.kind {
-        WriteKind::Put => item
-            .put(
-                Put::builder()
-                    .table_name(&write.table)
-                    .set_item(Some(sdk_item(&write.item)))
-                    .set_condition_expression(write.condition_expression.clone())
-                    .set_expression_attribute_names(names)
-                    .set_expression_attribute_values(values)
-                    .build()
-                    .map_err(|e| invalid(index, e))?,
-            )
-            .build(),
-        WriteKind::Update => item
-            .update(
-                Update::builder()
-                    .table_name(&write.table)
-                    .set_key(Some(sdk_item(&write.item)))
-                    .set_update_expression(write.update_expression.clone())
-                    .set_condition_expression(write.condition_expression.clone())
-                    .set_expression_attribute_names(names)
-                    .set_expression_attribute_values(values)
-                    .build()
-                    .map_err(|e| invalid(index, e))?,
-            )
-            .build(),
-        WriteKind::Delete => item
-            .delete(
-                Delete::builder()
-                    .table_name(&write.table)
-                    .set_key(Some(sdk_item(&write.item)))
-                    .set_condition_expression(write.condition_expression.clone())
-                    .set_expression_attribute_names(names)
-                    .set_expression_attribute_values(values)
-                    .build()
-                    .map_err(|e| invalid(index, e))?,
-            )
-            .build(),
-        WriteKind::ConditionCheck => item
-            .condition_check(
-                ConditionCheck::builder()
-                    .table_name(&write.table)
-                    .set_key(Some(sdk_item(&write.item)))
-                    .set_condition_expression(write.condition_expression.clone())
-                    .set_expression_attribute_names(names)
-                    .set_expression_attribute_values(values)
-                    .build()
-                    .map_err(|e| invalid(index, e))?,
-            )
-            .build(),
-    })
+    let item = match write.kind {
+        WriteKind::Put => {
+            let put = conditioned!(Put::builder().set_item(attributes), write);
+            item.put(put.build().map_err(invalid)?)
+        }
+        WriteKind::Update => {
+            let update = Update::builder()
+                .set_key(attributes)
+                .set_update_expression(write.update_expression.clone());
+            item.update(conditioned!(update, write).build().map_err(invalid)?)
+        }
+        WriteKind::Delete => {
+            let delete = conditioned!(Delete::builder().set_key(attributes), write);
+            item.delete(delete.build().map_err(invalid)?)
+        }
+        WriteKind::ConditionCheck => {
+            let check = conditioned!(ConditionCheck::builder().set_key(attributes), write);
+            item.condition_check(check.build().map_err(invalid)?)
+        }
+    };
+    Ok(item.build())
 }
 
 impl DynamoDbStore {
     /// Lease mode: the record goes from in progress (held by us) to its final state.
     fn lease_marker(&self, request: &CommitRequest) -> Result<TransactWriteItem, StoreError> {
-        let (names, values) = self.final_state(
-            &request.owner,
-            request.status,
-            &request.data,
-            request.expiration_secs,
-        );
         let update = Update::builder()
             .table_name(&self.table)
-            .set_key(Some(self.key_item(&request.key)?))
-            .update_expression(FINAL_STATE_UPDATE)
-            .condition_expression(OWNER_CONDITION)
-            .set_expression_attribute_names(Some(names))
-            .set_expression_attribute_values(Some(values))
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .set_key(Some(self.key_item(&request.key)?));
+        let update = to_final_state!(self, update, request)
             .build()
             .map_err(|e| invalid(0, e))?;
         Ok(TransactWriteItem::builder().update(update).build())
@@ -130,22 +105,16 @@ impl DynamoDbStore {
 
     /// Optimistic mode: the final record is written if no live record exists.
     fn fresh_marker(&self, request: &CommitRequest) -> Result<TransactWriteItem, StoreError> {
-        let n = &self.names;
-        let mut item = self.key_item(&request.key)?;
-        item.insert(n.status.clone(), s(request.status.as_str()));
-        item.insert(n.data.clone(), s(&request.data));
-        item.insert(n.expiration.clone(), num(request.expiration_secs));
-        item.insert(n.owner.clone(), s(request.owner.as_str()));
-        if let Some(validation) = &request.validation {
-            item.insert(n.validation.clone(), s(validation));
-        }
-        let put = Put::builder()
-            .table_name(&self.table)
-            .set_item(Some(item))
-            .condition_expression(TAKEOVER_CONDITION)
-            .set_expression_attribute_names(Some(self.takeover_names()))
-            .set_expression_attribute_values(Some(takeover_values(request.now)))
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+        let mut item = self.record_item(
+            &request.key,
+            request.status,
+            request.expiration_secs,
+            &request.owner,
+            request.validation.as_deref(),
+        )?;
+        item.insert(self.names.data.clone(), s(&request.data));
+        let put = Put::builder().table_name(&self.table).set_item(Some(item));
+        let put = under_takeover_condition!(self, put, request.now)
             .build()
             .map_err(|e| invalid(0, e))?;
         Ok(TransactWriteItem::builder().put(put).build())
@@ -283,17 +252,10 @@ impl DynamoDbStore {
 }
 
 impl TransactionalStore for DynamoDbStore {
-    fn commit(
-        &self,
-        request: &CommitRequest,
-    ) -> impl Future<Output = Result<Commit, StoreError>> + Send {
-        Box::pin(self.commit_inner(request))
-    }
-
-    fn commit_fresh(
-        &self,
-        request: &CommitRequest,
-    ) -> impl Future<Output = Result<Commit, StoreError>> + Send {
-        Box::pin(self.commit_fresh_inner(request))
+    boxed_calls! {
+        fn commit(&self, request: &CommitRequest) -> Result<Commit, StoreError>
+            => commit_inner;
+        fn commit_fresh(&self, request: &CommitRequest) -> Result<Commit, StoreError>
+            => commit_fresh_inner;
     }
 }

@@ -2,8 +2,6 @@
 //! condition and `ReturnValuesOnConditionCheckFailure=ALL_OLD`, so a refusal answers the item
 //! as it was without a second read; a strongly consistent `GetItem`.
 
-use std::future::Future;
-
 use std::collections::HashMap;
 
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
@@ -11,7 +9,7 @@ use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
 
-use super::commit::sdk_item;
+use super::commit::{conditioned, sdk_item};
 use super::{refused_for_handler, DynamoDbStore};
 use crate::store::item_size::write_size_bytes;
 use crate::store::{Attr, Guarded, GuardedWrite, Item, StoreError, Write, WriteKind};
@@ -58,21 +56,13 @@ where
 
 impl DynamoDbStore {
     async fn write_guarded_inner(&self, write: &Write) -> Result<Guarded, StoreError> {
-        let names = (!write.names.is_empty()).then(|| write.names.clone().into_iter().collect());
-        let values = (!write.values.is_empty()).then(|| sdk_item(&write.values));
         let size = write_size_bytes(write);
         let all_old = ReturnValuesOnConditionCheckFailure::AllOld;
         match write.kind {
             WriteKind::Put => {
                 crate::metrics::dynamodb_call();
-                let result = self
-                    .client
-                    .put_item()
-                    .table_name(&write.table)
-                    .set_item(Some(sdk_item(&write.item)))
-                    .set_condition_expression(write.condition_expression.clone())
-                    .set_expression_attribute_names(names)
-                    .set_expression_attribute_values(values)
+                let put = self.client.put_item().set_item(Some(sdk_item(&write.item)));
+                let result = conditioned!(put, write)
                     .return_values_on_condition_check_failure(all_old)
                     .send()
                     .await;
@@ -83,15 +73,12 @@ impl DynamoDbStore {
             }
             WriteKind::Update => {
                 crate::metrics::dynamodb_call();
-                let result = self
+                let update = self
                     .client
                     .update_item()
-                    .table_name(&write.table)
                     .set_key(Some(sdk_item(&write.item)))
-                    .set_update_expression(write.update_expression.clone())
-                    .set_condition_expression(write.condition_expression.clone())
-                    .set_expression_attribute_names(names)
-                    .set_expression_attribute_values(values)
+                    .set_update_expression(write.update_expression.clone());
+                let result = conditioned!(update, write)
                     .return_values_on_condition_check_failure(all_old)
                     .send()
                     .await;
@@ -123,18 +110,10 @@ impl DynamoDbStore {
 }
 
 impl GuardedWrite for DynamoDbStore {
-    fn write_guarded(
-        &self,
-        write: &Write,
-    ) -> impl Future<Output = Result<Guarded, StoreError>> + Send {
-        Box::pin(self.write_guarded_inner(write))
-    }
-
-    fn read_item(
-        &self,
-        table: &str,
-        key: &Item,
-    ) -> impl Future<Output = Result<Option<Item>, StoreError>> + Send {
-        Box::pin(self.read_item_inner(table, key))
+    boxed_calls! {
+        fn write_guarded(&self, write: &Write) -> Result<Guarded, StoreError>
+            => write_guarded_inner;
+        fn read_item(&self, table: &str, key: &Item) -> Result<Option<Item>, StoreError>
+            => read_item_inner;
     }
 }

@@ -1,5 +1,57 @@
 //! [`DynamoDbStore`]: records in a DynamoDB table, with conditional writes.
 
+/// Trait methods that answer the future of an inherent method, boxed: the SDK's request
+/// futures are several kilobytes, and held inline they would make every record's future
+/// (built and moved for each record, duplicates answered without any call included) as large
+/// as the largest of them. `fn name(&self, arg: Type, ..) -> Output => inner;` gives `name`,
+/// returning `Box::pin(self.inner(arg, ..))`.
+macro_rules! boxed_calls {
+    ($(fn $name:ident(&self $(, $arg:ident: $ty:ty)*) -> $output:ty => $inner:ident;)+) => {$(
+        fn $name(&self $(, $arg: $ty)*) -> impl ::std::future::Future<Output = $output> + Send {
+            Box::pin(self.$inner($($arg),*))
+        }
+    )+};
+}
+
+/// `$builder` (a `PutItem` request or a transaction's `Put`) writing a whole record under
+/// [`TAKEOVER_CONDITION`] at `$now`, with `$store`'s attribute names; a refusal answers the
+/// item that refused it. The two builders share these setters but no trait.
+macro_rules! under_takeover_condition {
+    ($store:expr, $builder:expr, $now:expr) => {
+        $builder
+            .condition_expression($crate::store::dynamodb::TAKEOVER_CONDITION)
+            .set_expression_attribute_names(Some($store.takeover_names()))
+            .set_expression_attribute_values(Some($crate::store::dynamodb::takeover_values($now)))
+            .return_values_on_condition_check_failure(
+                ::aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure::AllOld,
+            )
+    };
+}
+
+/// `$builder` (an `UpdateItem` request or a transaction's `Update`) moving the record that
+/// `$request` (a completion or a commit) holds to its final state: [`FINAL_STATE_UPDATE`]
+/// under [`OWNER_CONDITION`], with `$store`'s attribute names; a refusal answers the item
+/// that refused it. The two builders share these setters but no trait.
+macro_rules! to_final_state {
+    ($store:expr, $builder:expr, $request:expr) => {{
+        let request = $request;
+        let (names, values) = $store.final_state(
+            &request.owner,
+            request.status,
+            &request.data,
+            request.expiration_secs,
+        );
+        $builder
+            .update_expression($crate::store::dynamodb::FINAL_STATE_UPDATE)
+            .condition_expression($crate::store::dynamodb::OWNER_CONDITION)
+            .set_expression_attribute_names(Some(names))
+            .set_expression_attribute_values(Some(values))
+            .return_values_on_condition_check_failure(
+                ::aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure::AllOld,
+            )
+    }};
+}
+
 mod batch_get;
 pub(super) mod commit;
 mod guarded;
@@ -9,13 +61,12 @@ mod refusal_tests;
 mod request_token;
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::time::SystemTime;
 
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
-use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
+use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodb::Client;
 
 use crate::clock::{epoch_ms, epoch_secs};
@@ -111,6 +162,28 @@ impl DynamoDbStore {
             .collect())
     }
 
+    /// The item of a record written whole under [`TAKEOVER_CONDITION`] (by an acquire, by an
+    /// optimistic commit): its key's attributes, `status`, `expiration_secs`, `owner` and the
+    /// `validation` hash when there is one; the caller adds its lease end or its data.
+    pub(crate) fn record_item(
+        &self,
+        key: &IdempotencyKey,
+        status: Status,
+        expiration_secs: u64,
+        owner: &OwnerToken,
+        validation: Option<&str>,
+    ) -> Result<HashMap<String, AttributeValue>, StoreError> {
+        let n = &self.names;
+        let mut item = self.key_item(key)?;
+        item.insert(n.status.clone(), s(status.as_str()));
+        item.insert(n.expiration.clone(), num(expiration_secs));
+        item.insert(n.owner.clone(), s(owner.as_str()));
+        if let Some(validation) = validation {
+            item.insert(n.validation.clone(), s(validation));
+        }
+        Ok(item)
+    }
+
     /// The attribute names [`TAKEOVER_CONDITION`] uses.
     pub(crate) fn takeover_names(&self) -> HashMap<String, String> {
         let n = &self.names;
@@ -161,29 +234,26 @@ impl DynamoDbStore {
 
     async fn acquire_inner(&self, request: &AcquireRequest) -> Result<Acquire, StoreError> {
         let n = &self.names;
-        let mut item = self.key_item(&request.key)?;
+        let mut item = self.record_item(
+            &request.key,
+            Status::InProgress,
+            request.expiration_secs,
+            &request.owner,
+            request.validation.as_deref(),
+        )?;
         let size_bytes = record_size_bytes(n, &request.shape());
         check_item_size(size_bytes)?;
-        item.insert(n.status.clone(), s(Status::InProgress.as_str()));
-        item.insert(n.expiration.clone(), num(request.expiration_secs));
         item.insert(
             n.in_progress_expiration.clone(),
             num(request.lease_expiration_ms),
         );
-        item.insert(n.owner.clone(), s(request.owner.as_str()));
-        if let Some(validation) = &request.validation {
-            item.insert(n.validation.clone(), s(validation));
-        }
         crate::metrics::dynamodb_call();
-        let result = self
+        let put = self
             .client
             .put_item()
             .table_name(&self.table)
-            .set_item(Some(item))
-            .condition_expression(TAKEOVER_CONDITION)
-            .set_expression_attribute_names(Some(self.takeover_names()))
-            .set_expression_attribute_values(Some(takeover_values(request.now)))
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .set_item(Some(item));
+        let result = under_takeover_condition!(self, put, request.now)
             .send()
             .await;
         let err = match result {
@@ -221,25 +291,13 @@ impl DynamoDbStore {
         let key_item = self.key_item(&request.key)?;
         let size_bytes = completed_size_bytes(&self.names, request);
         check_item_size(size_bytes)?;
-        let (names, values) = self.final_state(
-            &request.owner,
-            request.status,
-            &request.data,
-            request.expiration_secs,
-        );
         crate::metrics::dynamodb_call();
-        let result = self
+        let update = self
             .client
             .update_item()
             .table_name(&self.table)
-            .set_key(Some(key_item))
-            .update_expression(FINAL_STATE_UPDATE)
-            .condition_expression(OWNER_CONDITION)
-            .set_expression_attribute_names(Some(names))
-            .set_expression_attribute_values(Some(values))
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .send()
-            .await;
+            .set_key(Some(key_item));
+        let result = to_final_state!(self, update, request).send().await;
         let err = match result {
             Ok(_) => return Ok(Fenced::Applied),
             Err(err) => err,
@@ -531,50 +589,19 @@ where
     }
 }
 
-// Each call's future is boxed: the SDK's request futures are several kilobytes, and held
-// inline they would make every record's future (built and moved for each record, duplicates
-// answered without any call included) as large as the largest of them.
 impl Store for DynamoDbStore {
-    fn acquire(
-        &self,
-        request: &AcquireRequest,
-    ) -> impl Future<Output = Result<Acquire, StoreError>> + Send {
-        Box::pin(self.acquire_inner(request))
-    }
-
-    fn complete(
-        &self,
-        request: &CompleteRequest,
-    ) -> impl Future<Output = Result<Fenced, StoreError>> + Send {
-        Box::pin(self.complete_inner(request))
-    }
-
-    fn extend(
-        &self,
-        request: &ExtendRequest,
-    ) -> impl Future<Output = Result<Fenced, StoreError>> + Send {
-        Box::pin(self.extend_inner(request))
-    }
-
-    fn release(
-        &self,
-        key: &IdempotencyKey,
-        owner: &OwnerToken,
-    ) -> impl Future<Output = Result<Fenced, StoreError>> + Send {
-        Box::pin(self.release_inner(key, owner))
-    }
-
-    fn get(
-        &self,
-        key: &IdempotencyKey,
-    ) -> impl Future<Output = Result<Option<Record>, StoreError>> + Send {
-        Box::pin(self.get_inner(key))
-    }
-
-    fn get_many(
-        &self,
-        keys: &[IdempotencyKey],
-    ) -> impl Future<Output = Result<Vec<Record>, StoreError>> + Send {
-        Box::pin(self.get_many_inner(keys))
+    boxed_calls! {
+        fn acquire(&self, request: &AcquireRequest) -> Result<Acquire, StoreError>
+            => acquire_inner;
+        fn complete(&self, request: &CompleteRequest) -> Result<Fenced, StoreError>
+            => complete_inner;
+        fn extend(&self, request: &ExtendRequest) -> Result<Fenced, StoreError>
+            => extend_inner;
+        fn release(&self, key: &IdempotencyKey, owner: &OwnerToken) -> Result<Fenced, StoreError>
+            => release_inner;
+        fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError>
+            => get_inner;
+        fn get_many(&self, keys: &[IdempotencyKey]) -> Result<Vec<Record>, StoreError>
+            => get_many_inner;
     }
 }

@@ -58,15 +58,15 @@ use deadpool_postgres::Pool;
 use tokio::sync::Semaphore;
 use tokio_postgres::Row;
 
-use self::table::Table;
 pub use self::table::DEFAULT_TABLE;
+use self::table::{AcquireArgs, Table};
 pub use self::transaction::{PgTransaction, TransactionClient, TransactionFinished};
 use super::item_size::{check_item_size, completed_size_bytes, record_size_bytes};
 use super::{
     is_our_completion, readable, Acquire, AcquireRequest, AttributeNames, CompleteRequest,
     ExtendRequest, Fenced, Misconfiguration, Store, StoreError, TransactionScope,
 };
-use crate::clock::{epoch_ms, epoch_secs};
+use crate::clock::epoch_secs;
 use crate::key::IdempotencyKey;
 use crate::record::{OwnerToken, Record, Status};
 
@@ -374,15 +374,7 @@ impl Store for PostgresStore {
         let row = self
             .query_one(
                 &self.table.acquire_sql(),
-                &[
-                    &request.key.as_str(),
-                    &to_sql(request.expiration_secs),
-                    &to_sql(request.lease_expiration_ms),
-                    &request.owner.as_str(),
-                    &request.validation,
-                    &to_sql(epoch_secs(request.now)),
-                    &to_sql(epoch_ms(request.now)),
-                ],
+                &AcquireArgs::new(request).params(),
             )
             .await?;
         let taken: bool = row.try_get(0).map_err(sql_error)?;

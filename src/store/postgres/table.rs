@@ -1,6 +1,12 @@
 //! The table of a [`PostgresStore`](super::PostgresStore): its name, its DDL, and the SQL of
 //! each transition, written once for that name.
 
+use tokio_postgres::types::ToSql;
+
+use super::to_sql;
+use crate::clock::{epoch_ms, epoch_secs};
+use crate::store::AcquireRequest;
+
 /// The default table name.
 pub const DEFAULT_TABLE: &str = "idempotency_records";
 
@@ -10,6 +16,45 @@ const MAX_IDENTIFIER_BYTES: usize = 63;
 /// The columns a record is read from, in this order.
 pub(super) const COLUMNS: &str =
     "status, expiration, in_progress_expiration, lease_owner, data, validation";
+
+/// The values of [`Table::acquire_sql`]'s parameters for one acquire, in their order.
+pub(super) struct AcquireArgs<'a> {
+    key: &'a str,
+    expiration: i64,
+    lease_expiration: i64,
+    owner: &'a str,
+    validation: &'a Option<String>,
+    now_secs: i64,
+    now_ms: i64,
+}
+
+impl<'a> AcquireArgs<'a> {
+    /// The values of `request`.
+    pub(super) fn new(request: &'a AcquireRequest) -> Self {
+        Self {
+            key: request.key.as_str(),
+            expiration: to_sql(request.expiration_secs),
+            lease_expiration: to_sql(request.lease_expiration_ms),
+            owner: request.owner.as_str(),
+            validation: &request.validation,
+            now_secs: to_sql(epoch_secs(request.now)),
+            now_ms: to_sql(epoch_ms(request.now)),
+        }
+    }
+
+    /// The parameters, `$1` to `$7`.
+    pub(super) fn params(&self) -> [&(dyn ToSql + Sync); 7] {
+        [
+            &self.key,
+            &self.expiration,
+            &self.lease_expiration,
+            &self.owner,
+            &self.validation,
+            &self.now_secs,
+            &self.now_ms,
+        ]
+    }
+}
 
 /// A validated table name (`table` or `schema.table`) and the statements on it.
 #[derive(Debug, Clone)]

@@ -8,8 +8,8 @@ use std::time::Duration;
 use deadpool_postgres::{ClientWrapper, Object};
 use tokio::sync::{Mutex, MutexGuard, OwnedSemaphorePermit};
 
+use super::table::AcquireArgs;
 use super::{parse, pool_error, sql_error, to_sql, PostgresStore};
-use crate::clock::{epoch_ms, epoch_secs};
 use crate::record::{Record, Status};
 use crate::store::item_size::{check_item_size, completed_size_bytes, record_size_bytes};
 use crate::store::{
@@ -234,18 +234,7 @@ impl TransactionScope for PostgresStore {
             .await
             .map_err(sql_error)?;
         let answer = client
-            .query_one(
-                &statement,
-                &[
-                    &request.key.as_str(),
-                    &to_sql(request.expiration_secs),
-                    &to_sql(request.lease_expiration_ms),
-                    &request.owner.as_str(),
-                    &request.validation,
-                    &to_sql(epoch_secs(request.now)),
-                    &to_sql(epoch_ms(request.now)),
-                ],
-            )
+            .query_one(&statement, &AcquireArgs::new(request).params())
             .await;
         let row = match answer {
             Ok(row) => row,

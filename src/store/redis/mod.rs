@@ -35,7 +35,7 @@ use std::sync::LazyLock;
 use std::time::{Duration, SystemTime};
 
 use ::redis::aio::{ConnectionLike, ConnectionManager};
-use ::redis::Script;
+use ::redis::{Script, ScriptInvocation};
 
 use super::item_size::{check_item_size, completed_size_bytes, record_size_bytes};
 use super::{
@@ -195,12 +195,22 @@ fn parse(key: &IdempotencyKey, fields: &[Vec<u8>]) -> Result<Record, StoreError>
     })
 }
 
-fn fenced(applied: i64) -> Fenced {
-    if applied == 1 {
+/// The answer of a fenced script (complete, extend, release) run on `key`'s record over
+/// `connection`: applied when it answers 1, the lease lost otherwise.
+async fn fenced<C: ConnectionLike>(
+    script: &ScriptInvocation<'_>,
+    key: &IdempotencyKey,
+    mut connection: C,
+) -> Result<Fenced, StoreError> {
+    let applied: i64 = script
+        .invoke_async(&mut connection)
+        .await
+        .map_err(|err| store_error(key, err))?;
+    Ok(if applied == 1 {
         Fenced::Applied
     } else {
         Fenced::LeaseLost
-    }
+    })
 }
 
 impl<C> Store for RedisStore<C>
@@ -244,30 +254,32 @@ where
 
     async fn complete(&self, request: &CompleteRequest) -> Result<Fenced, StoreError> {
         check_item_size(completed_size_bytes(&AttributeNames::default(), request))?;
-        let applied: i64 = COMPLETE
-            .key(self.redis_key(&request.key))
-            .arg(request.owner.as_str())
-            .arg(request.status.as_str())
-            .arg(&request.data)
-            .arg(request.expiration_secs)
-            .arg(ttl_ms(request.now, request.expiration_secs))
-            .invoke_async(&mut self.connection.clone())
-            .await
-            .map_err(|err| store_error(&request.key, err))?;
-        Ok(fenced(applied))
+        fenced(
+            COMPLETE
+                .key(self.redis_key(&request.key))
+                .arg(request.owner.as_str())
+                .arg(request.status.as_str())
+                .arg(&request.data)
+                .arg(request.expiration_secs)
+                .arg(ttl_ms(request.now, request.expiration_secs)),
+            &request.key,
+            self.connection.clone(),
+        )
+        .await
     }
 
     async fn extend(&self, request: &ExtendRequest) -> Result<Fenced, StoreError> {
-        let applied: i64 = EXTEND
-            .key(self.redis_key(&request.key))
-            .arg(request.owner.as_str())
-            .arg(request.lease_expiration_ms)
-            .arg(request.expiration_secs)
-            .arg(ttl_ms(request.now, request.expiration_secs))
-            .invoke_async(&mut self.connection.clone())
-            .await
-            .map_err(|err| store_error(&request.key, err))?;
-        Ok(fenced(applied))
+        fenced(
+            EXTEND
+                .key(self.redis_key(&request.key))
+                .arg(request.owner.as_str())
+                .arg(request.lease_expiration_ms)
+                .arg(request.expiration_secs)
+                .arg(ttl_ms(request.now, request.expiration_secs)),
+            &request.key,
+            self.connection.clone(),
+        )
+        .await
     }
 
     async fn release(
@@ -275,13 +287,12 @@ where
         key: &IdempotencyKey,
         owner: &OwnerToken,
     ) -> Result<Fenced, StoreError> {
-        let applied: i64 = RELEASE
-            .key(self.redis_key(key))
-            .arg(owner.as_str())
-            .invoke_async(&mut self.connection.clone())
-            .await
-            .map_err(|err| store_error(key, err))?;
-        Ok(fenced(applied))
+        fenced(
+            RELEASE.key(self.redis_key(key)).arg(owner.as_str()),
+            key,
+            self.connection.clone(),
+        )
+        .await
     }
 
     async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {

@@ -7,32 +7,22 @@ use crate::key::PayloadHash;
 use crate::record::{decide, Decision, OwnerToken, Status};
 use crate::store::{Acquire, CompleteRequest, ExtendRequest, Fenced, Store};
 
-use super::{acquire_request, complete_request, key, Seed, HOUR, LEASE};
+use super::{acquire, acquire_request, complete, complete_request, key, Seed, HOUR, LEASE};
 
 /// Contract case: expired record is taken over before ttl deletes it.
 pub async fn expired_record_is_taken_over_before_ttl_deletes_it<S: Store>(store: &S) {
     let clock = ManualClock::starting_now();
     let k = key("expired");
     let (a, b) = (OwnerToken::generate(), OwnerToken::generate());
-    store
-        .acquire(&acquire_request(&clock, &k, &a, LEASE, None))
-        .await
-        .unwrap();
+    acquire(store, &clock, &k, &a, None).await;
     let window = Duration::from_secs(60);
     assert_eq!(
-        store
-            .complete(&complete_request(&clock, &k, &a, "\"old\"", window))
-            .await
-            .unwrap(),
+        complete(store, &clock, &k, &a, "\"old\"", window).await,
         Fenced::Applied
     );
     // Within the window: a duplicate sees the completed record.
     clock.advance(window);
-    let Acquire::Existing(record) = store
-        .acquire(&acquire_request(&clock, &k, &b, LEASE, None))
-        .await
-        .unwrap()
-    else {
+    let Acquire::Existing(record) = acquire(store, &clock, &k, &b, None).await else {
         panic!("record still counts at its expiration second")
     };
     assert_eq!(record.status, Status::Completed);
@@ -40,10 +30,7 @@ pub async fn expired_record_is_taken_over_before_ttl_deletes_it<S: Store>(store:
     clock.advance(Duration::from_secs(1));
     assert!(store.get(&k).await.unwrap().is_some());
     assert_eq!(
-        store
-            .acquire(&acquire_request(&clock, &k, &b, LEASE, None))
-            .await
-            .unwrap(),
+        acquire(store, &clock, &k, &b, None).await,
         Acquire::Acquired
     );
     let record = store.get(&k).await.unwrap().expect("record");
@@ -56,25 +43,15 @@ pub async fn complete_then_replay<S: Store>(store: &S) {
     let clock = ManualClock::starting_now();
     let k = key("replay");
     let (a, b) = (OwnerToken::generate(), OwnerToken::generate());
-    store
-        .acquire(&acquire_request(&clock, &k, &a, LEASE, Some("v2:hash-1")))
-        .await
-        .unwrap();
+    acquire(store, &clock, &k, &a, Some("v2:hash-1")).await;
     let data = r#"{"balance":42,"note":"é ✓"}"#;
     assert_eq!(
-        store
-            .complete(&complete_request(&clock, &k, &a, data, HOUR))
-            .await
-            .unwrap(),
+        complete(store, &clock, &k, &a, data, HOUR).await,
         Fenced::Applied
     );
     // Long after the lease, but within the window: still a replay.
     clock.advance(Duration::from_secs(600));
-    let Acquire::Existing(record) = store
-        .acquire(&acquire_request(&clock, &k, &b, LEASE, Some("v2:hash-1")))
-        .await
-        .unwrap()
-    else {
+    let Acquire::Existing(record) = acquire(store, &clock, &k, &b, Some("v2:hash-1")).await else {
         panic!("completed record must be returned")
     };
     assert_eq!(record.status, Status::Completed);
@@ -87,10 +64,7 @@ pub async fn complete_then_replay<S: Store>(store: &S) {
     );
     // Completing again with other data is refused: the record is no longer in progress.
     assert_eq!(
-        store
-            .complete(&complete_request(&clock, &k, &a, "2", HOUR))
-            .await
-            .unwrap(),
+        complete(store, &clock, &k, &a, "2", HOUR).await,
         Fenced::LeaseLost
     );
     // The same completion sent again (its first answer lost) is recognised as applied,
@@ -112,15 +86,9 @@ pub async fn complete_and_release_refuse_a_foreign_owner<S: Store>(store: &S) {
     let clock = ManualClock::starting_now();
     let k = key("foreign");
     let (a, intruder) = (OwnerToken::generate(), OwnerToken::generate());
-    store
-        .acquire(&acquire_request(&clock, &k, &a, LEASE, None))
-        .await
-        .unwrap();
+    acquire(store, &clock, &k, &a, None).await;
     assert_eq!(
-        store
-            .complete(&complete_request(&clock, &k, &intruder, "1", HOUR))
-            .await
-            .unwrap(),
+        complete(store, &clock, &k, &intruder, "1", HOUR).await,
         Fenced::LeaseLost
     );
     assert_eq!(
@@ -133,10 +101,7 @@ pub async fn complete_and_release_refuse_a_foreign_owner<S: Store>(store: &S) {
     // Nothing to complete or release on a key that was never acquired.
     let never = key("never");
     assert_eq!(
-        store
-            .complete(&complete_request(&clock, &never, &a, "1", HOUR))
-            .await
-            .unwrap(),
+        complete(store, &clock, &never, &a, "1", HOUR).await,
         Fenced::LeaseLost
     );
     assert_eq!(store.release(&never, &a).await.unwrap(), Fenced::LeaseLost);
@@ -148,14 +113,8 @@ pub async fn payload_mismatch_is_detected<S: Store>(store: &S) {
     let clock = ManualClock::starting_now();
     let k = key("mismatch");
     let (a, b) = (OwnerToken::generate(), OwnerToken::generate());
-    store
-        .acquire(&acquire_request(&clock, &k, &a, LEASE, Some("v2:hash-a")))
-        .await
-        .unwrap();
-    let Acquire::Existing(in_progress) = store
-        .acquire(&acquire_request(&clock, &k, &b, LEASE, Some("v2:hash-b")))
-        .await
-        .unwrap()
+    acquire(store, &clock, &k, &a, Some("v2:hash-a")).await;
+    let Acquire::Existing(in_progress) = acquire(store, &clock, &k, &b, Some("v2:hash-b")).await
     else {
         panic!("existing record expected")
     };
@@ -168,15 +127,8 @@ pub async fn payload_mismatch_is_detected<S: Store>(store: &S) {
         ),
         Decision::PayloadMismatch
     );
-    store
-        .complete(&complete_request(&clock, &k, &a, "1", HOUR))
-        .await
-        .unwrap();
-    let Acquire::Existing(done) = store
-        .acquire(&acquire_request(&clock, &k, &b, LEASE, Some("v2:hash-b")))
-        .await
-        .unwrap()
-    else {
+    complete(store, &clock, &k, &a, "1", HOUR).await;
+    let Acquire::Existing(done) = acquire(store, &clock, &k, &b, Some("v2:hash-b")).await else {
         panic!("existing record expected")
     };
     assert_eq!(done.validation.as_deref(), Some("v2:hash-a"));
@@ -191,18 +143,11 @@ pub async fn a_permanent_failure_is_stored_and_replayed<S: Store>(store: &S) {
     let clock = ManualClock::starting_now();
     let k = key("failed");
     let (a, b) = (OwnerToken::generate(), OwnerToken::generate());
-    store
-        .acquire(&acquire_request(&clock, &k, &a, LEASE, None))
-        .await
-        .unwrap();
+    acquire(store, &clock, &k, &a, None).await;
     let mut request = complete_request(&clock, &k, &a, "\"card declined\"", HOUR);
     request.status = Status::Failed;
     assert_eq!(store.complete(&request).await.unwrap(), Fenced::Applied);
-    let Acquire::Existing(record) = store
-        .acquire(&acquire_request(&clock, &k, &b, LEASE, None))
-        .await
-        .unwrap()
-    else {
+    let Acquire::Existing(record) = acquire(store, &clock, &k, &b, None).await else {
         panic!("failed record must be returned")
     };
     assert_eq!(record.status, Status::Failed);
@@ -220,10 +165,7 @@ pub async fn extend_and_release_leave_finished_records_alone<S: Seed>(store: &S)
         let clock = ManualClock::starting_now();
         let k = key(status.as_str());
         let a = OwnerToken::generate();
-        store
-            .acquire(&acquire_request(&clock, &k, &a, LEASE, None))
-            .await
-            .unwrap();
+        acquire(store, &clock, &k, &a, None).await;
         let mut done = complete_request(&clock, &k, &a, "\"done\"", HOUR);
         done.status = status;
         assert_eq!(store.complete(&done).await.unwrap(), Fenced::Applied);

@@ -4,17 +4,14 @@ use crate::clock::ManualClock;
 use crate::record::{OwnerToken, Status};
 use crate::store::{AttributeNames, CompleteRequest, Fenced, Store, StoreError, MAX_ITEM_BYTES};
 
-use super::{acquire_request, complete_request, key, Seed, HOUR, LEASE};
+use super::{acquire, complete_request, key, Seed, HOUR};
 
 /// Contract case: a result over the item limit is refused and changes nothing.
 pub async fn a_result_over_the_item_limit_is_refused_and_changes_nothing<S: Store>(store: &S) {
     let clock = ManualClock::starting_now();
     let k = key("too-large");
     let a = OwnerToken::generate();
-    store
-        .acquire(&acquire_request(&clock, &k, &a, LEASE, None))
-        .await
-        .unwrap();
+    acquire(store, &clock, &k, &a, None).await;
     let huge = format!("\"{}\"", "x".repeat(410 * 1024));
     match store
         .complete(&complete_request(&clock, &k, &a, &huge, HOUR))
@@ -57,10 +54,7 @@ pub async fn the_item_size_limit_is_the_same_on_every_store<S: Seed>(store: &S) 
         let clock = ManualClock::starting_now();
         let k = key(name);
         let a = OwnerToken::generate();
-        store
-            .acquire(&acquire_request(&clock, &k, &a, LEASE, None))
-            .await
-            .unwrap();
+        acquire(store, &clock, &k, &a, None).await;
         let mut request = complete_request(&clock, &k, &a, "", HOUR);
         let layout = store.layout();
         let overhead = completed_size(&layout, &request);

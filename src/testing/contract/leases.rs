@@ -6,22 +6,16 @@ use crate::clock::{epoch_ms, epoch_secs, Clock, ManualClock};
 use crate::record::{decide, Decision, OwnerToken, Record, Status};
 use crate::store::{Acquire, ExtendRequest, Fenced, Store};
 
-use super::{acquire_request, complete_request, key, Seed, HOUR, LEASE};
+use super::{acquire, acquire_request, complete, key, Seed, HOUR, LEASE};
 
 /// Contract case: first acquire wins and second sees in progress.
 pub async fn first_acquire_wins_and_second_sees_in_progress<S: Store>(store: &S) {
     let clock = ManualClock::starting_now();
     let k = key("first-wins");
     let (a, b) = (OwnerToken::generate(), OwnerToken::generate());
-    let first = store
-        .acquire(&acquire_request(&clock, &k, &a, LEASE, None))
-        .await
-        .unwrap();
+    let first = acquire(store, &clock, &k, &a, None).await;
     assert_eq!(first, Acquire::Acquired);
-    let second = store
-        .acquire(&acquire_request(&clock, &k, &b, LEASE, None))
-        .await
-        .unwrap();
+    let second = acquire(store, &clock, &k, &b, None).await;
     let Acquire::Existing(record) = second else {
         panic!("second acquire must see the first: {second:?}")
     };
@@ -45,26 +39,17 @@ pub async fn elapsed_lease_is_taken_over<S: Store>(store: &S) {
     // At the last millisecond of the lease it still holds.
     clock.advance(LEASE);
     assert!(matches!(
-        store
-            .acquire(&acquire_request(&clock, &k, &b, LEASE, None))
-            .await
-            .unwrap(),
+        acquire(store, &clock, &k, &b, None).await,
         Acquire::Existing(_)
     ));
     clock.advance(Duration::from_millis(1));
     assert_eq!(
-        store
-            .acquire(&acquire_request(&clock, &k, &b, LEASE, None))
-            .await
-            .unwrap(),
+        acquire(store, &clock, &k, &b, None).await,
         Acquire::Acquired
     );
     // The old holder can neither complete nor release any more.
     assert_eq!(
-        store
-            .complete(&complete_request(&clock, &k, &a, "1", HOUR))
-            .await
-            .unwrap(),
+        complete(store, &clock, &k, &a, "1", HOUR).await,
         Fenced::LeaseLost
     );
     assert_eq!(store.release(&k, &a).await.unwrap(), Fenced::LeaseLost);
@@ -78,24 +63,15 @@ pub async fn release_lets_the_next_acquire_win<S: Store>(store: &S) {
     let clock = ManualClock::starting_now();
     let k = key("release");
     let (a, b) = (OwnerToken::generate(), OwnerToken::generate());
-    store
-        .acquire(&acquire_request(&clock, &k, &a, LEASE, None))
-        .await
-        .unwrap();
+    acquire(store, &clock, &k, &a, None).await;
     assert_eq!(store.release(&k, &a).await.unwrap(), Fenced::Applied);
     assert_eq!(store.get(&k).await.unwrap(), None);
     assert_eq!(
-        store
-            .acquire(&acquire_request(&clock, &k, &b, LEASE, None))
-            .await
-            .unwrap(),
+        acquire(store, &clock, &k, &b, None).await,
         Acquire::Acquired
     );
     // A completed record cannot be released: release only undoes a lease.
-    store
-        .complete(&complete_request(&clock, &k, &b, "1", HOUR))
-        .await
-        .unwrap();
+    complete(store, &clock, &k, &b, "1", HOUR).await;
     assert_eq!(store.release(&k, &b).await.unwrap(), Fenced::LeaseLost);
     assert!(store.get(&k).await.unwrap().is_some());
 }
@@ -105,10 +81,7 @@ pub async fn extend_moves_the_lease_only_for_its_holder<S: Store>(store: &S) {
     let clock = ManualClock::starting_now();
     let k = key("extend");
     let (a, b) = (OwnerToken::generate(), OwnerToken::generate());
-    store
-        .acquire(&acquire_request(&clock, &k, &a, LEASE, None))
-        .await
-        .unwrap();
+    acquire(store, &clock, &k, &a, None).await;
     let extend = |owner: &OwnerToken, until: Duration| ExtendRequest {
         key: k.clone(),
         owner: owner.clone(),
@@ -128,18 +101,12 @@ pub async fn extend_moves_the_lease_only_for_its_holder<S: Store>(store: &S) {
     // Past the first lease end, the extended lease still holds.
     clock.advance(LEASE);
     assert!(matches!(
-        store
-            .acquire(&acquire_request(&clock, &k, &b, LEASE, None))
-            .await
-            .unwrap(),
+        acquire(store, &clock, &k, &b, None).await,
         Acquire::Existing(_)
     ));
     clock.advance(LEASE);
     assert_eq!(
-        store
-            .acquire(&acquire_request(&clock, &k, &b, LEASE, None))
-            .await
-            .unwrap(),
+        acquire(store, &clock, &k, &b, None).await,
         Acquire::Acquired
     );
     assert_eq!(
@@ -163,10 +130,7 @@ pub async fn the_same_owner_acquiring_twice_holds_one_lease<S: Seed>(store: &S) 
     assert_eq!(record.owner.as_ref(), Some(&a));
     assert_eq!(record.status, Status::InProgress);
     assert!(matches!(
-        store
-            .acquire(&acquire_request(&clock, &k, &b, LEASE, None))
-            .await
-            .unwrap(),
+        acquire(store, &clock, &k, &b, None).await,
         Acquire::Existing(_)
     ));
 }
@@ -188,21 +152,14 @@ pub async fn an_in_progress_record_without_a_lease_time_holds_until_it_expires<S
         .await;
     let b = OwnerToken::generate();
     clock.advance(Duration::from_secs(59));
-    let Acquire::Existing(record) = store
-        .acquire(&acquire_request(&clock, &k, &b, LEASE, None))
-        .await
-        .unwrap()
-    else {
+    let Acquire::Existing(record) = acquire(store, &clock, &k, &b, None).await else {
         panic!("a record without a lease time never elapses")
     };
     assert_eq!(record.lease_expiration_ms, None);
     assert_eq!(decide(&record, clock.now(), None), Decision::InProgress);
     clock.advance(Duration::from_secs(2));
     assert_eq!(
-        store
-            .acquire(&acquire_request(&clock, &k, &b, LEASE, None))
-            .await
-            .unwrap(),
+        acquire(store, &clock, &k, &b, None).await,
         Acquire::Acquired
     );
 }

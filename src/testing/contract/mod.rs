@@ -36,7 +36,7 @@ use crate::key::IdempotencyKey;
 use crate::record::{OwnerToken, Record, Status};
 #[cfg(feature = "dynamodb")]
 use crate::store::DynamoDbStore;
-use crate::store::{AcquireRequest, CompleteRequest, InMemoryStore, Store};
+use crate::store::{Acquire, AcquireRequest, CompleteRequest, Fenced, InMemoryStore, Store};
 #[cfg(feature = "dynamodb")]
 use aws_sdk_dynamodb::types::AttributeValue;
 
@@ -213,6 +213,31 @@ fn complete_request(
         expiration_secs: epoch_secs(clock.now() + window),
         now: clock.now(),
     }
+}
+
+/// The store's answer to [`acquire_request`] with a lease of [`LEASE`].
+async fn acquire<S: Store>(
+    store: &S,
+    clock: &ManualClock,
+    key: &IdempotencyKey,
+    owner: &OwnerToken,
+    validation: Option<&str>,
+) -> Acquire {
+    let request = acquire_request(clock, key, owner, LEASE, validation);
+    store.acquire(&request).await.unwrap()
+}
+
+/// The store's answer to [`complete_request`].
+async fn complete<S: Store>(
+    store: &S,
+    clock: &ManualClock,
+    key: &IdempotencyKey,
+    owner: &OwnerToken,
+    data: &str,
+    window: Duration,
+) -> Fenced {
+    let request = complete_request(clock, key, owner, data, window);
+    store.complete(&request).await.unwrap()
 }
 
 const LEASE: Duration = Duration::from_secs(30);
