@@ -67,8 +67,9 @@ impl CommitStrategy {
 /// [`IdempotencyLayer`](crate::IdempotencyLayer); **how a batch runs** (scheduling,
 /// pre-check, replay) is the [`BatchProcessor`](crate::batch::BatchProcessor); and **how HTTP
 /// maps to records** (header, methods, stored responses, callers) is the `IdempotentHttpLayer`.
-/// The builders of one do not undo another's: [`IdempotencyLayer::with_config`](crate::IdempotencyLayer::with_config)
-/// may come before or after the others.
+/// [`IdempotencyLayer::with_config`](crate::IdempotencyLayer::with_config) may come before or
+/// after the layer's other builders. (Two builders of the HTTP layer set records' settings:
+/// `IdempotentHttpLayer::new` turns payload validation on (`Body`) when it is off, and `key_optional` sets [`MissingKey::ProcessUnprotected`].)
 ///
 /// # Default
 /// - key prefix: the Lambda function name (from the invocation `Context`, else
@@ -92,8 +93,6 @@ pub struct Config {
     pub(crate) missing_key: MissingKey,
     pub(crate) acquire_attempts: u32,
     pub(crate) commit_attempts: u32,
-    /// Set by the layer when it builds a service (the strategy is the layer's).
-    pub(crate) commit: CommitStrategy,
     pub(crate) heartbeat: Option<Duration>,
     pub(crate) store_failure_messages: bool,
     pub(crate) hooks: Hooks,
@@ -113,7 +112,6 @@ impl Default for Config {
             missing_key: MissingKey::Fail,
             acquire_attempts: 3,
             commit_attempts: 3,
-            commit: CommitStrategy::Lease,
             heartbeat: None,
             store_failure_messages: false,
             hooks: Hooks::default(),

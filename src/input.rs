@@ -5,7 +5,9 @@ use std::borrow::Cow;
 /// An [`Input`] whose [`id`](Input::id) is unique per event as its source assigns it: the
 /// batch records (SQS messages, Kinesis records, DynamoDB stream records), which
 /// [`MessageId`](crate::key::MessageId) keys on. A whole invocation, an HTTP request or a
-/// function's arguments have no such id, so `MessageId` does not compile there.
+/// function's arguments have no such id, so `MessageId` does not compile there. Implement it
+/// for a record type of your own (with a [`BatchEvent`](crate::batch::BatchEvent) of yours)
+/// whose `id` is unique per event, to key it with `MessageId`.
 pub trait Identified: Input {}
 
 /// A value of a named attribute (an SQS message attribute, an HTTP header).
@@ -21,11 +23,12 @@ pub enum AttributeValue<'a> {
 /// An event (or one record of a batch) that idempotency keys and payload hashes are derived
 /// from: its own id, its body, and its named attributes.
 ///
-/// Implemented for SQS messages, Kinesis records and DynamoDB stream records. The key
-/// extractors ([`MessageId`](crate::key::MessageId),
-/// [`MessageAttribute`](crate::key::MessageAttribute),
-/// [`JsonPointer`](crate::key::JsonPointer), [`BodyHash`](crate::key::BodyHash)) and
-/// [`PayloadValidation`](crate::key::PayloadValidation) work on any `Input`.
+/// Implemented for SQS messages, Kinesis records and DynamoDB stream records (and for whole
+/// invocations, HTTP requests and a function's arguments, which this crate wraps). The key
+/// extractors [`MessageAttribute`](crate::key::MessageAttribute),
+/// [`JsonPointer`](crate::key::JsonPointer) and [`BodyHash`](crate::key::BodyHash), and
+/// [`PayloadValidation`](crate::key::PayloadValidation), work on any `Input`;
+/// [`MessageId`](crate::key::MessageId) on those that are also [`Identified`].
 pub trait Input {
     /// The event's own id, unique per event as its source sees it (SQS `messageId`).
     fn id(&self) -> Option<&str>;

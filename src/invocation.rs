@@ -83,7 +83,7 @@ use serde_json::value::RawValue;
 use tower::{BoxError, Service};
 
 use crate::error::Error;
-use crate::idempotent::{IdempotencyLayer, Idempotent, Mode};
+use crate::idempotent::{IdempotencyLayer, Idempotent, Mode, Sequence, Sequenced, SequencedLayer};
 use crate::input::Serialized;
 use crate::key::KeyExtractor;
 use crate::outcome::Processed;
@@ -222,6 +222,21 @@ impl<St: Clone, K: Clone, C: Clone, M> IdempotencyLayer<St, K, C, M> {
         S: Service<LambdaEvent<T>>,
         K: KeyExtractor<Serialized<T>>,
     {
+        IdempotentInvocation {
+            inner: tower::Layer::layer(self, EventHandler { inner: handler }),
+        }
+    }
+}
+
+impl<St: Clone, P: Clone, C: Clone> SequencedLayer<St, P, C> {
+    /// Makes a whole-invocation handler (a service of `LambdaEvent<T>` answering a
+    /// [`Completion`](crate::Completion) with the entity's one write) sequence-guarded: the
+    /// sequence places the event (a [`Serialized`] of its JSON as received), as
+    /// [`IdempotencyLayer::invocation`] keys it.
+    pub fn invocation<S>(
+        &self,
+        handler: S,
+    ) -> IdempotentInvocation<S, St, Sequence<P>, C, Sequenced> {
         IdempotentInvocation {
             inner: tower::Layer::layer(self, EventHandler { inner: handler }),
         }

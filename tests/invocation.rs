@@ -428,6 +428,10 @@ async fn a_duplicate_whose_response_was_not_kept_answers_result_unavailable() {
     assert_eq!(err.outcome(), Outcome::Replayed);
     let diagnostic = lambda_runtime::Diagnostic::from(err);
     assert_eq!(diagnostic.error_type, "Idempotency.ResultUnavailable");
-    assert_eq!(runs.load(Ordering::SeqCst), 1, "the handler did not run again");
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        1,
+        "the handler did not run again"
+    );
     assert_eq!(store.records()[0].status, Status::Completed);
 }

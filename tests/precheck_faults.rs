@@ -124,3 +124,44 @@ async fn a_key_that_fails_while_its_twin_waits_for_the_lookup_runs_once() {
         assert!(store.inner.records().is_empty(), "{mode:?}: nothing stored");
     }
 }
+
+/// The same with a handler with writes, under both commit strategies.
+#[tokio::test]
+async fn a_key_with_writes_that_fails_while_its_twin_waits_for_the_lookup_runs_once() {
+    use lambda_idempotency::{CommitStrategy, Completion};
+    for mode in [CommitStrategy::Lease, CommitStrategy::Optimistic] {
+        let store = FaultyStore::new(InMemoryStore::new());
+        store.inject(Inject::GetManySlow(Duration::from_millis(100)));
+        let runs = Arc::new(AtomicUsize::new(0));
+        let layer = IdempotencyLayer::new(store.clone())
+            .with_key(JsonPointer::new("/key"))
+            .with_config(Config::new().with_key_prefix("t"))
+            .with_writes()
+            .with_commit(mode);
+        let counted = runs.clone();
+        let processor = BatchProcessor::new(layer.handler(move |_m: SqsMessage| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            std::future::ready(Err::<Completion<u8>, _>(std::io::Error::other("transient")))
+        }));
+        let mut event = batch(2, 2);
+        for m in &mut event.records {
+            m.body = Some(r#"{"key":"k"}"#.into());
+        }
+        let report = processor
+            .process(invocation(event, SystemTime::now(), REMAINING))
+            .await;
+        assert_eq!(outcomes(&report), [Outcome::Failed; 2], "{mode:?}");
+        assert_eq!(reported(&report), ["m-0", "m-1"], "{mode:?}");
+        let errors = error_types(&report);
+        assert!(
+            errors.contains(&Some("Idempotency.SameKeyFailed")),
+            "{mode:?}: {errors:?}"
+        );
+        assert_eq!(
+            runs.load(Ordering::SeqCst),
+            1,
+            "{mode:?}: one run a key a batch"
+        );
+        assert!(store.inner.records().is_empty(), "{mode:?}: nothing stored");
+    }
+}

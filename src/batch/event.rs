@@ -1,6 +1,6 @@
 //! [`BatchEvent`]: what the batch processor needs from a batch event source (SQS, Kinesis).
 
-use crate::input::Identified;
+use crate::input::Input;
 
 /// How a source wants its records processed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,7 +19,7 @@ pub enum Ordering {
 /// (`batchItemFailures`). Implemented for `SqsEvent`, `KinesisEvent` and the DynamoDB Streams `Event`.
 pub trait BatchEvent: Send + 'static {
     /// One record of the batch.
-    type Record: Identified + Clone + Send + Sync + 'static;
+    type Record: Input + Clone + Send + Sync + 'static;
     /// The partial batch response.
     type Response: Send + 'static;
 

@@ -124,7 +124,7 @@ where
         Admission::Unprotected(err) => return Err(Error::Key(err)),
         Admission::Claimed(claim) => claim,
     };
-    match protocol.config.commit {
+    match protocol.commit {
         CommitStrategy::Lease => under_lease(&protocol, claim, inner, event).await,
         CommitStrategy::Optimistic => optimistic(&protocol, claim, inner, event).await,
     }

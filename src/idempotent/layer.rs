@@ -304,10 +304,8 @@ impl<S, St: Clone, K: Clone, C: Clone, M> Layer<S> for IdempotencyLayer<St, K, C
                 store: self.store.clone(),
                 key: self.key.clone(),
                 clock: self.clock.clone(),
-                config: Config {
-                    commit: self.commit,
-                    ..self.config.clone()
-                },
+                config: self.config.clone(),
+                commit: self.commit,
                 local: Arc::clone(&self.local),
             }),
         )

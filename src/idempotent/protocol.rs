@@ -10,7 +10,7 @@ use super::cache::CompletedCache;
 use super::heartbeat::Heartbeat;
 use super::in_flight::InFlight;
 use crate::clock::Deadline;
-use crate::config::Config;
+use crate::config::{CommitStrategy, Config};
 use crate::key::IdempotencyKey;
 use crate::record::{OwnerToken, Record};
 
@@ -86,6 +86,8 @@ pub(crate) struct Protocol<St, K, C> {
     pub(crate) key: K,
     pub(crate) clock: C,
     pub(crate) config: Config,
+    /// How a handler with writes commits (the layer's; unused by the other handler kinds).
+    pub(crate) commit: CommitStrategy,
     pub(crate) local: Arc<LocalAnswers>,
 }
 

@@ -211,7 +211,7 @@ where
         event: LambdaEvent<I>,
     ) -> ResponseFuture<T> {
         let (ready, protocol) = service.take_ready();
-        match protocol.config.commit {
+        match protocol.commit {
             CommitStrategy::Lease => {
                 Box::pin(lease::run::<Self, _, _, _, _, _>(protocol, ready, event))
             }

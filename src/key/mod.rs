@@ -133,7 +133,7 @@ impl KeyError {
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot derive an idempotency key from `{I}`",
     label = "no key for `{I}`",
-    note = "`MessageId` (the default key) reads a batch record's own id: a whole invocation, an HTTP request or a function call has none. Choose the key with `IdempotencyLayer::with_key`, e.g. `JsonPointer::new(\"/order_id\")`, or a closure `|event: &I| -> Result<_, KeyError>`"
+    note = "the layer's key must read this event: choose it with `IdempotencyLayer::with_key` (e.g. `JsonPointer::new(\"/order_id\")`, or a closure over `&{I}`); the default, `MessageId`, reads a batch record's own id, which a whole invocation, an HTTP request or a function call does not have"
 )]
 pub trait KeyExtractor<I: ?Sized>: Send + Sync + 'static {
     /// The raw key material for `input`. It is hashed before it is stored.

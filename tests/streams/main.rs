@@ -33,7 +33,7 @@ struct Order {
 }
 
 /// A stream event type: its sample, its processor, and how its records carry an order.
-trait Stream: BatchEvent + Sized {
+trait Stream: BatchEvent<Record: lambda_idempotency::input::Identified> + Sized {
     /// The sample event's file in `events/`.
     const SAMPLE: &'static str;
     /// This event with `records` instead of its own.
