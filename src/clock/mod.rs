@@ -12,9 +12,11 @@ mod manual;
 #[cfg(not(feature = "testing"))]
 pub(crate) use epoch::{epoch_ms, epoch_secs};
 #[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub use epoch::{epoch_ms, epoch_secs};
 pub(crate) use epoch::{later_ms, later_secs};
 #[cfg(any(test, feature = "testing"))]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub use manual::ManualClock;
 
 /// A source of the current time.

@@ -8,6 +8,7 @@ mod message;
 mod visibility;
 
 #[cfg(feature = "sqs-visibility")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqs-visibility")))]
 pub use visibility::{
     queue_url, Backoff, Visibility, VisibilityLayer, CHANGES_LIMIT, CONCURRENT_CALLS,
     MAX_VISIBILITY,

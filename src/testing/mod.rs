@@ -55,6 +55,7 @@
 
 pub mod contract;
 #[cfg(feature = "dynamodb")]
+#[cfg_attr(docsrs, doc(cfg(feature = "dynamodb")))]
 pub mod dynamodb;
 pub mod events;
 pub mod transactional;

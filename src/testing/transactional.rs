@@ -42,6 +42,7 @@ impl Ledger for InMemoryStore {
 }
 
 #[cfg(feature = "dynamodb")]
+#[cfg_attr(docsrs, doc(cfg(feature = "dynamodb")))]
 impl Ledger for crate::store::DynamoDbStore {
     async fn ledger(&self) -> String {
         super::dynamodb::create_table(self.client(), "ledger", "account").await
