@@ -90,7 +90,7 @@ pub fn dynamodb_insert(
 }
 
 /// A DynamoDB Streams change (`event_name`: `INSERT`, `MODIFY` or `REMOVE`) of the item with
-/// key attributes `keys`, as a `NEW_AND_OLD_IMAGES` stream sends it with one image: `image`
+/// key attributes `keys`, as a `NEW_AND_OLD_IMAGES` stream sends it with one image. `image`
 /// (plain JSON) is the new image of an `INSERT` or `MODIFY` and the old image of a `REMOVE`.
 /// Like Lambda, the record always has `Keys` (the layer reads them as the record's
 /// attributes, and as its body when there is no image).
@@ -136,8 +136,8 @@ pub fn dynamodb_event(
     event
 }
 
-/// An HTTP request as `lambda_http` hands it to a handler: `method` on `path` with `body`,
-/// the `Idempotency-Key` header when `key` is given, a JSON content type, and an invocation
+/// An HTTP request as `lambda_http` hands it to a handler. It has `method` on `path` with
+/// `body`, the `Idempotency-Key` header when `key` is given, a JSON content type, and an invocation
 /// context whose deadline is 30 s away (the HTTP layer's lease follows it).
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]

@@ -1,5 +1,5 @@
-//! The store contract: one suite of cases every [`Store`] must pass, run here against
-//! [`InMemoryStore`] and [`DynamoDbStore`] (DynamoDB Local), and exported for third-party
+//! The store contract, one suite of cases every [`Store`] must pass. It runs here against
+//! [`InMemoryStore`] and [`DynamoDbStore`] (DynamoDB Local), and is exported for third-party
 //! stores: implement [`Seed`] for your store, then call [`store_contract_suite!`](crate::store_contract_suite)
 //! in a test file (add [`transactional_contract_suite!`](crate::transactional_contract_suite)
 //! for a [`TransactionalStore`](crate::store::TransactionalStore), with
