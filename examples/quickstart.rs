@@ -8,14 +8,14 @@
 
 use std::time::{Duration, SystemTime};
 
-use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
+use lambda_idempotency::aws_lambda_events::sqs::{SqsEvent, SqsMessage};
 use lambda_idempotency::batch::BatchProcessor;
 use lambda_idempotency::clock::epoch_ms;
 use lambda_idempotency::key::PayloadValidation;
 use lambda_idempotency::key::{JsonPointer, MessageAttribute};
+use lambda_idempotency::lambda_runtime::{Context, LambdaEvent};
 use lambda_idempotency::store::InMemoryStore;
 use lambda_idempotency::{Config, IdempotencyLayer};
-use lambda_runtime::{Context, LambdaEvent};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Deserialize)]

@@ -193,7 +193,7 @@ where
     }
 
     /// Calls the function with `args` outside an invocation (or with a shorter lease than
-    /// the invocation's): its lease ends `lease` from now, by the layer's clock (a lease past
+    /// the invocation's). Its lease ends `lease` from now, by the layer's clock (a lease past
     /// the end of time saturates), or at the layer's own cap
     /// ([`Config::with_max_lease`](crate::Config::with_max_lease)) if that comes first. No
     /// invocation deadline bounds the call, its store calls included: one that outlives its

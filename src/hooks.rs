@@ -1,7 +1,8 @@
-//! Hooks: user code called when a duplicate is answered from a stored result
-//! ([`Config::with_response_hook`](crate::Config::with_response_hook)) and when this process
-//! writes a new record ([`Config::with_record_created_hook`](crate::Config::with_record_created_hook)),
-//! for example to mark replayed responses or to keep an audit log.
+//! Hooks: user code called when a duplicate is answered from a stored result, and when this
+//! process writes a new record. Set them with
+//! [`Config::with_response_hook`](crate::Config::with_response_hook) and
+//! [`Config::with_record_created_hook`](crate::Config::with_record_created_hook), for example
+//! to mark replayed responses or to keep an audit log.
 //!
 //! A hook runs inline on the record's path, so keep it short and do no I/O that can block.
 //! A hook that panics does not change what happens to the record: the panic is caught and

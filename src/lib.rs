@@ -10,11 +10,11 @@
 //! only its committed DynamoDB writes are exactly-once.
 //!
 //! ```
-//! use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
+//! use lambda_idempotency::aws_lambda_events::sqs::{SqsEvent, SqsMessage};
 //! use lambda_idempotency::batch::BatchProcessor;
 //! use lambda_idempotency::store::InMemoryStore;
 //! use lambda_idempotency::{IdempotencyLayer, Outcome};
-//! use lambda_runtime::{Context, LambdaEvent};
+//! use lambda_idempotency::lambda_runtime::{Context, LambdaEvent};
 //! use std::time::{Duration, SystemTime, UNIX_EPOCH};
 //!
 //! #[derive(serde::Serialize, serde::Deserialize)]
@@ -54,11 +54,11 @@
 //! In a Lambda function, hand the processor to the runtime; it answers `SqsBatchResponse`:
 //!
 //! ```no_run
-//! # use aws_lambda_events::sqs::SqsMessage;
+//! # use lambda_idempotency::aws_lambda_events::sqs::SqsMessage;
 //! # async fn charge(m: SqsMessage) -> Result<u64, std::num::ParseIntError> { m.body.unwrap_or_default().parse() }
 //! use lambda_idempotency::batch::BatchProcessor;
 //! use lambda_idempotency::store::DynamoDbStore;
-//! use lambda_idempotency::{Config, IdempotencyLayer};
+//! use lambda_idempotency::{aws_sdk_dynamodb, lambda_runtime, Config, IdempotencyLayer};
 //!
 //! # async fn example(client: aws_sdk_dynamodb::Client) -> Result<(), lambda_runtime::Error> {
 //! let store = DynamoDbStore::new(client, "idempotency");
@@ -120,6 +120,7 @@
 //! - `testing`: the testing kit for your handlers (`testing`: event builders for each
 //!   trigger, invocations, the store contract suites), `clock::ManualClock`,
 //!   `clock::epoch_ms`/`epoch_secs`, `InMemoryStore::set_unavailable`.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![forbid(unsafe_code)]
 #![warn(
     missing_docs,
@@ -132,24 +133,29 @@ pub mod batch;
 pub mod clock;
 mod config;
 #[cfg(feature = "dynamodb-streams")]
+#[cfg_attr(docsrs, doc(cfg(feature = "dynamodb-streams")))]
 pub mod dynamodb_streams;
 mod error;
 pub mod function;
 pub mod hooks;
 #[cfg(feature = "http")]
+#[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub mod http;
 pub mod idempotent;
 pub mod input;
 pub mod invocation;
 pub mod key;
 #[cfg(feature = "kinesis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "kinesis")))]
 pub mod kinesis;
 pub mod metrics;
 mod outcome;
+pub mod prelude;
 pub mod record;
 pub mod sqs;
 pub mod store;
 #[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
 
 pub use config::{CommitStrategy, Config, MissingKey, DEFAULT_EXPIRES_AFTER};
@@ -159,6 +165,51 @@ pub use idempotent::{
 };
 pub use input::Input;
 pub use outcome::{Outcome, Processed};
+
+/// The Lambda runtime, re-exported: [`LambdaEvent`](lambda_runtime::LambdaEvent) and
+/// [`Context`](lambda_runtime::Context) cross this crate's API, so take them from here to
+/// always have the version it was built with.
+pub use lambda_runtime;
+
+/// The Lambda event types, re-exported: the SQS, Kinesis and DynamoDB Streams events cross
+/// this crate's API, so take them from here to always have the version it was built with.
+pub use aws_lambda_events;
+
+/// The DynamoDB SDK, re-exported: [`store::DynamoDbStore`] takes its `Client` and handlers'
+/// writes are its `AttributeValue`s, so take them from here to always have the same version.
+#[cfg(feature = "dynamodb")]
+#[cfg_attr(docsrs, doc(cfg(feature = "dynamodb")))]
+pub use aws_sdk_dynamodb;
+
+/// The SQS SDK, re-exported: [`sqs::VisibilityLayer`] takes its `Client`, so take it from
+/// here to always have the version it was built with.
+#[cfg(feature = "sqs-visibility")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqs-visibility")))]
+pub use aws_sdk_sqs;
+
+/// The `lambda_http` crate, re-exported: [`http`]'s services take and answer its requests
+/// and responses, so take them from here to always have the version it was built with.
+#[cfg(feature = "http")]
+#[cfg_attr(docsrs, doc(cfg(feature = "http")))]
+pub use lambda_http;
+
+/// The `redis` crate, re-exported: [`store::RedisStore`] runs on its connections, so take
+/// them from here to always have the version it was built with.
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub use redis;
+
+/// The `tokio-postgres` crate, re-exported: [`store::PostgresStore`]'s transactions and
+/// configuration are its types, so take them from here to always have the same version.
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub use tokio_postgres;
+
+/// The `deadpool-postgres` crate, re-exported: [`store::PostgresStore`] takes its pool, so
+/// take it from here to always have the version it was built with.
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub use deadpool_postgres;
 
 /// The README's Rust examples, compiled as doctests.
 #[cfg(doctest)]

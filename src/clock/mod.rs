@@ -12,9 +12,11 @@ mod manual;
 #[cfg(not(feature = "testing"))]
 pub(crate) use epoch::{epoch_ms, epoch_secs};
 #[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub use epoch::{epoch_ms, epoch_secs};
 pub(crate) use epoch::{later_ms, later_secs};
 #[cfg(any(test, feature = "testing"))]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub use manual::ManualClock;
 
 /// A source of the current time.
@@ -72,13 +74,13 @@ where
     }
 }
 
-/// The time a batch keeps before the invocation deadline to answer Lambda: a record still
+/// The time a batch keeps before the invocation deadline to answer Lambda. A record still
 /// running then is stopped and reported (its store calls with it), so that the batch's
 /// response, built from every record's report, reaches Lambda before the deadline (Lambda
 /// discards a late one and retries the whole batch).
 pub const ANSWER_MARGIN: Duration = Duration::from_millis(500);
 
-/// The time kept before the invocation deadline after the last store call: every store call
+/// The time kept before the invocation deadline after the last store call. Every store call
 /// is bounded by the time left before it, whatever the store's client is configured with, so
 /// that an invocation outside a batch (a whole invocation, an HTTP request) still answers
 /// in time. Shorter than [`ANSWER_MARGIN`]: a handler that returns with half a second left

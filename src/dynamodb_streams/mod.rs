@@ -1,4 +1,4 @@
-//! DynamoDB Streams (feature `dynamodb-streams`, on by default): a stream record is an
+//! DynamoDB Streams batches (feature `dynamodb-streams`, on by default). A stream record is an
 //! [`Input`](crate::Input) (its `eventID`, the item as JSON for a body: its `NewImage`, else
 //! its `OldImage`, else its `Keys`; its `Keys` as attributes), and the stream event is a [`BatchEvent`](crate::batch::BatchEvent):
 //! processed in order, stopping at the first record that does not succeed (the event source

@@ -77,7 +77,7 @@ fn canonical_query(query: &str) -> String {
 }
 
 /// Keys a request on a header (`Idempotency-Key` by default), scoped to the request's method
-/// and path and to its caller: the same key sent to `POST /payments` and to `POST /refunds`,
+/// and path and to its caller. The same key sent to `POST /payments` and to `POST /refunds`,
 /// or by two callers, names two records, so a response is never replayed to another endpoint
 /// or another caller.
 ///

@@ -36,9 +36,10 @@ pub const PAYLOAD_HASH_PREFIX: &str = "v2:";
 /// request's hash covered its body alone, in the `v2:` format.
 pub const QUERY_PAYLOAD_HASH_PREFIX: &str = "v3:";
 
-/// A payload's hash: the form stored with new records, and the forms earlier versions stored
-/// (the one before `v2:` computed only when a stored hash needs it), so records written before
-/// an upgrade are not rejected while they count. Two hashes are equal when their stored forms are.
+/// A payload's hash. It holds the form stored with new records, and the forms earlier
+/// versions stored (the one before `v2:` computed only when a stored hash needs it), so
+/// records written before an upgrade are not rejected while they count. Two hashes are equal
+/// when their stored forms are.
 #[derive(Clone)]
 pub struct PayloadHash {
     stored: String,

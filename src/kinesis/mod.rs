@@ -1,4 +1,4 @@
-//! Kinesis (feature `kinesis`, on by default): a record is an [`Input`](crate::Input) (its
+//! Kinesis batches (feature `kinesis`, on by default). A record is an [`Input`](crate::Input) (its
 //! `eventID`, the decoded `data` as its body, its partition key as the attribute
 //! `partitionKey`), and `KinesisEvent` is a [`BatchEvent`](crate::batch::BatchEvent):
 //! processed in order, stopping at the first record that does not succeed (the event source

@@ -88,7 +88,7 @@ impl AttributeNames {
         self
     }
 
-    /// A single-table layout, as Powertools offers: every record under the partition key
+    /// A single-table layout, as Powertools offers. Every record is under the partition key
     /// value `static_partition_key` (in the [`key`](Self::key) attribute), the idempotency
     /// key in the sort key attribute `sort_key`, so the records can live in a table you
     /// already have (with a string partition and sort key). All records then share one

@@ -115,7 +115,7 @@ pub struct Misconfiguration {
     /// The store's explanation.
     pub reason: String,
     /// The refused table is one the handler writes (its writes committed with the record),
-    /// not the store's own: only the records that write there meet it, and a batch fails as
+    /// not the store's own. Only the records that write there meet it, and a batch fails as
     /// a whole for it only when none of its records could commit (a table named from the
     /// message, a missing tenant's say, fails its records alone).
     pub handler_write: bool,

@@ -18,8 +18,8 @@ pub enum Guarded {
     Refused(Option<Item>),
 }
 
-/// A store that applies one conditional put or update by itself, and reads an item:
-/// [`DynamoDbStore`](crate::store::DynamoDbStore) (`PutItem`/`UpdateItem` with
+/// A store that applies one conditional put or update by itself, and reads an item.
+/// Implemented by [`DynamoDbStore`](crate::store::DynamoDbStore) (`PutItem`/`UpdateItem` with
 /// `ReturnValuesOnConditionCheckFailure=ALL_OLD`; a strongly consistent `GetItem`) and
 /// [`InMemoryStore`](crate::store::InMemoryStore).
 pub trait GuardedWrite: Send + Sync + 'static {

@@ -1,9 +1,9 @@
-//! Stores of idempotency records: the [`Store`] trait (and [`TransactionalStore`] for
-//! handlers whose writes commit with the record), the requests and answers they exchange,
-//! the limits every store enforces, and the stores themselves: [`InMemoryStore`] (embedded)
-//! and, with the `dynamodb` feature (on by default), [`DynamoDbStore`]; with the `redis`
-//! feature, `RedisStore` (module `redis`); with the `postgres` feature, `PostgresStore` (module
-//! `postgres`).
+//! Stores of idempotency records. This module has the [`Store`] trait (and
+//! [`TransactionalStore`] for handlers whose writes commit with the record), the requests and
+//! answers they exchange, the limits every store enforces, and the stores themselves:
+//! [`InMemoryStore`] (embedded) and, with the `dynamodb` feature (on by default),
+//! [`DynamoDbStore`]; with the `redis` feature, `RedisStore` (module `redis`); with the
+//! `postgres` feature, `PostgresStore` (module `postgres`).
 
 mod attribute_names;
 #[cfg(feature = "dynamodb")]
@@ -13,8 +13,10 @@ mod guarded;
 pub(crate) mod item_size;
 mod memory;
 #[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub mod postgres;
 #[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod redis;
 mod request;
 mod transaction_scope;
@@ -27,11 +29,14 @@ use crate::key::IdempotencyKey;
 use crate::record::{OwnerToken, Record};
 
 #[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use self::postgres::PostgresStore;
 #[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use self::redis::RedisStore;
 pub use attribute_names::AttributeNames;
 #[cfg(feature = "dynamodb")]
+#[cfg_attr(docsrs, doc(cfg(feature = "dynamodb")))]
 pub use dynamodb::DynamoDbStore;
 pub use error::{Misconfiguration, StoreError};
 pub use guarded::{Guarded, GuardedWrite};

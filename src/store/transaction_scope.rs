@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use super::{Acquire, AcquireRequest, Commit, CompleteRequest, Store, StoreError};
 
-/// A store whose transactions a handler can write in (`PostgresStore` (`postgres` feature)):
-/// the handler receives the open transaction, and its writes commit with the record's final
+/// A store whose transactions a handler can write in (`PostgresStore`, `postgres` feature).
+/// The handler receives the open transaction, and its writes commit with the record's final
 /// state or not at all, so they happen once even if the process dies at any instant.
 ///
 /// Used by [`IdempotencyLayer::in_transaction`](crate::IdempotencyLayer::in_transaction), in

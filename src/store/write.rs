@@ -72,7 +72,7 @@ pub enum WriteKind {
     ConditionCheck,
 }
 
-/// One write of a DynamoDB transaction, built with [`Write::put`], [`Write::update`],
+/// One write of a DynamoDB transaction. It is built with [`Write::put`], [`Write::update`],
 /// [`Write::delete`] or [`Write::condition_check`] and refined with
 /// [`condition`](Write::condition), [`name`](Write::name) and [`value`](Write::value).
 ///

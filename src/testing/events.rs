@@ -48,6 +48,7 @@ pub fn sqs_event(messages: impl IntoIterator<Item = SqsMessage>) -> SqsEvent {
 /// A Kinesis record of shard `shardId-000000000000` with `sequence_number` and `data` (raw
 /// bytes: the event carries them base64-encoded, the record decoded).
 #[cfg(feature = "kinesis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "kinesis")))]
 pub fn kinesis_record(
     sequence_number: &str,
     data: &[u8],
@@ -65,6 +66,7 @@ pub fn kinesis_record(
 
 /// A Kinesis event of `records`, in order.
 #[cfg(feature = "kinesis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "kinesis")))]
 pub fn kinesis_event(
     records: impl IntoIterator<Item = aws_lambda_events::event::kinesis::KinesisEventRecord>,
 ) -> aws_lambda_events::event::kinesis::KinesisEvent {
@@ -78,6 +80,7 @@ pub fn kinesis_event(
 /// attributes, e.g. `{"orderId": "o-1"}`), with `sequence_number`; its `eventID` is derived
 /// from the sequence number. Panics when `keys` or `new_image` is not a JSON object.
 #[cfg(feature = "dynamodb-streams")]
+#[cfg_attr(docsrs, doc(cfg(feature = "dynamodb-streams")))]
 pub fn dynamodb_insert(
     sequence_number: &str,
     keys: serde_json::Value,
@@ -87,11 +90,12 @@ pub fn dynamodb_insert(
 }
 
 /// A DynamoDB Streams change (`event_name`: `INSERT`, `MODIFY` or `REMOVE`) of the item with
-/// key attributes `keys`, as a `NEW_AND_OLD_IMAGES` stream sends it with one image: `image`
+/// key attributes `keys`, as a `NEW_AND_OLD_IMAGES` stream sends it with one image. `image`
 /// (plain JSON) is the new image of an `INSERT` or `MODIFY` and the old image of a `REMOVE`.
 /// Like Lambda, the record always has `Keys` (the layer reads them as the record's
 /// attributes, and as its body when there is no image).
 #[cfg(feature = "dynamodb-streams")]
+#[cfg_attr(docsrs, doc(cfg(feature = "dynamodb-streams")))]
 pub fn dynamodb_change(
     event_name: &str,
     sequence_number: &str,
@@ -123,6 +127,7 @@ pub fn dynamodb_change(
 
 /// A DynamoDB Streams event of `records`, in order.
 #[cfg(feature = "dynamodb-streams")]
+#[cfg_attr(docsrs, doc(cfg(feature = "dynamodb-streams")))]
 pub fn dynamodb_event(
     records: impl IntoIterator<Item = aws_lambda_events::event::dynamodb::EventRecord>,
 ) -> aws_lambda_events::event::dynamodb::Event {
@@ -131,10 +136,11 @@ pub fn dynamodb_event(
     event
 }
 
-/// An HTTP request as `lambda_http` hands it to a handler: `method` on `path` with `body`,
-/// the `Idempotency-Key` header when `key` is given, a JSON content type, and an invocation
+/// An HTTP request as `lambda_http` hands it to a handler. It has `method` on `path` with
+/// `body`, the `Idempotency-Key` header when `key` is given, a JSON content type, and an invocation
 /// context whose deadline is 30 s away (the HTTP layer's lease follows it).
 #[cfg(feature = "http")]
+#[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub fn http_request(
     method: &str,
     path: &str,

@@ -1,5 +1,5 @@
-//! A testing kit for your handlers (the `testing` feature, for dev-dependencies): event
-//! builders for each trigger ([`events`]), invocations with a fresh request id and a deadline
+//! A testing kit for your handlers (the `testing` feature, for dev-dependencies). It has
+//! event builders for each trigger ([`events`]), invocations with a fresh request id and a deadline
 //! ([`invocation`]), the manual clock ([`ManualClock`]), the embedded store with DynamoDB's
 //! transactional writes ([`InMemoryStore`], with `set_unavailable` to fail closed), and the
 //! store contract suites ([`contract`], [`transactional`]) for a store of your own.
@@ -55,6 +55,7 @@
 
 pub mod contract;
 #[cfg(feature = "dynamodb")]
+#[cfg_attr(docsrs, doc(cfg(feature = "dynamodb")))]
 pub mod dynamodb;
 pub mod events;
 pub mod transactional;

@@ -1,6 +1,6 @@
-//! The transactional store contract: `commit` (lease mode) and `commit_fresh` (optimistic
-//! mode), one suite every [`TransactionalStore`] must pass, run here against
-//! [`InMemoryStore`] and `DynamoDbStore`, and exported for third-party stores: implement
+//! The transactional store contract, one suite every [`TransactionalStore`] must pass:
+//! `commit` (lease mode) and `commit_fresh` (optimistic mode). It runs here against
+//! [`InMemoryStore`] and `DynamoDbStore`, and is exported for third-party stores: implement
 //! [`Ledger`] and call [`transactional_contract_suite!`](crate::transactional_contract_suite).
 
 use std::future::Future;
@@ -42,6 +42,7 @@ impl Ledger for InMemoryStore {
 }
 
 #[cfg(feature = "dynamodb")]
+#[cfg_attr(docsrs, doc(cfg(feature = "dynamodb")))]
 impl Ledger for crate::store::DynamoDbStore {
     async fn ledger(&self) -> String {
         super::dynamodb::create_table(self.client(), "ledger", "account").await

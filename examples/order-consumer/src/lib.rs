@@ -35,16 +35,16 @@ use std::time::Duration;
 use aws_config::retry::RetryConfig;
 use aws_config::timeout::TimeoutConfig;
 use aws_config::{BehaviorVersion, SdkConfig};
-use aws_lambda_events::sqs::SqsMessage;
+use lambda_idempotency::aws_lambda_events::sqs::SqsMessage;
 use lambda_idempotency::batch::{BatchProcessor, DEFAULT_DEADLINE_MARGIN};
 use lambda_idempotency::idempotent::{Position, Sequence};
 use lambda_idempotency::key::PayloadValidation;
 use lambda_idempotency::key::{JsonPointer, KeyError, KeyExtractor, MessageAttribute};
+use lambda_idempotency::lambda_runtime::LambdaEvent;
 use lambda_idempotency::store::{Attr, DynamoDbStore, Write};
 use lambda_idempotency::{
     CommitStrategy, Completion, Config, Error, IdempotencyLayer, Processed, SequencedLayer,
 };
-use lambda_runtime::LambdaEvent;
 use serde::{Deserialize, Serialize};
 use tower::util::Either;
 

@@ -2,8 +2,8 @@
 //! environment, the message body, the effect) is documented in the crate's library part,
 //! `src/lib.rs`, with the wiring that the tests and the benchmarks reuse.
 
-use aws_lambda_events::sqs::SqsEvent;
-use lambda_runtime::LambdaEvent;
+use lambda_idempotency::aws_lambda_events::sqs::SqsEvent;
+use lambda_idempotency::lambda_runtime::LambdaEvent;
 use order_consumer::{metrics, processor, sdk_config, Settings};
 use tower::ServiceExt;
 

@@ -4,7 +4,7 @@
 //! as the dimension `FunctionName` and the invocation's request id as the property
 //! `RequestId`.
 
-use lambda_runtime::Context;
+use lambda_idempotency::lambda_runtime::Context;
 use metrics_cloudwatch_embedded::{Builder, Collector};
 
 /// The CloudWatch namespace of the metrics.

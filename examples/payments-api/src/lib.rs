@@ -24,13 +24,13 @@
 
 #![warn(missing_docs)]
 
-use aws_sdk_dynamodb::types::AttributeValue;
-use lambda_http::http::header::{HeaderValue, ALLOW, CONTENT_TYPE};
-use lambda_http::http::{Method, StatusCode};
-use lambda_http::{Body, Request, Response};
+use lambda_idempotency::aws_sdk_dynamodb::types::AttributeValue;
 use lambda_idempotency::clock::SystemClock;
 use lambda_idempotency::http::IdempotentHttpLayer;
 use lambda_idempotency::idempotent::ResultAndWrites;
+use lambda_idempotency::lambda_http::http::header::{HeaderValue, ALLOW, CONTENT_TYPE};
+use lambda_idempotency::lambda_http::http::{Method, StatusCode};
+use lambda_idempotency::lambda_http::{Body, Request, Response};
 use lambda_idempotency::store::{Attr, DynamoDbStore, Write};
 use lambda_idempotency::{BoxError, CommitStrategy, Completion, Config, Error, IdempotencyLayer};
 pub use order_consumer::{sdk_config, Settings, Tables};

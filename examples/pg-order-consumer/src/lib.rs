@@ -21,13 +21,14 @@
 
 use std::time::Duration;
 
-use aws_lambda_events::sqs::SqsMessage;
+use lambda_idempotency::aws_lambda_events::sqs::SqsMessage;
 use lambda_idempotency::batch::BatchProcessor;
 use lambda_idempotency::key::PayloadValidation;
+use lambda_idempotency::lambda_runtime::LambdaEvent;
 use lambda_idempotency::store::postgres::PgTransaction;
 use lambda_idempotency::store::{PostgresStore, StoreError, TransactionScope};
+use lambda_idempotency::{deadpool_postgres, tokio_postgres};
 use lambda_idempotency::{BoxError, CommitStrategy, Config, Error, IdempotencyLayer, Processed};
-use lambda_runtime::LambdaEvent;
 pub use order_consumer::{order_key, parse_order, Applied, Order, KEY_PREFIX};
 
 /// The ledger's DDL.

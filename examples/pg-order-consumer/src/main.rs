@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
-use aws_lambda_events::sqs::SqsEvent;
-use lambda_runtime::LambdaEvent;
+use lambda_idempotency::aws_lambda_events::sqs::SqsEvent;
+use lambda_idempotency::lambda_runtime::LambdaEvent;
 use pg_order_consumer::{connect, processor, Settings, Tables};
 use tower::ServiceExt;
 

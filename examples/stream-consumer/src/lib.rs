@@ -27,14 +27,14 @@
 
 #![warn(missing_docs)]
 
-use aws_lambda_events::event::dynamodb::{Event as DynamoDbEvent, EventRecord};
-use aws_lambda_events::event::kinesis::{KinesisEvent, KinesisEventRecord};
+use lambda_idempotency::aws_lambda_events::event::dynamodb::{Event as DynamoDbEvent, EventRecord};
+use lambda_idempotency::aws_lambda_events::event::kinesis::{KinesisEvent, KinesisEventRecord};
 use lambda_idempotency::batch::{BatchError, BatchProcessor};
 use lambda_idempotency::key::PayloadValidation;
 use lambda_idempotency::key::{JsonPointer, KeyError, KeyExtractor};
+use lambda_idempotency::lambda_runtime::LambdaEvent;
 use lambda_idempotency::store::DynamoDbStore;
 use lambda_idempotency::{Completion, Config, IdempotencyLayer, Input};
-use lambda_runtime::LambdaEvent;
 use order_consumer::{ledger_credit, order_from_json};
 pub use order_consumer::{sdk_config, Applied, Order, OrderError, Settings, Tables};
 use serde_json::Value;

@@ -120,6 +120,7 @@ impl<S> BatchProcessor<S> {
 }
 
 #[cfg(feature = "kinesis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "kinesis")))]
 impl<S> BatchProcessor<S, SystemClock, aws_lambda_events::event::kinesis::KinesisEvent> {
     /// A processor of Kinesis events over `service`: records in order, stopping at the first
     /// that does not succeed; a 1 s deadline margin.
@@ -129,6 +130,7 @@ impl<S> BatchProcessor<S, SystemClock, aws_lambda_events::event::kinesis::Kinesi
 }
 
 #[cfg(feature = "dynamodb-streams")]
+#[cfg_attr(docsrs, doc(cfg(feature = "dynamodb-streams")))]
 impl<S> BatchProcessor<S, SystemClock, aws_lambda_events::event::dynamodb::Event> {
     /// A processor of DynamoDB Streams events over `service`: records in order, stopping at
     /// the first that does not succeed; a 1 s deadline margin.

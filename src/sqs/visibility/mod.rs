@@ -38,7 +38,7 @@ pub const CHANGES_LIMIT: Duration = Duration::from_secs(5);
 /// How many `ChangeMessageVisibilityBatch` calls (of 10 messages each) are out at once.
 pub const CONCURRENT_CALLS: usize = 10;
 
-/// Builds [`Visibility`] around a [`BatchProcessor`] of SQS events: after each batch, the
+/// Builds [`Visibility`] around a [`BatchProcessor`] of SQS events. After each batch, the
 /// reported messages' visibility is changed with `ChangeMessageVisibilityBatch` (10 per
 /// call, on the queue of each message's `eventSourceARN`). A failed change is logged and
 /// changes nothing else: the message comes back after the queue's own timeout. The

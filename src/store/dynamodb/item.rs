@@ -11,8 +11,8 @@ use crate::store::StoreError;
 
 impl DynamoDbStore {
     /// The record `item` holds, read as the store reads its own (a `GetItem`, a
-    /// `BatchGetItem` answer, the old item of a refused write) under its attribute names:
-    /// a status it knows and an expiration are required. [`StoreError::Malformed`], naming
+    /// `BatchGetItem` answer, the old item of a refused write) under its attribute names.
+    /// A status it knows and an expiration are required. [`StoreError::Malformed`], naming
     /// the item's key and what is wrong, when `item` is not such a record (another item of
     /// a shared table, say). For tools that read the table themselves, as the CLI's `list`
     /// does with a `Scan`.

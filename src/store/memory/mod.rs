@@ -84,6 +84,7 @@ impl InMemoryStore {
     /// Makes every later call fail with [`StoreError::Unavailable`] (`true`) or work again
     /// (`false`). With the `testing` feature.
     #[cfg(any(test, feature = "testing"))]
+    #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
     pub fn set_unavailable(&self, unavailable: bool) {
         self.inner.unavailable.store(unavailable, Ordering::SeqCst);
     }

@@ -1,5 +1,5 @@
-//! The store contract: one suite of cases every [`Store`] must pass, run here against
-//! [`InMemoryStore`] and [`DynamoDbStore`] (DynamoDB Local), and exported for third-party
+//! The store contract, one suite of cases every [`Store`] must pass. It runs here against
+//! [`InMemoryStore`] and [`DynamoDbStore`] (DynamoDB Local), and is exported for third-party
 //! stores: implement [`Seed`] for your store, then call [`store_contract_suite!`](crate::store_contract_suite)
 //! in a test file (add [`transactional_contract_suite!`](crate::transactional_contract_suite)
 //! for a [`TransactionalStore`](crate::store::TransactionalStore), with
@@ -59,6 +59,7 @@ impl Seed for InMemoryStore {
 }
 
 #[cfg(feature = "dynamodb")]
+#[cfg_attr(docsrs, doc(cfg(feature = "dynamodb")))]
 impl Seed for DynamoDbStore {
     fn layout(&self) -> crate::store::AttributeNames {
         self.attribute_names().clone()
@@ -107,6 +108,7 @@ impl Seed for DynamoDbStore {
 }
 
 #[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 impl<C> Seed for crate::store::RedisStore<C>
 where
     C: ::redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
@@ -145,6 +147,7 @@ where
 }
 
 #[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 impl Seed for crate::store::PostgresStore {
     async fn seed(&self, record: &Record) {
         let client = self.pool().get().await.expect("a PostgreSQL connection");
