@@ -202,9 +202,9 @@ impl Config {
         Some(every.min(cap).max(Duration::from_millis(1)))
     }
 
-    /// Stores a [`Permanent`](crate::Permanent) failure's message (its error chain, cut to
-    /// [`MAX_STORED_FAILURE_BYTES`](crate::idempotent::MAX_STORED_FAILURE_BYTES)) in the record, and
-    /// replays it to duplicates. Off by default: error messages often quote the input (an
+    /// Stores a [`Permanent`](crate::Permanent) failure's message in the record, and replays
+    /// it to duplicates. The message is its error chain, cut to
+    /// [`MAX_STORED_FAILURE_BYTES`](crate::idempotent::MAX_STORED_FAILURE_BYTES). Off by default: error messages often quote the input (an
     /// account number, a card number), and the record is kept for the whole window; the
     /// default stores [`UNSTORED_FAILURE_MESSAGE`](crate::idempotent::UNSTORED_FAILURE_MESSAGE).
     pub fn with_stored_failure_messages(mut self, store: bool) -> Self {
@@ -212,9 +212,9 @@ impl Config {
         self
     }
 
-    /// Calls `hook` for every duplicate answered from a stored result (from the store, the
-    /// local cache or a record of this process with the same key) with that result as JSON;
-    /// the duplicate gets the hook's answer, decoded as the handler's result type (an answer
+    /// Calls `hook` with the stored result, as JSON, for every duplicate answered from it.
+    /// The result comes from the store, the local cache or a record of this process with the
+    /// same key; the duplicate gets the hook's answer, decoded as the handler's result type (an answer
     /// that does not decode is acknowledged without a result, as
     /// [`Processed::ReplayedWithoutResult`](crate::Processed::ReplayedWithoutResult)). Not
     /// called when no result is stored, nor for a stored permanent failure. Powertools for
@@ -231,9 +231,9 @@ impl Config {
         self
     }
 
-    /// Calls `hook` each time a write of this process is confirmed to have created the record
-    /// for a key (a lease before the handler runs, or, in optimistic mode, the record with its
-    /// result), for example for an audit log. Not called for a record that existed already (a
+    /// Calls `hook` each time a write of this process is confirmed to have created a record,
+    /// for example for an audit log. The record is a lease before the handler runs, or, with
+    /// an optimistic commit, the record with its result. Not called for a record that existed already (a
     /// duplicate, a locked record), nor for a write whose answer was lost and could not be
     /// confirmed (a lease that may have been taken is then released). See
     /// [`hooks`](crate::hooks).

@@ -49,8 +49,10 @@ pub struct Replay<'a> {
 pub struct Created<'a> {
     /// The stored key.
     pub key: &'a IdempotencyKey,
-    /// The status written: [`InProgress`](Status::InProgress) for a lease (the handler runs
-    /// next), or the final status when the record is written once with its result
+    /// The status written.
+    ///
+    /// [`InProgress`](Status::InProgress) for a lease (the handler runs next), or the final
+    /// status when the record is written once with its result
     /// (optimistic mode, after the handler ran).
     pub status: Status,
     /// When the record expires, in epoch seconds.

@@ -2,9 +2,10 @@
 
 use std::borrow::Cow;
 
-/// An [`Input`] whose [`id`](Input::id) is unique per event as its source assigns it: the
-/// batch records (SQS messages, Kinesis records, DynamoDB stream records), which
-/// [`MessageId`](crate::key::MessageId) keys on. A whole invocation, an HTTP request or a
+/// An [`Input`] whose [`id`](Input::id) is unique per event, as its source assigns it.
+///
+/// These are the batch records (SQS messages, Kinesis records, DynamoDB stream records),
+/// which [`MessageId`](crate::key::MessageId) keys on. A whole invocation, an HTTP request or a
 /// function's arguments have no such id, so `MessageId` does not compile there. Implement it
 /// for a record type of your own (with a [`BatchEvent`](crate::batch::BatchEvent) of yours)
 /// whose `id` is unique per event, to key it with `MessageId`.

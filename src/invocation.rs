@@ -1,6 +1,7 @@
-//! Whole-invocation idempotency: any `LambdaEvent<T>` handler (a direct invoke, an
-//! EventBridge rule, an S3 notification, a Step Functions task) run once per key taken from
-//! its event, its response stored and replayed.
+//! Whole-invocation idempotency: any `LambdaEvent<T>` handler run once per key.
+//!
+//! A direct invoke, an EventBridge rule, an S3 notification, a Step Functions task: the key
+//! is taken from the event, and the response is stored and replayed.
 //!
 //! [`IdempotencyLayer::invocation`] wraps a handler service of `LambdaEvent<T>`; the result,
 //! an [`IdempotentInvocation`], is a service of `LambdaEvent<Received<T>>`: the event as
@@ -229,9 +230,11 @@ impl<St: Clone, K: Clone, C: Clone, M> IdempotencyLayer<St, K, C, M> {
 }
 
 impl<St: Clone, P: Clone, C: Clone> SequencedLayer<St, P, C> {
-    /// Makes a whole-invocation handler (a service of `LambdaEvent<T>` answering a
-    /// [`Completion`](crate::Completion) with the entity's one write) sequence-guarded: the
-    /// sequence places the event (a [`Serialized`] of its JSON as received), as
+    /// Makes a whole-invocation handler sequence-guarded.
+    ///
+    /// The handler is a service of `LambdaEvent<T>` answering a
+    /// [`Completion`](crate::Completion) with the entity's one write. The sequence places the
+    /// event (a [`Serialized`] of its JSON as received), as
     /// [`IdempotencyLayer::invocation`] keys it.
     pub fn invocation<S>(
         &self,

@@ -94,9 +94,11 @@ impl<St, K, C, M> IdempotencyLayer<St, K, C, M> {
         }
     }
 
-    /// Builds services whose handler answers a [`Completion`](crate::Completion): its result
-    /// and DynamoDB writes, committed with the record in one transaction, so the writes are
-    /// applied exactly once even if the process dies at any instant. The store must be a
+    /// Builds services whose handler's writes commit with its record.
+    ///
+    /// The handler answers a [`Completion`](crate::Completion): its result and DynamoDB
+    /// writes, committed with the record in one transaction, so the writes are applied
+    /// exactly once even if the process dies at any instant. The store must be a
     /// [`TransactionalStore`]; [`with_commit`](IdempotencyLayer::with_commit) chooses lease
     /// (the default) or optimistic commits.
     pub fn with_writes(self) -> IdempotencyLayer<St, K, C, ResultAndWrites>
@@ -106,8 +108,9 @@ impl<St, K, C, M> IdempotencyLayer<St, K, C, M> {
         self.of_kind()
     }
 
-    /// Builds services whose handler writes in the store's own transaction: it receives the
-    /// event and the open transaction (for `PostgresStore` (`postgres` feature), a
+    /// Builds services whose handler writes in the store's own transaction.
+    ///
+    /// The handler receives the event and the open transaction (for `PostgresStore` (`postgres` feature), a
     /// `PgTransaction`), and its writes commit with the record's final state or not at all,
     /// so they are applied exactly once even if the process dies at any instant.
     /// [`with_commit`](IdempotencyLayer::with_commit) chooses lease (the default: the lease

@@ -98,9 +98,11 @@ impl<P> Sequence<P> {
         }
     }
 
-    /// Whether an event its source delivered before ([`Input::delivered_before`]) is checked
-    /// first with one strongly consistent read of its entity (default: yes), so that a
-    /// duplicate changes nothing without running the handler or a refused write.
+    /// Whether a redelivered event is checked first with a read of its entity (default: yes).
+    ///
+    /// An event its source delivered before ([`Input::delivered_before`]) is read with one
+    /// strongly consistent read, so that a duplicate changes nothing without running the
+    /// handler or a refused write.
     pub fn with_redelivered_read(mut self, read: bool) -> Self {
         self.read_redelivered = read;
         self

@@ -1,6 +1,8 @@
-//! Idempotency keys and payload hashes: where a key comes from ([`KeyExtractor`]), how it
-//! is stored ([`IdempotencyKey`]), and how a payload is fingerprinted to tell a duplicate
-//! from a key reused with another payload ([`PayloadValidation`]). Both read an event
+//! Idempotency keys and payload hashes.
+//!
+//! Where a key comes from ([`KeyExtractor`]), how it is stored ([`IdempotencyKey`]), and how
+//! a payload is fingerprinted to tell a duplicate from a key reused with another payload
+//! ([`PayloadValidation`]). Both read an event
 //! through [`Input`](crate::Input) in canonical JSON (`canonical`, `pointer`) and are
 //! hashed (`hashing`).
 

@@ -75,8 +75,10 @@ pub fn kinesis_event(
     event
 }
 
-/// A DynamoDB Streams `INSERT` of the item `new_image` (plain JSON: an object, converted to
-/// DynamoDB's attribute values) whose key attributes are `keys` (an object of the table's key
+/// A DynamoDB Streams `INSERT` of the item `new_image`.
+///
+/// `new_image` is plain JSON (an object, converted to DynamoDB's attribute values); its key
+/// attributes are `keys` (an object of the table's key
 /// attributes, e.g. `{"orderId": "o-1"}`), with `sequence_number`; its `eventID` is derived
 /// from the sequence number. Panics when `keys` or `new_image` is not a JSON object.
 #[cfg(feature = "dynamodb-streams")]

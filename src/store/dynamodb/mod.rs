@@ -80,9 +80,11 @@ use crate::store::{
     Misconfiguration, Store, StoreError,
 };
 
-/// A store on a DynamoDB table with a string partition key (`id` by default), or a string
-/// partition and sort key with one static partition key value
-/// ([`AttributeNames::with_sort_key`], a single-table layout).
+/// A store on a DynamoDB table.
+///
+/// The table has a string partition key (`id` by default), or a string partition and sort
+/// key with one static partition key value ([`AttributeNames::with_sort_key`], a
+/// single-table layout).
 ///
 /// - acquire: one `PutItem` conditioned on "no item, or expired, or in progress with an
 ///   elapsed lease", with `ReturnValuesOnConditionCheckFailure=ALL_OLD`; a strongly
