@@ -24,6 +24,7 @@
 //! inside the transaction that writes the final record.
 
 mod admission;
+pub(crate) mod batch_replay;
 mod cache;
 mod completion;
 mod finish;

@@ -26,13 +26,13 @@ use lambda_runtime::Context;
 use serde::de::DeserializeOwned;
 use tokio::sync::OnceCell;
 
+use super::batch_replay::{BatchReplayer, Candidate};
 use super::invoke::panic_message;
 use super::known_answer::answer_known;
 use super::protocol::Protocol;
 use super::record_key::{derive, Derived};
 use super::store_call::within_deadline;
 use super::stored_result::replay_of;
-use crate::batch::{BatchReplayer, Candidate};
 use crate::clock::{Clock, Deadline};
 use crate::hooks::ReplaySource;
 use crate::input::Input;
