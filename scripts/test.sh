@@ -4,7 +4,7 @@
 # starts DynamoDB Local, Redis (one server and a cluster of three) and PostgreSQL (Debian's
 # packages, installed if missing) and
 # moto's SQS server (PyPI), then runs
-# the format check, clippy, the docs build and every test of
+# the module import-circle check, the format check, clippy, the docs build and every test of
 # the workspace (the library, the examples, the CLI, bench, tests/support), the DynamoDB
 # Local ones included, and stops it; then runs scripts/run-local.sh, which must PASS, and
 # again against a corrupted ledger, where it must FAIL. The bench smoke between them installs
@@ -60,6 +60,19 @@ if cargo tree -p lambda-idempotency --no-default-features --features dynamodb -e
 fi
 echo "== rust-version covers every dependency of the library"
 python3 scripts/check_msrv.py
+echo "== no import circle between sibling modules of a folder of src/"
+python3 scripts/module_cycles.py src
+circle_dir=$(mktemp -d)
+mkdir -p "$circle_dir/outer"
+printf 'mod outer;\n' >"$circle_dir/lib.rs"
+printf 'mod a;\nmod b;\n' >"$circle_dir/outer/mod.rs"
+printf 'use super::b::{self, B};\npub struct A;\n' >"$circle_dir/outer/a.rs"
+printf 'pub struct B;\nfn f() -> crate::outer::a::A { crate::outer::a::A }\n' >"$circle_dir/outer/b.rs"
+if python3 scripts/module_cycles.py "$circle_dir" >/dev/null; then
+  echo "module_cycles.py does not see an import circle" >&2
+  exit 1
+fi
+rm -r "$circle_dir"
 echo "== cargo fmt --check"
 cargo fmt --all --check
 echo "== cargo clippy --workspace --all-targets -- -D warnings"

@@ -7,15 +7,13 @@ mod error;
 mod event;
 mod mode;
 mod processor;
-mod replay;
 mod report;
 
+pub use crate::idempotent::batch_replay::{BatchReplay, BatchReplayer};
 pub use error::BatchError;
 pub use event::{BatchEvent, Ordering};
 pub use mode::BatchMode;
 pub use processor::{
     BatchFuture, BatchProcessor, Precheck, ANSWER_MARGIN, DEFAULT_DEADLINE_MARGIN,
 };
-pub(crate) use replay::Candidate;
-pub use replay::{BatchReplay, BatchReplayer};
 pub use report::{BatchReport, RecordReport};

@@ -1,6 +1,5 @@
 //! [`IdempotentHttpLayer`]: the HTTP options around an [`IdempotencyLayer`].
 
-use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,33 +10,11 @@ use tower::Layer;
 
 use super::request::HeaderKey;
 use super::response::stored_by_default;
-use super::service::{HttpHandler, IdempotentHttp};
+use super::service::{HttpHandler, HttpOptions, IdempotentHttp};
 use crate::clock::SystemClock;
 use crate::config::MissingKey;
 use crate::idempotent::{IdempotencyLayer, ResultOnly};
 use crate::key::PayloadValidation;
-
-/// What the HTTP layer adds to the protocol: which requests it protects, what it stores and
-/// how it answers.
-#[derive(Clone)]
-pub(crate) struct HttpOptions {
-    pub(crate) methods: Vec<Method>,
-    pub(crate) stored_headers: Vec<HeaderName>,
-    pub(crate) stores: Arc<dyn Fn(StatusCode) -> bool + Send + Sync>,
-    pub(crate) retry_after: Duration,
-    pub(crate) header: String,
-}
-
-impl fmt::Debug for HttpOptions {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("HttpOptions")
-            .field("methods", &self.methods)
-            .field("stored_headers", &self.stored_headers)
-            .field("retry_after", &self.retry_after)
-            .field("header", &self.header)
-            .finish_non_exhaustive()
-    }
-}
 
 /// Builds [`IdempotentHttp`] services: `lambda_http` handlers made idempotent on the
 /// `Idempotency-Key` header. See the [module](crate::http) docs for what each request gets.

@@ -1,17 +1,20 @@
 //! [`IdempotentHttp`]: the service, and the handler as the protocol sees it
 //! ([`HttpHandler`]).
 
+use std::fmt;
 use std::future::Future;
 use std::marker::PhantomData;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
+use std::time::Duration;
 
+use lambda_http::http::header::HeaderName;
+use lambda_http::http::{Method, StatusCode};
 use lambda_http::{Body, IntoResponse, Request, RequestExt, Response};
 use lambda_runtime::LambdaEvent;
 use tower::{BoxError, Service};
 
-use super::layer::HttpOptions;
 use super::request::{HeaderKey, HttpRequest};
 use super::response::{Problem, StoredResponse};
 use crate::clock::SystemClock;
@@ -20,6 +23,28 @@ use crate::idempotent::{
     catch_panic_async, Completion, Idempotent, Mode, ResultAndWrites, ResultOnly,
 };
 use crate::outcome::Processed;
+
+/// What the HTTP layer adds to the protocol: which requests it protects, what it stores and
+/// how it answers.
+#[derive(Clone)]
+pub(crate) struct HttpOptions {
+    pub(crate) methods: Vec<Method>,
+    pub(crate) stored_headers: Vec<HeaderName>,
+    pub(crate) stores: Arc<dyn Fn(StatusCode) -> bool + Send + Sync>,
+    pub(crate) retry_after: Duration,
+    pub(crate) header: String,
+}
+
+impl fmt::Debug for HttpOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HttpOptions")
+            .field("methods", &self.methods)
+            .field("stored_headers", &self.stored_headers)
+            .field("retry_after", &self.retry_after)
+            .field("header", &self.header)
+            .finish_non_exhaustive()
+    }
+}
 
 /// A `lambda_http` handler made idempotent on the `Idempotency-Key` header: it answers
 /// every request with a response (the handler's, a replay, or a problem), never an error.

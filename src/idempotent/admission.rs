@@ -3,54 +3,33 @@
 //! with the same key in this process (single flight) may answer it; otherwise this call
 //! [claims](Claim) it and goes on to the store.
 
-use std::borrow::Cow;
 use std::time::{Duration, SystemTime};
 
-use lambda_runtime::{Context, LambdaEvent};
+use lambda_runtime::LambdaEvent;
 use serde::de::DeserializeOwned;
 
 use super::in_flight::{self, FlightGuard, FlightResult, Join};
-use super::invoke::catch_panic;
+use super::known_answer::{answer_known, failed_in_this_batch, mismatched};
 use super::precheck::{BatchLookup, LookedUp};
 use super::protocol::Protocol;
+use super::record_key::{derive, NotDerived};
 use super::stored_result::{replay_failure, replayed};
 use crate::clock::{Clock, Deadline};
-use crate::config::{Config, MissingKey};
+use crate::config::Config;
 use crate::error::Error;
 use crate::hooks::ReplaySource;
 use crate::input::Input;
 use crate::key::PayloadHash;
-use crate::key::{IdempotencyKey, KeyError, KeyExtractor, MAX_KEY_BYTES};
+use crate::key::{IdempotencyKey, KeyError, KeyExtractor};
 use crate::outcome::Processed;
 use crate::record::{decide, Decision, Record, Status};
 use crate::store::Store;
-
-/// The prefix used when neither the configuration nor the Lambda environment names one.
-pub const FALLBACK_KEY_PREFIX: &str = "lambda-idempotency";
 
 /// How long before its own deadline a record waiting for another of this process with the
 /// same key stops waiting and answers "in progress": the answer margin, so that an
 /// invocation outside a batch (a direct invocation, an HTTP request) answers in time too.
 /// An idempotent function's call waits to its deadline, its lease's end.
 const FOLLOWER_MARGIN: Duration = crate::clock::ANSWER_MARGIN;
-
-fn key_prefix<'a>(config: &'a Config, context: &'a Context) -> Cow<'a, str> {
-    if let Some(prefix) = config.key_prefix() {
-        return Cow::Borrowed(prefix);
-    }
-    if !context.env_config.function_name.is_empty() {
-        return Cow::Borrowed(&context.env_config.function_name);
-    }
-    std::env::var("AWS_LAMBDA_FUNCTION_NAME")
-        .ok()
-        .filter(|name| !name.is_empty())
-        .map_or(Cow::Borrowed(FALLBACK_KEY_PREFIX), Cow::Owned)
-}
-
-/// Whether a stored payload hash belongs to another payload than ours.
-fn mismatched(stored: Option<&str>, ours: Option<&PayloadHash>) -> bool {
-    matches!((stored, ours), (Some(stored), Some(ours)) if !ours.matches(stored))
-}
 
 /// A record admitted to the store: its key is derived and this call leads its flight.
 pub(crate) struct Claim {
@@ -162,50 +141,6 @@ pub(crate) enum Admission<T> {
     Claimed(Claim),
 }
 
-/// Why a record has no key.
-pub(crate) enum NotDerived {
-    /// The key's source is absent and processing without idempotency was chosen.
-    Unprotected(KeyError),
-    /// The record fails with this error.
-    Failed(Error),
-}
-
-/// The stored key and payload hash of `payload`, received with `context`.
-pub(crate) fn derive<I, K>(
-    key: &K,
-    config: &Config,
-    payload: &I,
-    context: &Context,
-) -> Result<(IdempotencyKey, Option<PayloadHash>), NotDerived>
-where
-    K: KeyExtractor<I>,
-    I: Input,
-{
-    let material = match catch_panic(|| key.key_material(payload)) {
-        Ok(Ok(material)) => material,
-        Ok(Err(err)) if err.is_absent() && config.missing_key == MissingKey::ProcessUnprotected => {
-            return Err(NotDerived::Unprotected(err));
-        }
-        Ok(Err(err)) => return Err(NotDerived::Failed(Error::Key(err))),
-        Err(panic) => return Err(NotDerived::Failed(panic)),
-    };
-    let prefix = key_prefix(config, context);
-    let key = match &config.key_namespace {
-        Some(namespace) => IdempotencyKey::derive(&format!("{prefix}#{namespace}"), &material),
-        None => IdempotencyKey::derive(&prefix, &material),
-    };
-    if key.as_str().len() > MAX_KEY_BYTES {
-        let len_bytes = key.as_str().len();
-        return Err(NotDerived::Failed(Error::Key(KeyError::KeyTooLong {
-            len_bytes,
-        })));
-    }
-    match config.validation.hash(payload) {
-        Ok(validation) => Ok((key, validation)),
-        Err(err) => Err(NotDerived::Failed(Error::Key(err))),
-    }
-}
-
 /// Admits `event`: derives its key and payload hash, then answers it from the cache, the
 /// batch's failures or the flight leader when it can, or claims it.
 pub(crate) async fn admit<St, K, C, I, T>(
@@ -269,50 +204,6 @@ where
         deadline,
         held_before_turn,
         flight,
-    })
-}
-
-/// The answer this process knows for `key` without the store, in the order admission asks:
-/// the local cache (a completed record replays, a failed one replays its failure), then a
-/// failure of the key earlier in this batch. `None`: the store (or the flight) decides.
-pub(crate) fn answer_known<St, K, C, T: DeserializeOwned>(
-    protocol: &Protocol<St, K, C>,
-    key: &IdempotencyKey,
-    validation: Option<&PayloadHash>,
-    now: SystemTime,
-) -> Option<Result<Processed<T>, Error>> {
-    if let Some(record) = protocol.local.cached(key, now) {
-        match decide(&record, now, validation) {
-            Decision::Replay { data } => {
-                return Some(Ok(replayed(
-                    &protocol.config.hooks,
-                    key,
-                    data.as_deref(),
-                    ReplaySource::LocalCache,
-                )))
-            }
-            Decision::ReplayFailure { data } => return Some(Err(replay_failure(data.as_deref()))),
-            Decision::PayloadMismatch => {
-                return Some(Err(Error::PayloadMismatch { key: key.clone() }))
-            }
-            Decision::InProgress | Decision::Retry => {}
-        }
-    }
-    failed_in_this_batch(key, validation).map(Err)
-}
-
-/// The error of a record whose key's handler failed earlier in this batch: rejected when its
-/// payload differs from the one that failed.
-pub(crate) fn failed_in_this_batch(
-    key: &IdempotencyKey,
-    validation: Option<&PayloadHash>,
-) -> Option<Error> {
-    let stored = in_flight::failed_earlier(key)?;
-    let key = key.clone();
-    Some(if mismatched(stored.as_deref(), validation) {
-        Error::PayloadMismatch { key }
-    } else {
-        Error::SameKeyFailed { key }
     })
 }
 
@@ -452,25 +343,5 @@ fn follow<T: DeserializeOwned>(
         ))),
         FlightResult::FailedPermanently { data, .. } => Some(Err(replay_failure(Some(&data)))),
         FlightResult::HandlerFailed { .. } => Some(Err(Error::SameKeyFailed { key: key.clone() })),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::sync::Arc;
-
-    #[test]
-    fn prefix_comes_from_config_then_function_name() {
-        let mut context = Context::default();
-        context.env_config = Arc::new(lambda_runtime::Config {
-            function_name: "order-consumer-prod".into(),
-            ..Default::default()
-        });
-        assert_eq!(key_prefix(&Config::new(), &context), "order-consumer-prod");
-        assert_eq!(
-            key_prefix(&Config::new().with_key_prefix("orders-v1"), &context),
-            "orders-v1"
-        );
     }
 }

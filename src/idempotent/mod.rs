@@ -24,6 +24,7 @@
 //! inside the transaction that writes the final record.
 
 mod admission;
+pub(crate) mod batch_replay;
 mod cache;
 mod completion;
 mod finish;
@@ -31,18 +32,19 @@ mod heartbeat;
 mod in_flight;
 mod in_transaction;
 mod invoke;
+mod known_answer;
 mod layer;
 mod lease;
 mod optimistic;
 mod precheck;
 mod protocol;
 mod record_fn;
+mod record_key;
 mod sequenced;
 mod service;
 mod store_call;
 mod stored_result;
 
-pub use admission::FALLBACK_KEY_PREFIX;
 pub use completion::Completion;
 pub use finish::{ResultAndWrites, ResultOnly, MAX_STORED_FAILURE_BYTES, UNSTORED_FAILURE_MESSAGE};
 pub(crate) use in_flight::{within_batch, within_call};
@@ -51,5 +53,6 @@ pub(crate) use invoke::catch_panic_async;
 pub use layer::{IdempotencyLayer, SequencedLayer};
 pub(crate) use precheck::{begin_turn, offering};
 pub use record_fn::{record_fn, RecordFn};
+pub use record_key::FALLBACK_KEY_PREFIX;
 pub use sequenced::{Position, PositionOf, Sequence, SequenceRule, Sequenced};
 pub use service::{Idempotent, Mode, ResponseFuture, Transactional};

@@ -26,12 +26,13 @@ use lambda_runtime::Context;
 use serde::de::DeserializeOwned;
 use tokio::sync::OnceCell;
 
-use super::admission::{answer_known, derive};
+use super::batch_replay::{BatchReplayer, Candidate};
 use super::invoke::panic_message;
+use super::known_answer::answer_known;
 use super::protocol::Protocol;
+use super::record_key::{derive, Derived};
 use super::store_call::within_deadline;
 use super::stored_result::replay_of;
-use crate::batch::{BatchReplayer, Candidate};
 use crate::clock::{Clock, Deadline};
 use crate::hooks::ReplaySource;
 use crate::input::Input;
@@ -46,9 +47,6 @@ type Found = Vec<Arc<Record>>;
 
 /// A protocol's lookup of the current batch, and the batch's offered records.
 type Offer<I> = (Arc<Lookup>, Arc<Vec<I>>);
-
-/// A record's stored key and payload hash, as [`derive()`] gives them.
-pub(crate) type Derived = (IdempotencyKey, Option<PayloadHash>);
 
 /// One protocol's lookup of the offered records: their keys, derived when the first record
 /// of the batch reaches the protocol, and what the store answered for them.

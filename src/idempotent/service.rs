@@ -11,13 +11,13 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tower::{BoxError, Service};
 
+use super::batch_replay::{BatchReplay, BatchReplayer};
 use super::completion::Completion;
 use super::finish::{ResultAndWrites, ResultOnly};
 use super::in_transaction::{self, InTransaction, TransactionEvent};
 use super::protocol::Protocol;
 use super::sequenced::{self, PositionOf, Sequence, Sequenced};
 use super::{lease, optimistic, precheck};
-use crate::batch::{BatchReplay, BatchReplayer};
 use crate::clock::{Clock, SystemClock};
 use crate::config::CommitStrategy;
 use crate::error::Error;

@@ -156,7 +156,10 @@ impl<I: Input + ?Sized> KeyExtractor<I> for BodyHash {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashMap;
+
     use super::*;
+    use crate::input::Serialized;
     use crate::key::IdempotencyKey;
     use aws_lambda_events::sqs::{SqsMessage, SqsMessageAttribute};
 
@@ -300,5 +303,40 @@ mod tests {
             BodyHash.key_material(&message("")),
             Err(KeyError::Empty)
         ));
+    }
+
+    #[test]
+    fn serialized_values_key_by_content_whatever_the_map_order() {
+        let a: HashMap<&str, u64> = (0..50)
+            .map(|i| (["a", "b", "c", "d"][i % 4], i as u64))
+            .collect();
+        let mut entries: Vec<_> = a.iter().map(|(k, v)| (*k, *v)).collect();
+        entries.reverse();
+        let b: HashMap<&str, u64> = entries.into_iter().collect();
+        let (a, b) = (Serialized::new(a).unwrap(), Serialized::new(b).unwrap());
+        assert_eq!(a.json(), b.json());
+        assert_eq!(
+            BodyHash.key_material(&a).unwrap(),
+            BodyHash.key_material(&b).unwrap()
+        );
+    }
+
+    #[test]
+    fn serialized_values_have_a_body_and_nothing_else() {
+        let value = serde_json::json!({"order": {"id": "o-1"}, "amount": 5});
+        let input = Serialized::new(value).unwrap();
+        assert_eq!(
+            JsonPointer::new("/order/id").key_material(&input).unwrap(),
+            b"o-1"
+        );
+        assert_eq!(input.id(), None);
+        assert_eq!(input.attribute("order"), None);
+        assert_eq!(input["amount"], 5);
+        assert!(format!("{input:?}").contains("json_bytes"));
+        let keys: HashMap<Vec<u8>, u8> = HashMap::from([(vec![1], 1)]);
+        assert!(
+            Serialized::new(keys).is_err(),
+            "map keys that are not strings"
+        );
     }
 }

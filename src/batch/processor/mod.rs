@@ -21,10 +21,10 @@ use schedule::BatchRecord;
 use super::error::BatchError;
 use super::event::BatchEvent;
 use super::mode::BatchMode;
-use super::replay::{BatchReplay, BatchReplayer};
 use super::report::{summarize, BatchReport, RecordReport};
 use crate::clock::{epoch_ms, Clock, Deadline, SystemClock};
 use crate::error::Error;
+use crate::idempotent::batch_replay::{BatchReplay, BatchReplayer};
 use crate::outcome::Processed;
 use crate::store::{Misconfiguration, StoreError};
 

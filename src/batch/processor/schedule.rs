@@ -13,10 +13,10 @@ use tower::{Service, ServiceExt};
 use super::{BatchProcessor, BatchScope};
 use crate::batch::event::BatchEvent;
 use crate::batch::mode::{BatchMode, Stops};
-use crate::batch::replay::Candidate;
 use crate::batch::report::{skipped, RecordReport};
 use crate::clock::Clock;
 use crate::error::Error;
+use crate::idempotent::batch_replay::Candidate;
 use crate::outcome::Processed;
 
 /// What a concurrent batch's replay phase left each offered record, by position in the

@@ -11,7 +11,7 @@ use super::decimal::Decimal;
 use super::document::{
     canonical, equal, has_parent, lookup, remove_at, scalar_order, set_at, type_name,
 };
-use super::expression::{parse_condition, parse_update};
+use super::parser::{parse_condition, parse_update};
 use crate::store::{Attr, Item};
 
 /// Whether `expression` holds for `item` (`None`: no such item).

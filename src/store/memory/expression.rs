@@ -4,9 +4,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::ast::{Condition, ExpressionError, Path, UpdateExpression};
-use super::lexer::{tokenize, Token, TokenStream};
-use super::parser;
+use super::ast::ExpressionError;
+use super::lexer::{tokenize, Token};
 use crate::store::Item;
 
 /// The placeholders a set of expressions mentions.
@@ -52,46 +51,11 @@ pub(crate) fn check_placeholders(
     })
 }
 
-/// Parses a condition expression, resolving its placeholders through `names` and `values`.
-pub(crate) fn parse_condition(
-    expression: &str,
-    names: &BTreeMap<String, String>,
-    values: &Item,
-) -> Result<Condition, ExpressionError> {
-    let mut tokens = TokenStream::new(expression, names, values)?;
-    let condition = parser::or_condition(&mut tokens)?;
-    tokens.finish()?;
-    Ok(condition)
-}
-
-/// Parses an update expression, resolving its placeholders through `names` and `values`.
-pub(crate) fn parse_update(
-    expression: &str,
-    names: &BTreeMap<String, String>,
-    values: &Item,
-) -> Result<UpdateExpression, ExpressionError> {
-    let mut tokens = TokenStream::new(expression, names, values)?;
-    let update = parser::update(&mut tokens)?;
-    let targets: Vec<&Path> = update.targets().collect();
-    for (i, first) in targets.iter().enumerate() {
-        let overlapping = targets
-            .iter()
-            .skip(i + 1)
-            .find(|second| first.0.iter().zip(&second.0).all(|(a, b)| a == b));
-        if let Some(second) = overlapping {
-            return Err(ExpressionError::Invalid(format!(
-                "Two document paths overlap with each other; must remove or rewrite one of \
-                 these paths; path one: [{first}], path two: [{second}]"
-            )));
-        }
-    }
-    Ok(update)
-}
-
 #[cfg(test)]
 mod tests {
+    use super::super::parser::{parse_condition, parse_update};
     use super::*;
-    use crate::store::memory::ast::Operand;
+    use crate::store::memory::ast::{Condition, Operand, Path};
     use crate::store::Attr;
 
     /// The `#name` placeholders the tests use.

@@ -2,14 +2,16 @@
 //! checks DynamoDB makes before it reads an item: placeholders defined, no reserved word as
 //! a bare name, `:value` operands of a type the operator takes, operands distinct.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
-use super::ast::{Comparator, Condition, ExpressionError, Operand, SetValue, UpdateExpression};
+use super::ast::{
+    Comparator, Condition, ExpressionError, Operand, Path, SetValue, UpdateExpression,
+};
 use super::document::{
     check_distinct, check_type, operand_type, scalar_order, set_value_type, type_name,
 };
 use super::lexer::{Token, TokenStream};
-use crate::store::Attr;
+use crate::store::{Attr, Item};
 
 /// What parsing gives: a parsed part, or why DynamoDB refuses the expression.
 type Parsed<T> = Result<T, ExpressionError>;
@@ -319,11 +321,46 @@ fn set_operand(tokens: &mut TokenStream<'_>) -> Parsed<SetValue> {
     })
 }
 
+/// Parses a condition expression, resolving its placeholders through `names` and `values`.
+pub(crate) fn parse_condition(
+    expression: &str,
+    names: &BTreeMap<String, String>,
+    values: &Item,
+) -> Result<Condition, ExpressionError> {
+    let mut tokens = TokenStream::new(expression, names, values)?;
+    let condition = or_condition(&mut tokens)?;
+    tokens.finish()?;
+    Ok(condition)
+}
+
+/// Parses an update expression, resolving its placeholders through `names` and `values`.
+pub(crate) fn parse_update(
+    expression: &str,
+    names: &BTreeMap<String, String>,
+    values: &Item,
+) -> Result<UpdateExpression, ExpressionError> {
+    let mut tokens = TokenStream::new(expression, names, values)?;
+    let update = update(&mut tokens)?;
+    let targets: Vec<&Path> = update.targets().collect();
+    for (i, first) in targets.iter().enumerate() {
+        let overlapping = targets
+            .iter()
+            .skip(i + 1)
+            .find(|second| first.0.iter().zip(&second.0).all(|(a, b)| a == b));
+        if let Some(second) = overlapping {
+            return Err(ExpressionError::Invalid(format!(
+                "Two document paths overlap with each other; must remove or rewrite one of \
+                 these paths; path one: [{first}], path two: [{second}]"
+            )));
+        }
+    }
+    Ok(update)
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
 
-    use super::super::expression::{parse_condition, parse_update};
     use super::*;
     use crate::store::Item;
 

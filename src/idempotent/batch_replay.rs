@@ -2,7 +2,7 @@
 //! the records of a concurrent batch that the pre-check finds completed are answered at their
 //! turn from one replay phase, instead of each through its own call of the service.
 //!
-//! [`BatchProcessor::with_batch_replay`]: super::BatchProcessor::with_batch_replay
+//! [`BatchProcessor::with_batch_replay`]: crate::batch::BatchProcessor::with_batch_replay
 
 use std::any::Any;
 use std::fmt;
@@ -70,7 +70,7 @@ impl BatchReplayer {
 }
 
 /// A per-record service that can replay a batch's pre-checked records together
-/// ([`BatchProcessor::with_batch_replay`](super::BatchProcessor::with_batch_replay)): an
+/// ([`BatchProcessor::with_batch_replay`](crate::batch::BatchProcessor::with_batch_replay)): an
 /// [`Idempotent`](crate::Idempotent) service (one whose mode has no such replay, the
 /// sequence-guarded one, answers none), or either of two such services.
 pub trait BatchReplay<R> {
