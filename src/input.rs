@@ -92,7 +92,7 @@ impl<T: serde::Serialize> Serialized<T> {
     /// Serializes `value`. Fails when it cannot be serialized as JSON (a map with keys that
     /// are not strings, a serializer error) or is nested deeper than 128 levels.
     pub fn new(value: T) -> Result<Self, serde_json::Error> {
-        let json = crate::key::canonical::canonical_value(&value)?;
+        let json = crate::canonical::canonical_value(&value)?;
         Ok(Self {
             value,
             json: json.into_bytes(),
@@ -107,7 +107,7 @@ impl<T> Serialized<T> {
     /// writes, or nesting deeper than 128 levels): a redelivery carries the same bytes, so it
     /// still finds its record.
     pub(crate) fn from_json(value: T, json: &str) -> Self {
-        let json = match crate::key::canonical::canonical(json) {
+        let json = match crate::canonical::canonical(json) {
             Ok(canonical) => canonical.into_bytes(),
             Err(_) => json.as_bytes().to_vec(),
         };

@@ -130,7 +130,7 @@ impl<T: Serialize> Received<T> {
     /// when `T` serializes as it deserializes). Fails when `value` cannot be serialized as
     /// JSON (a map with keys that are not strings) or is nested deeper than 128 levels.
     pub fn from_value(value: T) -> Result<Self, serde_json::Error> {
-        let json = RawValue::from_string(crate::key::canonical::canonical_value(&value)?)?;
+        let json = RawValue::from_string(crate::canonical::canonical_value(&value)?)?;
         Ok(Self { value, json })
     }
 }

@@ -158,6 +158,8 @@ pub mod store;
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
 
+mod canonical;
+
 pub use config::{CommitStrategy, Config, MissingKey, DEFAULT_EXPIRES_AFTER};
 pub use error::{BoxError, Error, Permanent};
 pub use idempotent::{

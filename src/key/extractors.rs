@@ -1,7 +1,7 @@
 //! The built-in key extractors, for any [`Input`].
 
+use crate::canonical::canonical;
 use crate::input::{AttributeValue, Identified, Input};
-use crate::key::canonical::canonical;
 use crate::key::pointer::select;
 use crate::key::{non_empty, KeyError, KeyExtractor};
 

@@ -3,7 +3,7 @@
 //! The legacy form sorts object keys but writes numbers as `serde_json::Value` holds them
 //! (through `f64` past `u64`). It is kept only so that payload hashes stored by earlier
 //! versions still match their payloads for one expiry window after an upgrade; new hashes
-//! use [`crate::key::canonical`].
+//! use [`crate::canonical`].
 
 use serde_json::Value;
 use sha2::{Digest, Sha256};

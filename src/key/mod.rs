@@ -3,8 +3,8 @@
 //! Where a key comes from ([`KeyExtractor`]), how it is stored ([`IdempotencyKey`]), and how
 //! a payload is fingerprinted to tell a duplicate from a key reused with another payload
 //! ([`PayloadValidation`]). Both read an event
-//! through [`Input`](crate::Input) in canonical JSON (`canonical`, `pointer`) and are
-//! hashed (`hashing`).
+//! through [`Input`](crate::Input), JSON in canonical form (`pointer`), and are hashed
+//! (`hashing`).
 
 use std::fmt;
 
@@ -12,7 +12,6 @@ use tower::BoxError;
 
 use crate::key::hashing::prefixed_sha256_hex;
 
-pub(crate) mod canonical;
 mod extractors;
 pub(crate) mod hashing;
 pub(crate) mod pointer;

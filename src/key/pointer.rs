@@ -7,7 +7,7 @@ use std::fmt;
 use serde::de::{DeserializeSeed, Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
-use crate::key::canonical::{too_deep, MAX_DEPTH};
+use crate::canonical::{too_deep, MAX_DEPTH};
 
 /// The raw text of the value that the JSON pointer (RFC 6901) selects in the JSON text
 /// `document`, or `None` when it selects nothing.

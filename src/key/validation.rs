@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
+use crate::canonical::canonical;
 use crate::input::Input;
-use crate::key::canonical::canonical;
 use crate::key::hashing::{legacy_canonical_json, prefixed_sha256_hex, sha256_hex};
 use crate::key::pointer::select;
 use crate::key::{json_text, KeyError};

@@ -467,7 +467,7 @@ mod tests {
         assert!(canonical_value(&bad_sets).is_err());
         // Too deep is refused, in a set too.
         let mut deep = serde_json::json!(1);
-        for _ in 0..=crate::key::canonical::MAX_DEPTH {
+        for _ in 0..=crate::canonical::MAX_DEPTH {
             deep = serde_json::json!([deep]);
         }
         assert!(canonical_value(&deep).is_err());
