@@ -85,7 +85,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .with_key_prefix("order-consumer")
                 .with_payload_validation(PayloadValidation::Body),
         );
-    // `BatchMode::Auto` (the default) runs a standard queue's records concurrently and a FIFO
+    // `Scheduling::Auto` (the default) runs a standard queue's records concurrently and a FIFO
     // queue's in order, a failure stopping only its message group.
     let standard = BatchProcessor::new(layer.handler(apply_order));
 

@@ -91,7 +91,7 @@ use tower::{BoxError, Layer, Service, ServiceExt};
 use crate::clock::Clock;
 use crate::config::CommitStrategy;
 use crate::error::Error;
-use crate::idempotent::{within_call, IdempotencyLayer, Mode};
+use crate::idempotent::{within_call, HandlerKind, IdempotencyLayer};
 use crate::input::Serialized;
 use crate::key::{BodyHash, KeyError};
 use crate::outcome::Processed;
@@ -186,7 +186,7 @@ where
     pub async fn call<A>(&self, args: A, context: &Context) -> Result<Processed<M::Value>, Error>
     where
         A: Serialize,
-        M: Mode<FunctionCall<F>, St, K, C, Serialized<A>>,
+        M: HandlerKind<FunctionCall<F>, St, K, C, Serialized<A>>,
         FunctionCall<F>: Service<LambdaEvent<Serialized<A>>, Error: Into<BoxError>>,
     {
         self.call_on(&self.layer, args, context).await
@@ -206,7 +206,7 @@ where
     ) -> Result<Processed<M::Value>, Error>
     where
         A: Serialize,
-        M: Mode<FunctionCall<F>, St, K, C, Serialized<A>>,
+        M: HandlerKind<FunctionCall<F>, St, K, C, Serialized<A>>,
         FunctionCall<F>: Service<LambdaEvent<Serialized<A>>, Error: Into<BoxError>>,
     {
         let mut layer = self.layer.clone();
@@ -227,7 +227,7 @@ where
     ) -> Result<Processed<M::Value>, Error>
     where
         A: Serialize,
-        M: Mode<FunctionCall<F>, St, K, C, Serialized<A>>,
+        M: HandlerKind<FunctionCall<F>, St, K, C, Serialized<A>>,
         FunctionCall<F>: Service<LambdaEvent<Serialized<A>>, Error: Into<BoxError>>,
     {
         let args =

@@ -84,7 +84,9 @@ use serde_json::value::RawValue;
 use tower::{BoxError, Service};
 
 use crate::error::Error;
-use crate::idempotent::{IdempotencyLayer, Idempotent, Mode, Sequence, Sequenced, SequencedLayer};
+use crate::idempotent::{
+    HandlerKind, IdempotencyLayer, Idempotent, Sequence, Sequenced, SequencedLayer,
+};
 use crate::input::Serialized;
 use crate::key::KeyExtractor;
 use crate::outcome::Processed;
@@ -311,7 +313,7 @@ impl<S, St, K, C, M, T> Service<LambdaEvent<Received<T>>> for IdempotentInvocati
 where
     S: Service<LambdaEvent<T>>,
     S::Error: Into<BoxError>,
-    M: Mode<EventHandler<S>, St, K, C, Serialized<T>>,
+    M: HandlerKind<EventHandler<S>, St, K, C, Serialized<T>>,
     M::Value: Send + 'static,
 {
     type Response = M::Value;

@@ -42,7 +42,7 @@
 //! # }
 //! ```
 
-pub use crate::batch::{BatchEvent, BatchMode, BatchProcessor, BatchReport};
+pub use crate::batch::{BatchEvent, BatchProcessor, BatchReport, Scheduling};
 pub use crate::key::{
     BodyHash, JsonPointer, KeyExtractor, MessageAttribute, MessageId, PayloadValidation,
 };

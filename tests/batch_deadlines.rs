@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
-use lambda_idempotency::batch::{BatchMode, BatchProcessor};
+use lambda_idempotency::batch::{BatchProcessor, Scheduling};
 use lambda_idempotency::store::InMemoryStore;
 use lambda_idempotency::{Config, IdempotencyLayer, Outcome};
 use support::invocation;
@@ -39,7 +39,7 @@ async fn a_slow_record_does_not_stall_the_concurrent_batch() {
             Ok::<_, std::io::Error>(())
         }
     }))
-    .with_mode(BatchMode::Concurrent { limit: 10 });
+    .with_scheduling(Scheduling::Concurrent { limit: 10 });
     let report = processor
         .process(invocation(
             batch(30),

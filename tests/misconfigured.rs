@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use aws_lambda_events::sqs::SqsMessage;
-use lambda_idempotency::batch::{BatchError, BatchMode, BatchProcessor, BatchReport};
+use lambda_idempotency::batch::{BatchError, BatchProcessor, BatchReport, Scheduling};
 use lambda_idempotency::key::IdempotencyKey;
 use lambda_idempotency::key::PayloadValidation;
 use lambda_idempotency::store::{Attr, AttributeNames, DynamoDbStore, InMemoryStore, Store, Write};
@@ -260,7 +260,7 @@ async fn a_missing_table_named_by_one_record_fails_that_record_alone() {
     let store = InMemoryStore::new();
     store.define_table("ledger-acme", &["account"]);
     let processor = BatchProcessor::new(per_tenant(store.clone()))
-        .with_mode(BatchMode::Concurrent { limit: 1 });
+        .with_scheduling(Scheduling::Concurrent { limit: 1 });
     let batch = || {
         sqs_event([
             sqs_message("m-1", r#"{"tenant":"acme"}"#),
@@ -342,7 +342,8 @@ async fn a_handler_write_missing_its_key_for_one_message_fails_that_record_alone
             let put = Write::put(table.clone(), item);
             std::future::ready(Ok::<_, std::io::Error>(Completion::new(()).with_write(put)))
         });
-    let processor = BatchProcessor::new(handler).with_mode(BatchMode::Concurrent { limit: 1 });
+    let processor =
+        BatchProcessor::new(handler).with_scheduling(Scheduling::Concurrent { limit: 1 });
     let event = sqs_event([
         sqs_message("m-1", r#"{"at":"2026-11-01"}"#),
         sqs_message("m-2", r#"{"time":"2026-11-02"}"#),

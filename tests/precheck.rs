@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
-use lambda_idempotency::batch::{BatchMode, BatchProcessor, BatchReport, Precheck};
+use lambda_idempotency::batch::{BatchProcessor, BatchReport, Precheck, Scheduling};
 use lambda_idempotency::clock::{epoch_ms, epoch_secs};
 use lambda_idempotency::clock::{Clock, ManualClock};
 use lambda_idempotency::key::{IdempotencyKey, KeyError, KeyExtractor};
@@ -242,7 +242,7 @@ async fn a_protocol_freed_in_the_batch_never_answers_for_another_store() {
     });
     let report = BatchProcessor::new(router)
         .with_clock(clock.clone())
-        .with_mode(lambda_idempotency::batch::BatchMode::Concurrent { limit: 1 })
+        .with_scheduling(lambda_idempotency::batch::Scheduling::Concurrent { limit: 1 })
         .with_precheck(Precheck::Redelivered)
         .process(invocation(
             batch(&["m0", "m1"], 2, false),
@@ -538,7 +538,7 @@ where
     let processor = match in_turn {
         InTurn::Fifo => processor,
         InTurn::OneSlot { together } => {
-            let processor = processor.with_mode(BatchMode::Concurrent { limit: 1 });
+            let processor = processor.with_scheduling(Scheduling::Concurrent { limit: 1 });
             if together {
                 processor.with_batch_replay()
             } else {

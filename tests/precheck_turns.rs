@@ -5,7 +5,7 @@
 //! review of the turn rule; each failed on 69a57bb with the record `locked`.)
 
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
-use lambda_idempotency::batch::{BatchMode, BatchProcessor, Precheck};
+use lambda_idempotency::batch::{BatchProcessor, Precheck, Scheduling};
 use lambda_idempotency::clock::{epoch_ms, epoch_secs, Clock, ManualClock};
 use lambda_idempotency::key::IdempotencyKey;
 use lambda_idempotency::record::{OwnerToken, Record, Status};
@@ -163,7 +163,7 @@ async fn a_record_waiting_for_a_ready_service_is_not_answered_from_an_older_look
         .with_config(Config::new().with_key_prefix("precheck"));
     let processor = BatchProcessor::new(tower::Layer::layer(&layer, gated))
         .with_precheck(Precheck::Redelivered)
-        .with_mode(BatchMode::Concurrent { limit: 10 })
+        .with_scheduling(Scheduling::Concurrent { limit: 10 })
         .with_clock(clock.clone());
     let event = batch(&["m-1", "m-2", "m-3"], 2);
     let report = processor
@@ -276,7 +276,7 @@ async fn a_turn_begun_during_the_read_is_not_answered_from_its_older_snapshot() 
     event.records = vec![message("a", 2), message("x", 1), message("y", 2)];
     let report = BatchProcessor::new(handler)
         .with_precheck(Precheck::Redelivered)
-        .with_mode(BatchMode::Concurrent { limit: 2 })
+        .with_scheduling(Scheduling::Concurrent { limit: 2 })
         .process(invocation(
             event,
             SystemTime::now(),

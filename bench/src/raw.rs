@@ -7,7 +7,7 @@ use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
 use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes, Put, TransactWriteItem, Update};
 use aws_sdk_dynamodb::Client;
 use futures_util::StreamExt;
-use lambda_idempotency::batch::BatchMode;
+use lambda_idempotency::batch::Scheduling;
 use lambda_idempotency::CommitStrategy;
 use order_consumer::Tables;
 use serde_json::Value;
@@ -253,7 +253,7 @@ async fn raw_records(
 /// The most records the batch processor runs at once by default (the bench's processors
 /// keep the default).
 pub fn processors_limit() -> usize {
-    let BatchMode::Auto { limit } = BatchMode::default() else {
+    let Scheduling::Auto { limit } = Scheduling::default() else {
         unreachable!("the processor's default mode is Auto");
     };
     limit.max(1)

@@ -11,7 +11,7 @@ pub enum Ordering {
     /// In order, one record at a time (SQS FIFO queues, and stream shards, whose event
     /// source mapping checkpoints at the lowest reported record): a record that does not
     /// succeed holds back the later records of its [group](BatchEvent::group), or every later
-    /// record when it has none (see [`BatchMode`](super::BatchMode)).
+    /// record when it has none (see [`Scheduling`](super::Scheduling)).
     InOrder,
 }
 

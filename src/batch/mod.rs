@@ -5,15 +5,15 @@
 
 mod error;
 mod event;
-mod mode;
 mod processor;
 mod report;
+mod scheduling;
 
 pub use crate::idempotent::batch_replay::{BatchReplay, BatchReplayer};
 pub use error::BatchError;
 pub use event::{BatchEvent, Ordering};
-pub use mode::BatchMode;
 pub use processor::{
     BatchFuture, BatchProcessor, Precheck, ANSWER_MARGIN, DEFAULT_DEADLINE_MARGIN,
 };
 pub use report::{BatchReport, RecordReport};
+pub use scheduling::Scheduling;

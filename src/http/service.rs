@@ -20,7 +20,7 @@ use super::response::{Problem, StoredResponse};
 use crate::clock::SystemClock;
 use crate::error::Error;
 use crate::idempotent::{
-    catch_panic_async, Completion, Idempotent, Mode, ResultAndWrites, ResultOnly,
+    catch_panic_async, Completion, HandlerKind, Idempotent, ResultAndWrites, ResultOnly,
 };
 use crate::outcome::Processed;
 
@@ -231,7 +231,7 @@ where
     <HttpHandler<S, M> as Service<LambdaEvent<HttpRequest>>>::Future: 'static,
     <HttpHandler<S, M> as Service<LambdaEvent<HttpRequest>>>::Response: HandlerAnswer,
     <HttpHandler<S, M> as Service<LambdaEvent<HttpRequest>>>::Future: Send,
-    M: Mode<HttpHandler<S, M>, St, HeaderKey, C, HttpRequest, Value = StoredResponse>,
+    M: HandlerKind<HttpHandler<S, M>, St, HeaderKey, C, HttpRequest, Value = StoredResponse>,
 {
     type Response = Response<Body>;
     type Error = Error;

@@ -1,4 +1,4 @@
-//! Finishing a record after its handler ran: the completion modes ([`ResultOnly`],
+//! Finishing a record after its handler ran: the handler kinds ([`ResultOnly`],
 //! [`ResultAndWrites`]) and their final write under the lease (the lease driver's `Finish`
 //! step), storing a permanent failure, and the commits of the optimistic driver; retried
 //! while the store is down, and never refused for a result that does not fit.
@@ -20,13 +20,13 @@ use crate::store::{
     Commit, CommitRequest, CompleteRequest, Fenced, Store, StoreError, TransactionalStore, Write,
 };
 
-/// The completion mode of a handler that answers its result alone: the result is stored
+/// The handler kind of a handler that answers its result alone: the result is stored
 /// with an owner-fenced completion under the lease. The default mode of
 /// [`Idempotent`](crate::Idempotent).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ResultOnly;
 
-/// The completion mode of a handler that answers a [`Completion`]: its result and DynamoDB
+/// The handler kind of a handler that answers a [`Completion`]: its result and DynamoDB
 /// writes, committed with the record in one transaction (in lease or optimistic mode, see
 /// [`CommitStrategy`](crate::CommitStrategy)). Needs a
 /// [`TransactionalStore`]; chosen with

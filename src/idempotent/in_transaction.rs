@@ -39,7 +39,7 @@ use crate::store::{
     Acquire, AcquireRequest, Commit, CompleteRequest, StoreError, TransactionScope,
 };
 
-/// The completion mode of a handler that writes in the store's own transaction (a
+/// The handler kind of a handler that writes in the store's own transaction (a
 /// [`TransactionScope`] such as `PostgresStore` (`postgres` feature)): it receives
 /// the open transaction, and its writes commit with the record's final state. Chosen with
 /// [`IdempotencyLayer::in_transaction`](crate::IdempotencyLayer::in_transaction).

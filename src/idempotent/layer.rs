@@ -18,7 +18,7 @@ use crate::store::{GuardedWrite, Store, TransactionScope, TransactionalStore};
 
 /// Builds [`Idempotent`] services: the per-record idempotency protocol around a handler.
 ///
-/// `M` is the completion mode: [`ResultOnly`] (the default: the handler answers its result)
+/// `M` is the handler kind: [`ResultOnly`] (the default: the handler answers its result)
 /// or, after [`with_writes`](IdempotencyLayer::with_writes), [`ResultAndWrites`] (the handler
 /// answers a [`Completion`](crate::Completion) whose writes commit with the record).
 ///

@@ -55,4 +55,4 @@ pub(crate) use precheck::{begin_turn, offering};
 pub use record_fn::{record_fn, RecordFn};
 pub use record_key::FALLBACK_KEY_PREFIX;
 pub use sequenced::{Position, PositionOf, Sequence, SequenceRule, Sequenced};
-pub use service::{Idempotent, Mode, ResponseFuture, Transactional};
+pub use service::{HandlerKind, Idempotent, ResponseFuture, Transactional};

@@ -114,7 +114,7 @@ impl<P> Sequence<P> {
     }
 }
 
-/// The completion mode of sequence-guarded handlers: the handler answers a
+/// The handler kind of sequence-guarded handlers: the handler answers a
 /// [`Completion`] with exactly one write (a put or an update) on the event's entity.
 #[derive(Debug, Clone, Copy)]
 pub struct Sequenced;

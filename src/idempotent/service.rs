@@ -1,4 +1,4 @@
-//! [`Idempotent`]: one service for every handler, its completion mode a type parameter.
+//! [`Idempotent`]: one service for every handler, its handler kind a type parameter.
 
 use std::future::Future;
 use std::marker::PhantomData;
@@ -34,7 +34,7 @@ use crate::store::{GuardedWrite, Store, TransactionScope, TransactionalStore};
 /// carries the deadline. Response: [`Processed<T>`]. Error: [`Error`], each mapping
 /// to an [`Outcome`](crate::Outcome).
 ///
-/// The completion mode `M`:
+/// The handler kind `M`:
 /// - [`ResultOnly`] (the default): the handler answers `T`, stored with an owner-fenced
 ///   completion under the lease.
 /// - [`ResultAndWrites`] ([`IdempotencyLayer::with_writes`](crate::IdempotencyLayer::with_writes)):
@@ -131,10 +131,10 @@ mod sealed {
     impl Sealed for super::Sequenced {}
 }
 
-/// A completion mode of [`Idempotent`] for handler `S`, store `St`, key extractor `K`, clock
+/// A handler kind of [`Idempotent`] for handler `S`, store `St`, key extractor `K`, clock
 /// `C` and event `I`: [`ResultOnly`], [`ResultAndWrites`], [`InTransaction`] or
 /// [`Sequenced`]. Sealed.
-pub trait Mode<S, St, K, C, I>: sealed::Sealed + Sized {
+pub trait HandlerKind<S, St, K, C, I>: sealed::Sealed + Sized {
     /// The result that is stored and replayed.
     type Value;
 
@@ -149,7 +149,7 @@ pub trait Mode<S, St, K, C, I>: sealed::Sealed + Sized {
         event: LambdaEvent<I>,
     ) -> ResponseFuture<Self::Value>;
 
-    /// The replayer of a batch's pre-checked records, for the modes whose admission reads
+    /// The replayer of a batch's pre-checked records, for the handler kinds whose admission reads
     /// the pre-check.
     #[doc(hidden)]
     fn batch_replayer(_service: &Idempotent<S, St, K, C, Self>) -> Option<BatchReplayer> {
@@ -157,7 +157,7 @@ pub trait Mode<S, St, K, C, I>: sealed::Sealed + Sized {
     }
 }
 
-impl<S, St, K, C, I, T> Mode<S, St, K, C, I> for ResultOnly
+impl<S, St, K, C, I, T> HandlerKind<S, St, K, C, I> for ResultOnly
 where
     S: Service<LambdaEvent<I>, Response = T> + Clone + Send + 'static,
     S::Future: Send + 'static,
@@ -189,7 +189,7 @@ where
     }
 }
 
-impl<S, St, K, C, I, T> Mode<S, St, K, C, I> for ResultAndWrites
+impl<S, St, K, C, I, T> HandlerKind<S, St, K, C, I> for ResultAndWrites
 where
     S: Service<LambdaEvent<I>, Response = Completion<T>> + Clone + Send + 'static,
     S::Future: Send + 'static,
@@ -226,7 +226,7 @@ where
     }
 }
 
-impl<S, St, K, C, I, T> Mode<S, St, K, C, I> for InTransaction
+impl<S, St, K, C, I, T> HandlerKind<S, St, K, C, I> for InTransaction
 where
     S: Service<TransactionEvent<I, St::Transaction>, Response = T> + Clone + Send + 'static,
     S::Future: Send + 'static,
@@ -259,7 +259,7 @@ where
     }
 }
 
-impl<S, St, P, C, I, T> Mode<S, St, Sequence<P>, C, I> for Sequenced
+impl<S, St, P, C, I, T> HandlerKind<S, St, Sequence<P>, C, I> for Sequenced
 where
     S: Service<LambdaEvent<I>, Response = Completion<T>> + Clone + Send + 'static,
     S::Future: Send + 'static,
@@ -287,7 +287,7 @@ where
 
 impl<S, St, K, C, M, I> Service<LambdaEvent<I>> for Idempotent<S, St, K, C, M>
 where
-    M: Mode<S, St, K, C, I>,
+    M: HandlerKind<S, St, K, C, I>,
 {
     type Response = Processed<M::Value>;
     type Error = Error;
@@ -304,7 +304,7 @@ where
 
 impl<S, St, K, C, M, I> BatchReplay<I> for Idempotent<S, St, K, C, M>
 where
-    M: Mode<S, St, K, C, I>,
+    M: HandlerKind<S, St, K, C, I>,
 {
     fn batch_replayer(&self) -> Option<BatchReplayer> {
         M::batch_replayer(self)

@@ -4,7 +4,7 @@ use lambda_idempotency_test_support as support;
 
 use std::sync::Arc;
 
-use lambda_idempotency::batch::BatchMode;
+use lambda_idempotency::batch::Scheduling;
 use lambda_idempotency::key::PayloadValidation;
 use lambda_idempotency::{Error, Outcome};
 use order_consumer::Order;
@@ -15,8 +15,8 @@ use crate::{ids, Setup};
 #[tokio::test]
 async fn same_key_twice_in_one_batch_runs_the_handler_once() {
     for mode in [
-        BatchMode::Concurrent { limit: 10 },
-        BatchMode::Fifo {
+        Scheduling::Concurrent { limit: 10 },
+        Scheduling::Fifo {
             skip_failed_group_only: false,
         },
     ] {

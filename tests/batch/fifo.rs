@@ -1,5 +1,5 @@
 //! FIFO queues: in order by default, stopping only the failed record's message group (or, in
-//! `BatchMode::Fifo { skip_failed_group_only: false }`, the whole batch); stream shards stop
+//! `Scheduling::Fifo { skip_failed_group_only: false }`, the whole batch); stream shards stop
 //! whole.
 
 use lambda_idempotency_test_support as support;
@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
 use std::sync::Arc;
 
 use aws_lambda_events::event::kinesis::KinesisEventRecord;
-use lambda_idempotency::batch::{BatchMode, BatchProcessor};
+use lambda_idempotency::batch::{BatchProcessor, Scheduling};
 use lambda_idempotency::clock::{Clock, ManualClock};
 use lambda_idempotency::key::JsonPointer;
 use lambda_idempotency::store::InMemoryStore;
@@ -24,7 +24,7 @@ use crate::{ids, Setup, REMAINING};
 #[tokio::test]
 async fn fifo_stops_at_the_first_failure_and_reports_every_later_record() {
     let mut setup = Setup::new();
-    setup.mode = BatchMode::Fifo {
+    setup.mode = Scheduling::Fifo {
         skip_failed_group_only: false,
     };
     let event = load_event("fifo.json");
@@ -71,7 +71,7 @@ async fn events_from_a_fifo_queue_are_processed_in_order_by_default() {
 #[tokio::test]
 async fn fifo_can_stop_only_the_failed_message_group() {
     let mut setup = Setup::new();
-    setup.mode = BatchMode::Fifo {
+    setup.mode = Scheduling::Fifo {
         skip_failed_group_only: true,
     };
     let event = load_event("fifo.json");
@@ -102,9 +102,9 @@ fn order(event_id: &str, account: &str) -> String {
 #[tokio::test]
 async fn by_default_a_fifo_failure_stops_only_its_message_group() {
     for mode in [
-        BatchMode::default(),
+        Scheduling::default(),
         // A batch that must run in order resolves the same way under `Concurrent`.
-        BatchMode::Concurrent { limit: 10 },
+        Scheduling::Concurrent { limit: 10 },
     ] {
         let mut setup = Setup::new();
         setup.mode = mode;

@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
-use lambda_idempotency::batch::{BatchMode, BatchProcessor, BatchReport};
+use lambda_idempotency::batch::{BatchProcessor, BatchReport, Scheduling};
 use lambda_idempotency::clock::{Clock, ManualClock};
 use lambda_idempotency::store::InMemoryStore;
 use lambda_idempotency::{Config, Error, IdempotencyLayer, Processed};
@@ -64,7 +64,7 @@ struct Setup {
     clock: ManualClock,
     effects: Effects,
     config: Config,
-    mode: BatchMode,
+    mode: Scheduling,
     hook: Hook,
 }
 
@@ -75,7 +75,7 @@ impl Setup {
             clock: ManualClock::starting_now(),
             effects: Effects::default(),
             config: Config::new().with_key_prefix("orders"),
-            mode: BatchMode::default(),
+            mode: Scheduling::default(),
             hook: Arc::new(|_| {}),
         }
     }
@@ -115,7 +115,7 @@ impl Setup {
             }
         });
         BatchProcessor::new(handler)
-            .with_mode(self.mode)
+            .with_scheduling(self.mode)
             .with_clock(self.clock.clone())
     }
 

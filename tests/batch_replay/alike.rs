@@ -8,7 +8,7 @@ use std::task::Poll;
 use std::time::Duration;
 
 use aws_lambda_events::sqs::SqsMessage;
-use lambda_idempotency::batch::{BatchMode, Precheck};
+use lambda_idempotency::batch::{Precheck, Scheduling};
 use lambda_idempotency::hooks::ReplaySource;
 use lambda_idempotency::key::JsonPointer;
 use lambda_idempotency::key::PayloadValidation;
@@ -24,7 +24,7 @@ use super::{batch, body_len, both_ways, message, Readiness, Rig, FIFO};
 async fn a_batch_the_cache_rejects_reads_nothing() {
     for together in [false, true] {
         let rig = Rig::new();
-        let processor = rig.processor(together, 100, BatchMode::default());
+        let processor = rig.processor(together, 100, Scheduling::default());
         rig.run(&processor, batch(vec![message("m-1", "{}", 1, false)]))
             .await;
         let report = rig
@@ -113,7 +113,7 @@ async fn a_fifo_replay_after_the_deadline_margin() {
             }
             body_len(m)
         });
-        let processor = rig.over(handler, together).with_mode(FIFO);
+        let processor = rig.over(handler, together).with_scheduling(FIFO);
         rig.run(&processor, batch(vec![message("m-2", "{}", 1, true)]))
             .await;
         slow.store(true, Ordering::SeqCst);
@@ -185,7 +185,7 @@ async fn a_fifo_record_decides_on_the_lookup_of_its_turn() {
             }
             body_len(m)
         });
-        let processor = rig.over(handler, together).with_mode(FIFO);
+        let processor = rig.over(handler, together).with_scheduling(FIFO);
         let report = rig
             .run(
                 &processor,
@@ -209,7 +209,7 @@ async fn duplicates_within_a_batch_end_alike() {
         for seeded in [false, true] {
             both_ways(|together| async move {
                 let rig = Rig::new();
-                let processor = rig.processor(together, 0, BatchMode::Concurrent { limit });
+                let processor = rig.processor(together, 0, Scheduling::Concurrent { limit });
                 if seeded {
                     rig.run(&processor, batch(vec![message("m-1", "{}", 1, false)]))
                         .await;

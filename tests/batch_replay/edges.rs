@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aws_lambda_events::sqs::SqsMessage;
-use lambda_idempotency::batch::{BatchMode, BatchProcessor};
+use lambda_idempotency::batch::{BatchProcessor, Scheduling};
 use lambda_idempotency::clock::{Clock, ManualClock};
 use lambda_idempotency::hooks::ReplaySource;
 use lambda_idempotency::{Config, IdempotencyLayer, Outcome};
@@ -19,7 +19,7 @@ async fn the_local_cache_answers_before_the_store_is_read() {
     for together in [false, true] {
         let rig = Rig::new();
         // One process for both deliveries: the first fills its cache.
-        let processor = rig.processor(together, 100, BatchMode::default());
+        let processor = rig.processor(together, 100, Scheduling::default());
         let ids = ["m-1", "m-2"];
         let report = rig
             .run(
@@ -50,7 +50,7 @@ async fn the_local_cache_answers_before_the_store_is_read() {
 async fn a_batch_near_its_deadline_reads_and_replays_nothing() {
     for together in [false, true] {
         let rig = Rig::new();
-        let processor = rig.processor(together, 0, BatchMode::default());
+        let processor = rig.processor(together, 0, Scheduling::default());
         rig.run(&processor, batch(vec![message("m-1", "{}", 1, false)]))
             .await;
         let event = batch(vec![message("m-1", "{}", 2, false)]);
@@ -71,7 +71,7 @@ async fn a_batch_near_its_deadline_reads_and_replays_nothing() {
 async fn a_panicking_response_hook_replays_the_stored_result_as_it_is() {
     for together in [false, true] {
         let rig = Rig::new();
-        let processor = rig.processor(together, 0, BatchMode::default());
+        let processor = rig.processor(together, 0, Scheduling::default());
         // The result of m-2 is 13: the hook panics on it.
         let bodies = [("m-1", "{}"), ("m-2", "{\"panic\":111}"), ("m-3", "{}")];
         let first = bodies

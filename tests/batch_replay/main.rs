@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
-use lambda_idempotency::batch::{BatchMode, BatchProcessor, BatchReport, Precheck};
+use lambda_idempotency::batch::{BatchProcessor, BatchReport, Precheck, Scheduling};
 use lambda_idempotency::clock::{epoch_ms, Clock, ManualClock};
 use lambda_idempotency::hooks::ReplaySource;
 use lambda_idempotency::key::PayloadValidation;
@@ -30,7 +30,7 @@ mod turns;
 pub(crate) const REMAINING: Duration = Duration::from_secs(30);
 
 /// FIFO, a failure stopping the rest of the batch.
-const FIFO: BatchMode = BatchMode::Fifo {
+const FIFO: Scheduling = Scheduling::Fifo {
     skip_failed_group_only: false,
 };
 
@@ -115,7 +115,7 @@ impl Rig {
         &self,
         together: bool,
         cache: usize,
-        mode: BatchMode,
+        mode: Scheduling,
     ) -> BatchProcessor<
         impl Service<LambdaEvent<SqsMessage>, Response = Processed<usize>, Error = Error> + Clone,
         ManualClock,
@@ -147,7 +147,7 @@ impl Rig {
         let processor = BatchProcessor::new(handler)
             .with_clock(self.clock.clone())
             .with_precheck(Precheck::Redelivered)
-            .with_mode(mode);
+            .with_scheduling(mode);
         replaying(processor, together)
     }
 
@@ -238,7 +238,7 @@ impl Rig {
     }
 
     async fn deliver(&self, together: bool, messages: Vec<SqsMessage>) -> BatchReport<usize> {
-        let processor = self.processor(together, 0, BatchMode::default());
+        let processor = self.processor(together, 0, Scheduling::default());
         self.run(&processor, batch(messages)).await
     }
 

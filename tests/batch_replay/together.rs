@@ -41,7 +41,7 @@ async fn a_redelivered_batch_replays_together_without_a_call_per_record() {
 /// A batch with one record of each kind the batch cannot replay, on a store where m-1 is
 /// completed, m-4 is held by another invocation's live lease, and m-5 completed for another
 /// payload.
-async fn mixed(rig: &Rig, together: bool, mode: BatchMode) -> BatchReport<usize> {
+async fn mixed(rig: &Rig, together: bool, mode: Scheduling) -> BatchReport<usize> {
     rig.deliver(
         together,
         vec![
@@ -69,8 +69,8 @@ async fn mixed(rig: &Rig, together: bool, mode: BatchMode) -> BatchReport<usize>
 #[tokio::test]
 async fn records_the_batch_cannot_replay_end_as_they_do_without_it() {
     let (alone, together) = (Rig::new(), Rig::new());
-    let without = mixed(&alone, false, BatchMode::default()).await;
-    let with = mixed(&together, true, BatchMode::default()).await;
+    let without = mixed(&alone, false, Scheduling::default()).await;
+    let with = mixed(&together, true, Scheduling::default()).await;
     let expected = [
         Outcome::Replayed,
         Outcome::Executed,
@@ -108,7 +108,7 @@ async fn records_the_batch_cannot_replay_end_as_they_do_without_it() {
 #[tokio::test]
 async fn records_beyond_the_concurrency_limit_end_as_they_do_without_it() {
     let (alone, together) = (Rig::new(), Rig::new());
-    let mode = BatchMode::Concurrent { limit: 2 };
+    let mode = Scheduling::Concurrent { limit: 2 };
     let without = mixed(&alone, false, mode).await;
     let with = mixed(&together, true, mode).await;
     assert_eq!(outcomes(&with), outcomes(&without));

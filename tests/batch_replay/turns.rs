@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use aws_lambda_events::sqs::SqsMessage;
 use futures_util::FutureExt;
-use lambda_idempotency::batch::{BatchMode, BatchProcessor, Precheck};
+use lambda_idempotency::batch::{BatchProcessor, Precheck, Scheduling};
 use lambda_idempotency::clock::{epoch_ms, Clock, ManualClock};
 use lambda_idempotency::hooks::ReplaySource;
 use lambda_idempotency::record::Status;
@@ -150,7 +150,7 @@ fn slow_processor(
     });
     rig.over(handler, together)
         .with_precheck(Precheck::Redelivered)
-        .with_mode(BatchMode::Concurrent { limit })
+        .with_scheduling(Scheduling::Concurrent { limit })
 }
 
 /// A rig whose store holds m-1 and m-3 completed (first deliveries through

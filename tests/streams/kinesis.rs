@@ -1,7 +1,7 @@
 //! Kinesis: `events/kinesis.json`, records keyed by `eventID` or by a field of the data.
 
 use aws_lambda_events::event::kinesis::{KinesisEvent, KinesisEventRecord};
-use lambda_idempotency::batch::{BatchMode, BatchProcessor};
+use lambda_idempotency::batch::{BatchProcessor, Scheduling};
 use lambda_idempotency::clock::SystemClock;
 use lambda_idempotency::key::{JsonPointer, KeyExtractor, MessageAttribute, MessageId};
 use lambda_idempotency::Outcome;
@@ -54,8 +54,8 @@ async fn a_shard_runs_in_order_and_stops_at_the_first_failure() {
 #[tokio::test]
 async fn a_shard_stays_in_order_whatever_the_batch_mode() {
     for mode in [
-        BatchMode::Concurrent { limit: 10 },
-        BatchMode::Fifo {
+        Scheduling::Concurrent { limit: 10 },
+        Scheduling::Fifo {
             skip_failed_group_only: true,
         },
     ] {

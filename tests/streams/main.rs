@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use lambda_idempotency::batch::{BatchEvent, BatchMode, BatchProcessor, BatchReport};
+use lambda_idempotency::batch::{BatchEvent, BatchProcessor, BatchReport, Scheduling};
 use lambda_idempotency::clock::{Clock, ManualClock, SystemClock};
 use lambda_idempotency::key::KeyExtractor;
 use lambda_idempotency::key::PayloadValidation;
@@ -52,7 +52,7 @@ struct Rig<St = InMemoryStore> {
     ledger: String,
     mode: CommitStrategy,
     validation: PayloadValidation,
-    batch_mode: Option<BatchMode>,
+    batch_mode: Option<Scheduling>,
     clock: ManualClock,
     runs: Arc<AtomicUsize>,
 }
@@ -84,7 +84,7 @@ impl<St: Ledger + Clone> Rig<St> {
     }
 
     /// Schedules the batch with `mode` instead of the default.
-    fn with_batch_mode(mut self, mode: BatchMode) -> Self {
+    fn with_batch_mode(mut self, mode: Scheduling) -> Self {
         self.batch_mode = Some(mode);
         self
     }
@@ -130,7 +130,7 @@ impl<St: Ledger + Clone> Rig<St> {
         let context = context_at(self.clock.now(), REMAINING);
         let mut processor = E::processor(handler).with_clock(self.clock.clone());
         if let Some(mode) = self.batch_mode {
-            processor = processor.with_mode(mode);
+            processor = processor.with_scheduling(mode);
         }
         processor.process(LambdaEvent::new(event, context)).await
     }

@@ -20,8 +20,8 @@ use schedule::BatchRecord;
 
 use super::error::BatchError;
 use super::event::BatchEvent;
-use super::mode::BatchMode;
 use super::report::{summarize, BatchReport, RecordReport};
+use super::scheduling::Scheduling;
 use crate::clock::{epoch_ms, Clock, Deadline, SystemClock};
 use crate::error::Error;
 use crate::idempotent::batch_replay::{BatchReplay, BatchReplayer};
@@ -87,7 +87,7 @@ pub use crate::clock::ANSWER_MARGIN;
 #[derive(Debug)]
 pub struct BatchProcessor<S, C = SystemClock, E = SqsEvent> {
     service: S,
-    mode: BatchMode,
+    scheduling: Scheduling,
     deadline_margin: Duration,
     clock: C,
     log_error_text: bool,
@@ -100,7 +100,7 @@ impl<S: Clone, C: Clone, E> Clone for BatchProcessor<S, C, E> {
     fn clone(&self) -> Self {
         Self {
             service: self.service.clone(),
-            mode: self.mode,
+            scheduling: self.scheduling,
             deadline_margin: self.deadline_margin,
             clock: self.clock.clone(),
             log_error_text: self.log_error_text,
@@ -143,7 +143,7 @@ impl<S, E> BatchProcessor<S, SystemClock, E> {
     fn of_events(service: S) -> Self {
         Self {
             service,
-            mode: BatchMode::default(),
+            scheduling: Scheduling::default(),
             deadline_margin: DEFAULT_DEADLINE_MARGIN,
             clock: SystemClock,
             log_error_text: false,
@@ -155,9 +155,10 @@ impl<S, E> BatchProcessor<S, SystemClock, E> {
 }
 
 impl<S, C, E> BatchProcessor<S, C, E> {
-    /// Schedules records with `mode`.
-    pub fn with_mode(mut self, mode: BatchMode) -> Self {
-        self.mode = mode;
+    /// Schedules the records of each batch as `scheduling` says (default
+    /// [`Scheduling::Auto`], 10 at once).
+    pub fn with_scheduling(mut self, scheduling: Scheduling) -> Self {
+        self.scheduling = scheduling;
         self
     }
 
@@ -189,7 +190,7 @@ impl<S, C, E> BatchProcessor<S, C, E> {
     pub fn with_clock<C2: Clock>(self, clock: C2) -> BatchProcessor<S, C2, E> {
         BatchProcessor {
             service: self.service,
-            mode: self.mode,
+            scheduling: self.scheduling,
             deadline_margin: self.deadline_margin,
             clock,
             log_error_text: self.log_error_text,
@@ -280,7 +281,7 @@ impl<S, C, E: BatchEvent> BatchProcessor<S, C, E> {
         };
         // The offered records move to the pre-check's offer, shared with the schedule: a
         // record is copied back only when its own call of the service needs it.
-        let mode = self.mode.resolve::<E>(&records);
+        let scheduling = self.scheduling.resolve::<E>(&records);
         let (records, offered) = BatchRecord::split(records, &offered_at);
         let offered = Arc::new(offered);
         // Boxed: the records' scheduling makes a future of kilobytes, which the layers around
@@ -290,7 +291,8 @@ impl<S, C, E: BatchEvent> BatchProcessor<S, C, E> {
             deadline,
             misconfigured: OnceLock::new(),
         };
-        let schedule = Box::pin(self.schedule::<T>(mode, records, &offered, offered_at, &scope));
+        let schedule =
+            Box::pin(self.schedule::<T>(scheduling, records, &offered, offered_at, &scope));
         let reports = crate::idempotent::offering(Arc::clone(&offered), schedule).await;
         let mut report = summarize::<T, E>(reports);
         let failing = scope

@@ -12,8 +12,8 @@ use tower::{Service, ServiceExt};
 
 use super::{BatchProcessor, BatchScope};
 use crate::batch::event::BatchEvent;
-use crate::batch::mode::{BatchMode, Stops};
 use crate::batch::report::{skipped, RecordReport};
+use crate::batch::scheduling::{Scheduling, Stops};
 use crate::clock::Clock;
 use crate::error::Error;
 use crate::idempotent::batch_replay::Candidate;
@@ -92,7 +92,7 @@ impl<'a, R: Clone> BatchRecord<'a, R> {
 }
 
 impl<S, C, E: BatchEvent> BatchProcessor<S, C, E> {
-    /// Runs the records as `mode` (resolved for this batch) says; the reports keep the
+    /// Runs the records as `scheduling` (resolved for this batch) says; the reports keep the
     /// event's order. The records offered to the pre-check (`offered_at`, positions in the
     /// batch) were moved out of `records` into `offered`, in order. With
     /// [batch replay](Self::with_batch_replay), the offered records of a concurrent batch are
@@ -100,7 +100,7 @@ impl<S, C, E: BatchEvent> BatchProcessor<S, C, E> {
     /// out for all; the records still start in the event's order.
     pub(super) async fn schedule<T>(
         &self,
-        mode: BatchMode,
+        scheduling: Scheduling,
         records: Vec<Option<E::Record>>,
         offered: &[E::Record],
         offered_at: Vec<usize>,
@@ -111,9 +111,9 @@ impl<S, C, E: BatchEvent> BatchProcessor<S, C, E> {
         C: Clock,
         T: 'static,
     {
-        match mode {
-            BatchMode::Auto { .. } => unreachable!("resolved by process_batch"),
-            BatchMode::Concurrent { limit } => {
+        match scheduling {
+            Scheduling::Auto { .. } => unreachable!("resolved by process_batch"),
+            Scheduling::Concurrent { limit } => {
                 let replay = self.replayer.is_some() && !offered_at.is_empty();
                 let replays: Replays<T> = OnceCell::new();
                 let (replays, offered_at) = (&replays, offered_at.as_slice());
@@ -168,7 +168,7 @@ impl<S, C, E: BatchEvent> BatchProcessor<S, C, E> {
             // In order, each record at its turn through its own call: a replay worked out
             // for the batch at its start would answer later records from an older lookup,
             // past the deadline margin, or after a failure that skips them.
-            BatchMode::Fifo {
+            Scheduling::Fifo {
                 skip_failed_group_only,
             } => {
                 let mut reports = Vec::with_capacity(records.len());

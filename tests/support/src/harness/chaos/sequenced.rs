@@ -13,7 +13,7 @@
 //! poison message run and are acknowledged, and do not follow it to the dead-letter queue.
 //! One poison message (not JSON) is sent first, before every valid message, in a group of its
 //! own, to check just that: under a whole-batch stop it took valid messages of other accounts
-//! to the dead-letter queue (`BatchMode::Fifo { skip_failed_group_only: false }`: 20 of 51 for
+//! to the dead-letter queue (`Scheduling::Fifo { skip_failed_group_only: false }`: 20 of 51 for
 //! seed 1).
 //!
 //! The other poison messages are sent last, after every valid message, each in a group of its

@@ -1,4 +1,4 @@
-//! [`BatchMode`]: how the records of a batch are scheduled, and which records an in-order
+//! [`Scheduling`]: how the records of a batch are scheduled, and which records an in-order
 //! batch skips after a failure.
 
 use std::collections::HashSet;
@@ -8,7 +8,7 @@ use super::event::{BatchEvent, Ordering};
 /// How the records of a batch are scheduled.
 ///
 /// A batch that must run in order (an SQS FIFO queue's, an `eventSourceARN` ending in
-/// `.fifo`; a stream shard's) runs one record at a time under every mode. By default a
+/// `.fifo`; a stream shard's) runs one record at a time under every scheduling. By default a
 /// failure there stops only its message group (every later record when it has no group): on
 /// SQS FIFO every message a receive returns counts toward the queue's `maxReceiveCount`, also
 /// one reported without being started, so stopping the other groups behind a message that
@@ -16,7 +16,7 @@ use super::event::{BatchEvent, Ordering};
 /// messages only within a group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum BatchMode {
+pub enum Scheduling {
     /// The default. A batch that must run in order runs as
     /// `Fifo { skip_failed_group_only: true }`: after a record that does not succeed, the
     /// later records of its `MessageGroupId` are reported without being started and the
@@ -39,30 +39,30 @@ pub enum BatchMode {
     /// `MessageGroupId` and every later record without a group.
     Fifo {
         /// Stop only the failed record's message group, not the whole batch. `false` stops
-        /// the whole batch, on SQS FIFO at the cost described on [`BatchMode`].
+        /// the whole batch, on SQS FIFO at the cost described on [`Scheduling`].
         skip_failed_group_only: bool,
     },
 }
 
-impl Default for BatchMode {
+impl Default for Scheduling {
     fn default() -> Self {
-        BatchMode::Auto { limit: 10 }
+        Scheduling::Auto { limit: 10 }
     }
 }
 
-impl BatchMode {
-    /// The mode for a batch of `records`: `Auto` decided, `Concurrent` made in-order for a
+impl Scheduling {
+    /// The scheduling of a batch of `records`: `Auto` decided, `Concurrent` made in-order for a
     /// batch that must run in order, `Fifo` as it is.
-    pub(super) fn resolve<E: BatchEvent>(self, records: &[E::Record]) -> BatchMode {
+    pub(super) fn resolve<E: BatchEvent>(self, records: &[E::Record]) -> Scheduling {
         match (self, E::ordering(records)) {
             // A batch that must run in order never runs concurrently, whatever was chosen,
             // and a failure stops only its group (every later record when it has none).
-            (BatchMode::Auto { .. } | BatchMode::Concurrent { .. }, Ordering::InOrder) => {
-                BatchMode::Fifo {
+            (Scheduling::Auto { .. } | Scheduling::Concurrent { .. }, Ordering::InOrder) => {
+                Scheduling::Fifo {
                     skip_failed_group_only: true,
                 }
             }
-            (BatchMode::Auto { limit }, _) => BatchMode::Concurrent { limit },
+            (Scheduling::Auto { limit }, _) => Scheduling::Concurrent { limit },
             (other, _) => other,
         }
     }
