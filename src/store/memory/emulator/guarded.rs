@@ -5,8 +5,9 @@
 
 use std::future::Future;
 
+use super::refused;
 use super::transaction::TransactionRefusal;
-use super::{refused, InMemoryStore};
+use crate::store::InMemoryStore;
 use crate::store::{Guarded, GuardedWrite, Item, StoreError, Write, WriteKind};
 
 impl InMemoryStore {

@@ -90,8 +90,8 @@ pub(crate) fn parse_update(
 
 #[cfg(test)]
 mod tests {
+    use super::super::ast::Operand;
     use super::*;
-    use crate::store::memory::ast::Operand;
     use crate::store::Attr;
 
     /// The `#name` placeholders the tests use.
