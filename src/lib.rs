@@ -119,7 +119,15 @@
 //! - `metrics`: outcomes, latencies and DynamoDB calls through the `metrics` facade.
 //! - `testing`: the testing kit for your handlers (`testing`: event builders for each
 //!   trigger, invocations, the store contract suites), `clock::ManualClock`,
-//!   `clock::epoch_ms`/`epoch_secs`, `InMemoryStore::set_unavailable`.
+//!   `clock::epoch_ms`/`epoch_secs`, `InMemoryStore::set_unavailable`, and the DynamoDB
+//!   expression emulator behind `InMemoryStore`: transactional writes
+//!   (`store::TransactionalStore`, for handlers with writes), `store::GuardedWrite` (for
+//!   sequence-guarded effects) and the in-memory tables (`InMemoryStore::define_table`,
+//!   `item`, `items`). Enable it as a dev-dependency to test such handlers in memory.
+//!
+//! Always compiled, whatever the features: the protocol, the layers, SQS batches, and
+//! [`store::InMemoryStore`] as a map of records (the record protocol alone: a plain handler
+//! on it needs no feature).
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![forbid(unsafe_code)]
 #![warn(

@@ -21,7 +21,7 @@ pub enum Guarded {
 /// A store that applies one conditional put or update by itself, and reads an item.
 /// Implemented by [`DynamoDbStore`](crate::store::DynamoDbStore) (`PutItem`/`UpdateItem` with
 /// `ReturnValuesOnConditionCheckFailure=ALL_OLD`; a strongly consistent `GetItem`) and
-/// [`InMemoryStore`](crate::store::InMemoryStore).
+/// [`InMemoryStore`](crate::store::InMemoryStore) (with the `testing` feature).
 pub trait GuardedWrite: Send + Sync + 'static {
     /// Applies `write` (a [`Put`](crate::store::WriteKind::Put) or an
     /// [`Update`](crate::store::WriteKind::Update)) if its condition holds; otherwise answers

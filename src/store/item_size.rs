@@ -3,7 +3,9 @@
 //! transaction of a record with a handler's writes.
 
 use crate::record::Status;
-use crate::store::{Attr, AttributeNames, CommitRequest, CompleteRequest, Item, StoreError, Write};
+#[cfg(any(test, feature = "testing", feature = "dynamodb"))]
+use crate::store::{Attr, CommitRequest, Item, Write};
+use crate::store::{AttributeNames, CompleteRequest, StoreError};
 
 /// The largest item, in bytes (DynamoDB's limit): every store refuses records and items
 /// above it.
@@ -84,6 +86,7 @@ pub const MAX_TRANSACTION_BYTES: usize = 4 * 1024 * 1024;
 /// Checks a commit against DynamoDB's limits: values nested at most 32 deep, the record at
 /// most 400 KB, the transaction at most 100 items (the record included) and 4 MB. Answers
 /// the record's size.
+#[cfg(any(test, feature = "testing", feature = "dynamodb"))]
 pub(crate) fn check_commit_size(
     names: &AttributeNames,
     request: &CommitRequest,
@@ -118,11 +121,13 @@ pub const MAX_NESTING: usize = 32;
 
 /// The size of an item (or key) as DynamoDB counts it, approximately: names and values in
 /// UTF-8 bytes, numbers by their text.
+#[cfg(any(test, feature = "testing", feature = "dynamodb"))]
 pub(crate) fn item_size_bytes(item: &Item) -> usize {
     item.iter().map(|(k, v)| k.len() + attr_size_bytes(v)).sum()
 }
 
 /// The size of one attribute value, as [`item_size_bytes`] counts it.
+#[cfg(any(test, feature = "testing", feature = "dynamodb"))]
 pub(crate) fn attr_size_bytes(value: &Attr) -> usize {
     match value {
         Attr::S(s) | Attr::N(s) => s.len(),
@@ -135,6 +140,7 @@ pub(crate) fn attr_size_bytes(value: &Attr) -> usize {
 }
 
 /// An approximation of a write's size in a transaction request, in bytes.
+#[cfg(any(test, feature = "testing", feature = "dynamodb"))]
 pub(crate) fn write_size_bytes(write: &Write) -> usize {
     write.table.len()
         + item_size_bytes(&write.item)

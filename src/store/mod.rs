@@ -1,9 +1,9 @@
-//! Stores of idempotency records. This module has the [`Store`] trait (and
-//! [`TransactionalStore`] for handlers whose writes commit with the record), the requests and
-//! answers they exchange, the limits every store enforces, and the stores themselves:
-//! [`InMemoryStore`] (embedded) and, with the `dynamodb` feature (on by default),
-//! [`DynamoDbStore`]; with the `redis` feature, `RedisStore` (module `redis`); with the
-//! `postgres` feature, `PostgresStore` (module `postgres`).
+//! Stores of idempotency records: the [`Store`] trait (and [`TransactionalStore`] for
+//! handlers whose writes commit with the record), the requests and answers they exchange,
+//! the limits every store enforces, and the stores themselves: [`InMemoryStore`] (embedded;
+//! transactional with the `testing` feature) and, with the `dynamodb` feature (on by default), [`DynamoDbStore`]; with the `redis`
+//! feature, `RedisStore` (module `redis`); with the `postgres` feature, `PostgresStore` (module
+//! `postgres`).
 
 mod attribute_names;
 #[cfg(feature = "dynamodb")]

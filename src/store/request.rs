@@ -113,6 +113,7 @@ pub struct CommitRequest {
 impl CommitRequest {
     /// The final record this commit writes with the request's payload hash, as its size is
     /// counted.
+    #[cfg(any(test, feature = "testing", feature = "dynamodb"))]
     pub(crate) fn shape(&self) -> RecordShape<'_> {
         RecordShape {
             key: self.key.as_str(),
@@ -125,7 +126,9 @@ impl CommitRequest {
     }
 
     /// The final record this commit writes, with the payload hash `validation` (the
-    /// request's for an optimistic commit, the held record's for a lease-mode one).
+    /// request's for an optimistic commit, the held record's for a lease-mode one). For the
+    /// in-memory emulator (with the `testing` feature).
+    #[cfg(any(test, feature = "testing"))]
     pub(crate) fn record(&self, validation: Option<String>) -> Record {
         Record {
             key: self.key.clone(),

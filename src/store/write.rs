@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 
+#[cfg(any(test, feature = "testing", feature = "dynamodb"))]
 use crate::store::item_size::MAX_NESTING;
 
 /// A DynamoDB attribute value.
@@ -46,6 +47,7 @@ impl Attr {
 
     /// Whether the value nests lists and maps more than `levels` deep (a scalar is 0 deep).
     /// The recursion stops at `levels`, so any value can be checked safely.
+    #[cfg(any(test, feature = "testing", feature = "dynamodb"))]
     pub(crate) fn deeper_than(&self, levels: usize) -> bool {
         match self {
             Attr::L(items) => levels == 0 || items.iter().any(|v| v.deeper_than(levels - 1)),
@@ -195,6 +197,7 @@ impl Write {
 
     /// Whether a value of the write nests deeper than DynamoDB allows
     /// ([`MAX_NESTING`]): such a write is refused before anything walks it.
+    #[cfg(any(test, feature = "testing", feature = "dynamodb"))]
     pub(crate) fn too_deeply_nested(&self) -> bool {
         self.item
             .values()

@@ -1,16 +1,9 @@
-//! [`InMemoryStore`]: the embedded store, for local runs and tests, with in-memory tables
-//! for transactional handlers' writes.
+//! [`InMemoryStore`]: the embedded store, for local runs and tests: the records in a map,
+//! and (with the `testing` feature) the DynamoDB expression emulator for transactional
+//! handlers' writes.
 
-mod ast;
-mod decimal;
-mod document;
-mod evaluate;
-mod expression;
-mod guarded;
-mod lexer;
-mod parser;
-mod tables;
-mod transaction;
+#[cfg(any(test, feature = "testing"))]
+mod emulator;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -19,43 +12,46 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::key::IdempotencyKey;
 use crate::record::{OwnerToken, Record};
-use crate::store::item_size::{
-    check_commit_size, check_item_size, completed_size_bytes, record_size_bytes,
-};
+use crate::store::item_size::{check_item_size, completed_size_bytes, record_size_bytes};
 use crate::store::AttributeNames;
 use crate::store::{
-    is_our_completion, Acquire, AcquireRequest, Commit, CommitRequest, CompleteRequest,
-    ExtendRequest, Fenced, Item, Store, StoreError, TransactionalStore,
+    is_our_completion, Acquire, AcquireRequest, CompleteRequest, ExtendRequest, Fenced, Store,
+    StoreError,
 };
-use tables::Tables;
-use transaction::TransactionRefusal;
 
 /// An in-process store with the same record semantics as
 /// [`DynamoDbStore`](crate::store::DynamoDbStore): one contract suite runs on both.
 ///
+/// Always compiled, it is a map of records: owner-fenced leases, expiry checked by every
+/// conditional write, and DynamoDB's 400 KB item limit counted as DynamoDB counts it.
 /// Records live as long as the store (and its clones, which share them). Use it for quick
-/// local runs, unit tests and examples; it does not coordinate separate processes.
+/// local runs, unit tests and examples of plain handlers; it does not coordinate separate
+/// processes.
 ///
-/// With the `testing` feature, `set_unavailable` makes every call fail, to test how a
-/// handler behaves when the store is down.
+/// With the `testing` feature (enable it in your `[dev-dependencies]`) it also:
+/// - makes every call fail on `set_unavailable`, to test
+///   how a handler behaves when the store is down;
+/// - is a [`TransactionalStore`](crate::store::TransactionalStore) and a
+///   [`GuardedWrite`](crate::store::GuardedWrite), through a DynamoDB expression emulator, for
+///   handlers with writes and sequence-guarded effects: declare the tables they write to with
+///   `define_table`, read them back with `item` and `items`. A handler's
+///   [`Write`](crate::store::Write)s are applied to in-memory tables together with the
+///   record, all or nothing, in DynamoDB's order (an invalid or inapplicable write, then the
+///   record's condition, then the writes' conditions), with DynamoDB's condition and update
+///   expressions, exact numbers, 400 KB items and 32 nesting levels. The contract suite runs
+///   the same transactional cases here and on DynamoDB Local. Not modelled: key attribute
+///   types (any of S, N, B is accepted for a key), the 300-operator and name-length limits of
+///   expressions, and DynamoDB's choice of which write a validation error names. A table
+///   that is not declared is an invalid request here and on DynamoDB
+///   (`ResourceNotFoundException`).
 ///
-/// It is a [`TransactionalStore`] too: declare the tables a transactional handler writes to
-/// with [`define_table`](InMemoryStore::define_table), and its [`Write`](crate::store::Write)s are
-/// applied to in-memory tables together with the record, all or nothing, in DynamoDB's order
-/// (an invalid or inapplicable write, then the record's condition, then the writes'
-/// conditions), with DynamoDB's condition and update expressions, exact numbers, 400 KB
-/// items and 32 nesting levels. The contract suite runs the same transactional cases here and
-/// on DynamoDB Local. Not modelled: key attribute types (any of S, N, B is accepted for a
-/// key), the 300-operator and name-length limits of expressions, and DynamoDB's choice of
-/// which write a validation error names. A table that is not declared is an invalid request
-/// here and on DynamoDB (`ResourceNotFoundException`).
+/// Without `testing`, none of the emulator (about 3,300 lines) is compiled.
 ///
 /// ```
-/// use lambda_idempotency::store::{Attr, InMemoryStore};
-/// let store = InMemoryStore::new();
-/// store.define_table("ledger", &["account"]);
-/// let key = [("account".to_string(), Attr::s("acct-1"))].into();
-/// assert!(store.item("ledger", &key).is_none());
+/// use lambda_idempotency::store::InMemoryStore;
+/// use lambda_idempotency::IdempotencyLayer;
+/// let layer = IdempotencyLayer::new(InMemoryStore::new());
+/// # let _ = layer;
 /// ```
 #[derive(Debug, Clone, Default)]
 pub struct InMemoryStore {
@@ -68,11 +64,13 @@ struct Inner {
     unavailable: AtomicBool,
 }
 
-/// The records and the tables, behind one lock so that a commit changes both at once.
+/// The records and (with the emulator) the tables, behind one lock so that a commit changes
+/// both at once.
 #[derive(Debug, Default)]
 struct Contents {
     records: HashMap<IdempotencyKey, Record>,
-    tables: Tables,
+    #[cfg(any(test, feature = "testing"))]
+    tables: emulator::Tables,
 }
 
 impl InMemoryStore {
@@ -87,34 +85,6 @@ impl InMemoryStore {
     #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
     pub fn set_unavailable(&self, unavailable: bool) {
         self.inner.unavailable.store(unavailable, Ordering::SeqCst);
-    }
-
-    /// Declares an in-memory table for transactional writes, keyed by `key_attributes` (the
-    /// partition key, then the sort key if any; further names are ignored, and no name
-    /// declares nothing). Declaring it again with the same key keeps its items; with another
-    /// key it starts empty.
-    pub fn define_table(&self, table: &str, key_attributes: &[&str]) {
-        let (partition, sort) = match key_attributes {
-            [partition] => (*partition, None),
-            [partition, sort, ..] => (*partition, Some(*sort)),
-            [] => return,
-        };
-        self.lock().tables.define(table, partition, sort);
-    }
-
-    /// The item of `table` at `key` (an item holding the key attributes), if any.
-    pub fn item(&self, table: &str, key: &Item) -> Option<Item> {
-        self.lock().tables.item(table, key).cloned()
-    }
-
-    /// Every item of `table`, in key order (none if the table is not declared).
-    pub fn items(&self, table: &str) -> Vec<Item> {
-        self.lock()
-            .tables
-            .items(table)
-            .into_iter()
-            .cloned()
-            .collect()
     }
 
     /// A copy of every stored record, for inspection in tests.
@@ -222,90 +192,6 @@ impl InMemoryStore {
     fn get_now(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
         self.check_available()?;
         Ok(self.lock().records.get(key).cloned())
-    }
-}
-
-impl InMemoryStore {
-    fn commit_now(&self, request: &CommitRequest, fresh: bool) -> Result<Commit, StoreError> {
-        self.check_available()?;
-        check_commit_size(&AttributeNames::default(), request)?;
-        let mut contents = self.lock();
-        // As DynamoDB: an invalid request, or a write that cannot be applied (wrong type,
-        // too large, too deep), fails before any condition counts, the record's included.
-        let staged = contents.tables.stage(&request.writes).map_err(refused)?;
-        let existing = contents.records.get(&request.key);
-        let allowed = if fresh {
-            existing.is_none_or(|r| r.can_be_taken_over(request.now))
-        } else {
-            existing.is_some_and(|r| r.is_held_by(&request.owner))
-        };
-        if !allowed {
-            return Ok(Commit::RecordRefused(existing.cloned()));
-        }
-        match contents.tables.check_conditions(&request.writes, &staged) {
-            Ok(()) => {}
-            Err(TransactionRefusal::ConditionFailed { write_index }) => {
-                return Ok(Commit::ConditionFailed { write_index })
-            }
-            Err(invalid) => return Err(refused(invalid)),
-        }
-        contents.tables.store(staged);
-        let validation = if fresh {
-            request.validation.clone()
-        } else {
-            existing_validation(&contents.records, request)
-        };
-        contents
-            .records
-            .insert(request.key.clone(), request.record(validation));
-        Ok(Commit::Applied)
-    }
-}
-
-/// The payload hash a lease-mode commit keeps: the one stored when the lease was taken.
-fn existing_validation(
-    records: &HashMap<IdempotencyKey, Record>,
-    request: &CommitRequest,
-) -> Option<String> {
-    records.get(&request.key).and_then(|r| r.validation.clone())
-}
-
-/// A refused transaction as the store error DynamoDB's `ValidationException` becomes.
-fn refused(refusal: TransactionRefusal) -> StoreError {
-    let write_index = match &refusal {
-        TransactionRefusal::Invalid { write_index, .. } => *write_index,
-        TransactionRefusal::ConditionFailed { write_index } => Some(*write_index),
-        TransactionRefusal::NoSuchTable { table } => {
-            return StoreError::Misconfigured(
-                crate::store::Misconfiguration::new(
-                    "memory",
-                    table.clone(),
-                    "ResourceNotFoundException",
-                    refusal.to_string(),
-                )
-                .for_handler_write(),
-            )
-        }
-    };
-    StoreError::InvalidRequest {
-        write_index,
-        reason: Box::new(refusal),
-    }
-}
-
-impl TransactionalStore for InMemoryStore {
-    fn commit(
-        &self,
-        request: &CommitRequest,
-    ) -> impl Future<Output = Result<Commit, StoreError>> + Send {
-        std::future::ready(self.commit_now(request, false))
-    }
-
-    fn commit_fresh(
-        &self,
-        request: &CommitRequest,
-    ) -> impl Future<Output = Result<Commit, StoreError>> + Send {
-        std::future::ready(self.commit_now(request, true))
     }
 }
 

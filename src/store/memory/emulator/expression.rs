@@ -53,9 +53,9 @@ pub(crate) fn check_placeholders(
 
 #[cfg(test)]
 mod tests {
+    use super::super::ast::{Condition, Operand, Path};
     use super::super::parser::{parse_condition, parse_update};
     use super::*;
-    use crate::store::memory::ast::{Condition, Operand, Path};
     use crate::store::Attr;
 
     /// The `#name` placeholders the tests use.

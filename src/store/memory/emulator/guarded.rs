@@ -5,8 +5,9 @@
 
 use std::future::Future;
 
+use super::refused;
 use super::transaction::TransactionRefusal;
-use super::{refused, InMemoryStore};
+use crate::store::InMemoryStore;
 use crate::store::{Guarded, GuardedWrite, Item, StoreError, Write, WriteKind};
 
 impl InMemoryStore {
@@ -36,6 +37,7 @@ impl InMemoryStore {
     }
 }
 
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 impl GuardedWrite for InMemoryStore {
     fn write_guarded(
         &self,
