@@ -157,6 +157,14 @@ pub trait HandlerKind<S, St, K, C, I>: sealed::Sealed + Sized {
     }
 }
 
+/// Polls a handler's readiness, its error the record's [`Error::Handler`].
+fn handler_ready<S: Service<R>, R>(inner: &mut S, cx: &mut Context<'_>) -> Poll<Result<(), Error>>
+where
+    S::Error: Into<BoxError>,
+{
+    inner.poll_ready(cx).map_err(|e| Error::Handler(e.into()))
+}
+
 impl<S, St, K, C, I, T> HandlerKind<S, St, K, C, I> for ResultOnly
 where
     S: Service<LambdaEvent<I>, Response = T> + Clone + Send + 'static,
@@ -171,7 +179,7 @@ where
     type Value = T;
 
     fn poll_ready(inner: &mut S, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
-        Service::<LambdaEvent<I>>::poll_ready(inner, cx).map_err(|e| Error::Handler(e.into()))
+        handler_ready::<_, LambdaEvent<I>>(inner, cx)
     }
 
     fn call(
@@ -203,7 +211,7 @@ where
     type Value = T;
 
     fn poll_ready(inner: &mut S, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
-        Service::<LambdaEvent<I>>::poll_ready(inner, cx).map_err(|e| Error::Handler(e.into()))
+        handler_ready::<_, LambdaEvent<I>>(inner, cx)
     }
 
     fn call(
@@ -240,8 +248,7 @@ where
     type Value = T;
 
     fn poll_ready(inner: &mut S, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
-        Service::<TransactionEvent<I, St::Transaction>>::poll_ready(inner, cx)
-            .map_err(|e| Error::Handler(e.into()))
+        handler_ready::<_, TransactionEvent<I, St::Transaction>>(inner, cx)
     }
 
     fn call(
@@ -273,7 +280,7 @@ where
     type Value = T;
 
     fn poll_ready(inner: &mut S, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
-        Service::<LambdaEvent<I>>::poll_ready(inner, cx).map_err(|e| Error::Handler(e.into()))
+        handler_ready::<_, LambdaEvent<I>>(inner, cx)
     }
 
     fn call(
