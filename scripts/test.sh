@@ -73,6 +73,8 @@ if python3 scripts/module_cycles.py "$circle_dir" >/dev/null; then
   exit 1
 fi
 rm -r "$circle_dir"
+echo "== every public item's docs start with one plain sentence"
+python3 scripts/check_doc_summaries.py
 echo "== cargo fmt --check"
 cargo fmt --all --check
 echo "== cargo clippy --workspace --all-targets -- -D warnings"

@@ -1,5 +1,6 @@
-//! Batches of records with partial batch responses: [`BatchProcessor`] runs each record of a
-//! [`BatchEvent`] (an SQS, Kinesis or DynamoDB Streams event) through a per-record service (normally an
+//! Batches of records with partial batch responses.
+//!
+//! [`BatchProcessor`] runs each record of a [`BatchEvent`] (an SQS, Kinesis or DynamoDB Streams event) through a per-record service (normally an
 //! [`Idempotent`](crate::Idempotent) one), concurrently or in order as the source needs,
 //! and answers the records to retry in `batchItemFailures`.
 

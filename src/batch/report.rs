@@ -19,11 +19,13 @@ pub struct RecordReport<T> {
     pub item_identifier: Option<String>,
     /// The outcome.
     pub outcome: Outcome,
-    /// The record was answered with what an earlier delivery stored, not with this
-    /// delivery's own result: a replayed result, or a replayed permanent failure (an outcome
+    /// The record was answered with what an earlier delivery stored.
+    ///
+    /// That is, not with this delivery's own result: a replayed result, or a replayed permanent failure (an outcome
     /// of [`FailedPermanently`](Outcome::FailedPermanently) that is replayed was stored by an
-    /// earlier delivery; one that is not failed now). In lease mode the handler did not run;
-    /// in optimistic mode it may have run, its writes not committed.
+    /// earlier delivery; one that is not failed now). A plain handler, or one whose writes
+    /// commit after a lease, did not run; with an optimistic commit it may have run, its
+    /// writes not committed.
     pub replayed: bool,
     /// The handler's result, executed or replayed.
     pub value: Option<T>,

@@ -69,9 +69,10 @@ impl BatchReplayer {
     }
 }
 
-/// A per-record service that can replay a batch's pre-checked records together
-/// ([`BatchProcessor::with_batch_replay`](crate::batch::BatchProcessor::with_batch_replay)): an
-/// [`Idempotent`](crate::Idempotent) service (one whose mode has no such replay, the
+/// A per-record service that can replay a batch's pre-checked records together.
+///
+/// See [`BatchProcessor::with_batch_replay`](crate::batch::BatchProcessor::with_batch_replay).
+/// It is an [`Idempotent`](crate::Idempotent) service (one whose mode has no such replay, the
 /// sequence-guarded one, answers none), or either of two such services.
 pub trait BatchReplay<R> {
     /// This service's replayer, if its mode has one.

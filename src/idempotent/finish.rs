@@ -21,13 +21,14 @@ use crate::store::{
 };
 
 /// The handler kind of a handler that answers its result alone: the result is stored
-/// with an owner-fenced completion under the lease. The default mode of
+/// with an owner-fenced completion under the lease. The default handler kind of
 /// [`Idempotent`](crate::Idempotent).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ResultOnly;
 
-/// The handler kind of a handler that answers a [`Completion`]: its result and DynamoDB
-/// writes, committed with the record in one transaction (in lease or optimistic mode, see
+/// The handler kind of a handler whose writes commit with its record.
+///
+/// The handler answers a [`Completion`]: its result and DynamoDB writes, committed with the record in one transaction (in lease or optimistic mode, see
 /// [`CommitStrategy`](crate::CommitStrategy)). Needs a
 /// [`TransactionalStore`]; chosen with
 /// [`IdempotencyLayer::with_writes`](crate::IdempotencyLayer::with_writes).

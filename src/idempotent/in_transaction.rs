@@ -39,9 +39,10 @@ use crate::store::{
     Acquire, AcquireRequest, Commit, CompleteRequest, StoreError, TransactionScope,
 };
 
-/// The handler kind of a handler that writes in the store's own transaction (a
-/// [`TransactionScope`] such as `PostgresStore` (`postgres` feature)): it receives
-/// the open transaction, and its writes commit with the record's final state. Chosen with
+/// The handler kind of a handler that writes in the store's own transaction.
+///
+/// The store is a [`TransactionScope`] such as `PostgresStore` (`postgres` feature); the
+/// handler receives the open transaction, and its writes commit with the record's final state. Chosen with
 /// [`IdempotencyLayer::in_transaction`](crate::IdempotencyLayer::in_transaction).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct InTransaction;

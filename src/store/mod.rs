@@ -1,4 +1,6 @@
-//! Stores of idempotency records: the [`Store`] trait (and [`TransactionalStore`] for
+//! Stores of idempotency records.
+//!
+//! This module has the [`Store`] trait (and [`TransactionalStore`] for
 //! handlers whose writes commit with the record), the requests and answers they exchange,
 //! the limits every store enforces, and the stores themselves: [`InMemoryStore`] (embedded;
 //! transactional with the `testing` feature) and, with the `dynamodb` feature (on by default), [`DynamoDbStore`]; with the `redis`

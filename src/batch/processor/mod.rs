@@ -28,8 +28,9 @@ use crate::idempotent::batch_replay::{BatchReplay, BatchReplayer};
 use crate::outcome::Processed;
 use crate::store::{Misconfiguration, StoreError};
 
-/// Which records of a batch are looked up in the store together before they run (one
-/// [`Store::get_many`](crate::store::Store::get_many): a `BatchGetItem` per 100 keys on
+/// Which records of a batch are looked up in the store together before they run.
+///
+/// The lookup is one [`Store::get_many`](crate::store::Store::get_many): a `BatchGetItem` per 100 keys on
 /// DynamoDB), so that those found completed replay without a write (in optimistic mode,
 /// without running the handler again) and those held under a live lease are reported
 /// locked without a write. A lease may end at any moment, so it answers only the records
@@ -52,8 +53,9 @@ pub enum Precheck {
     Always,
 }
 
-/// The default time that must remain before the invocation deadline to start a record: the
-/// answer margin ([`ANSWER_MARGIN`], 500 ms) and half a second for the record's store calls
+/// The default time that must remain before the invocation deadline to start a record.
+///
+/// It is the answer margin ([`ANSWER_MARGIN`], 500 ms) and half a second for the record's store calls
 /// at their usual latency and its handler. Every store call is bounded by the deadline
 /// itself, so the store client's timeouts need not fit in it; with it, Lambda's default 3 s
 /// timeout leaves 2 s to start records.
@@ -61,10 +63,11 @@ pub const DEFAULT_DEADLINE_MARGIN: Duration = Duration::from_secs(1);
 
 pub use crate::clock::ANSWER_MARGIN;
 
-/// Runs each record of a batch event ([`BatchEvent`]: an `SqsEvent`, a `KinesisEvent`, a DynamoDB
-/// Streams `Event`)
-/// through a per-record service (normally an [`Idempotent`](crate::Idempotent) one) and
-/// reports the records to retry in `batchItemFailures`.
+/// Runs each record of a batch event through a per-record service, and reports the records
+/// to retry in `batchItemFailures`.
+///
+/// The event is a [`BatchEvent`] (an `SqsEvent`, a `KinesisEvent`, a DynamoDB Streams
+/// `Event`), the service normally an [`Idempotent`](crate::Idempotent) one.
 ///
 /// It is itself a `Service<LambdaEvent<E>>` answering the event's partial batch response
 /// (`SqsBatchResponse`, `KinesisEventResponse`, `DynamoDbEventResponse`), so it can be handed to
