@@ -22,6 +22,7 @@ PATH = re.compile(r"(?<![A-Za-z0-9_])(\$?crate|super|self)((?:\s*::\s*" + SEGMEN
 USE = re.compile(r"\buse\s+([^;]*);", re.S)
 INLINE_MOD = re.compile(r"\bmod\s+(" + SEGMENT + r")\s*\{")
 VISIBILITY = re.compile(r"\bpub\s*\(\s*(?:in\s+[^)]*|crate|super|self)\s*\)")
+PUB_USE = re.compile(r"\bpub(?:\s*\([^)]*\))?\s+use\s+([^;]*);", re.S)
 
 
 def strip(text):
@@ -160,6 +161,40 @@ def references(text, file_module):
     return found
 
 
+def reexports(text, file_module, children):
+    """{(module path + item name): the path it re-exports} for the `pub use` lines of a file
+    (e.g. `store::Write` -> `store::write::Write`), so that a name used through a parent's
+    re-export counts as an edge to the module that defines it."""
+    out = {}
+    for m in PUB_USE.finditer(text):
+        for path in expand(m.group(1)):
+            segs = [s for s in path.split("::") if s]
+            if not segs or segs[-1] in ("*", "self"):
+                continue
+            if segs[0] in ("crate", "$crate", "super", "self"):
+                target = resolve(segs[0], segs[1:], file_module)
+            elif segs[0] in children.get(tuple(file_module), ()):
+                target = list(file_module) + segs
+            else:
+                continue
+            if target is not None:
+                out[tuple(file_module) + (segs[-1],)] = target
+    return out
+
+
+def through_reexports(target, table):
+    """`target` with every re-exported prefix followed to where it is defined."""
+    for _ in range(16):
+        for k in range(len(target), 0, -1):
+            found = table.get(tuple(target[:k]))
+            if found is not None and list(found) != list(target[:k]):
+                target = list(found) + list(target[k:])
+                break
+        else:
+            return target
+    return target
+
+
 def cycles(graph):
     """The strongly connected components of more than one node (Tarjan)."""
     index, low, stack, on, out = {}, {}, [], set(), []
@@ -207,12 +242,19 @@ def main():
         for k in range(len(p)):
             children.setdefault(tuple(p[:k]), set()).add(p[k])
 
+    texts = {}
+    table = {}
+    for rel, fmod in sorted(files.items()):
+        with open(os.path.join(src, rel), encoding="utf-8") as f:
+            texts[rel] = strip(f.read())
+        table.update(reexports(texts[rel], fmod, children))
+
     # edges[folder][a] = {b: [evidence]}
     edges = {}
     for rel, fmod in sorted(files.items()):
-        with open(os.path.join(src, rel), encoding="utf-8") as f:
-            text = strip(f.read())
+        text = texts[rel]
         for code_at, target in references(text, fmod):
+            target = through_reexports(target, table)
             for depth in range(len(code_at)):
                 folder = tuple(code_at[:depth])
                 if tuple(target[:depth]) != folder or len(target) <= depth:

@@ -72,6 +72,13 @@ if python3 scripts/module_cycles.py "$circle_dir" >/dev/null; then
   echo "module_cycles.py does not see an import circle" >&2
   exit 1
 fi
+# The same circle through a parent's re-export (`crate::outer::A` is `outer::a::A`).
+printf 'mod a;\nmod b;\npub use a::A;\n' >"$circle_dir/outer/mod.rs"
+printf 'pub struct B;\nfn f() -> crate::outer::A { crate::outer::A }\n' >"$circle_dir/outer/b.rs"
+if python3 scripts/module_cycles.py "$circle_dir" >/dev/null; then
+  echo "module_cycles.py does not see an import circle through a re-export" >&2
+  exit 1
+fi
 rm -r "$circle_dir"
 echo "== every public item's docs start with one plain sentence"
 python3 scripts/check_doc_summaries.py

@@ -2,7 +2,9 @@
 //! works on DynamoDB) and the one way sizes are counted against them: a record's item, and a
 //! transaction of a record with a handler's writes.
 
-use crate::record::Status;
+use crate::store::request::RecordShape;
+#[cfg(any(test, feature = "testing", feature = "dynamodb"))]
+use crate::store::write::MAX_NESTING;
 #[cfg(any(test, feature = "testing", feature = "dynamodb"))]
 use crate::store::{Attr, CommitRequest, Item, Write};
 use crate::store::{AttributeNames, CompleteRequest, StoreError};
@@ -17,17 +19,6 @@ const NUMBER_BYTES: usize = 21;
 /// The longest stored payload hash (`v2:` or `v3:`, and 64 hex digits). A completion is sized as if
 /// the record had one, since the stores do not read the record before updating it.
 const PAYLOAD_HASH_MAX_BYTES: usize = 67;
-
-/// A record's attributes as their size is counted, borrowed from a request (the
-/// expiry is always there, a number at its largest).
-pub(crate) struct RecordShape<'a> {
-    pub(crate) key: &'a str,
-    pub(crate) status: Status,
-    pub(crate) leased: bool,
-    pub(crate) owner: Option<&'a str>,
-    pub(crate) data: Option<&'a str>,
-    pub(crate) validation: Option<&'a str>,
-}
 
 /// The size of a record of this `shape` as an item with these attribute names, as DynamoDB
 /// counts it (attribute names and values in UTF-8 bytes; numbers at their largest).
@@ -116,9 +107,6 @@ pub(crate) fn check_commit_size(
     Ok(record_bytes)
 }
 
-/// How deep lists and maps may nest inside an attribute value (DynamoDB's limit).
-pub const MAX_NESTING: usize = 32;
-
 /// The size of an item (or key) as DynamoDB counts it, approximately: names and values in
 /// UTF-8 bytes, numbers by their text.
 #[cfg(any(test, feature = "testing", feature = "dynamodb"))]
@@ -152,4 +140,17 @@ pub(crate) fn write_size_bytes(write: &Write) -> usize {
             .map(|(k, v)| k.len() + v.len())
             .sum::<usize>()
         + item_size_bytes(&write.values)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_write_counts_its_table_key_and_expression() {
+        let w = Write::update("ledger", [("account", Attr::s("a"))], "ADD #b :v")
+            .name("#b", "balance")
+            .value(":v", Attr::n(-5));
+        assert!(write_size_bytes(&w) > "ledgeraccountaADD #b :v".len());
+    }
 }

@@ -42,12 +42,12 @@ pub use attribute_names::AttributeNames;
 pub use dynamodb::DynamoDbStore;
 pub use error::{Misconfiguration, StoreError};
 pub use guarded::{Guarded, GuardedWrite};
-pub use item_size::{MAX_ITEM_BYTES, MAX_NESTING, MAX_TRANSACTION_BYTES, MAX_TRANSACTION_ITEMS};
+pub use item_size::{MAX_ITEM_BYTES, MAX_TRANSACTION_BYTES, MAX_TRANSACTION_ITEMS};
 pub use memory::InMemoryStore;
 pub(crate) use request::is_our_completion;
 pub use request::{AcquireRequest, CommitRequest, CompleteRequest, ExtendRequest};
 pub use transaction_scope::TransactionScope;
-pub use write::{Attr, Item, Write, WriteKind};
+pub use write::{Attr, Item, Write, WriteKind, MAX_NESTING};
 
 /// The answer to an acquire. A failed condition is an expected outcome, not an error.
 #[derive(Debug, Clone, PartialEq, Eq)]

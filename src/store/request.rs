@@ -4,8 +4,18 @@ use std::time::SystemTime;
 
 use crate::key::IdempotencyKey;
 use crate::record::{OwnerToken, Record, Status};
-use crate::store::item_size::RecordShape;
 use crate::store::Write;
+
+/// A record's attributes as their size is counted, borrowed from a request (the
+/// expiry is always there, a number at its largest).
+pub(crate) struct RecordShape<'a> {
+    pub(crate) key: &'a str,
+    pub(crate) status: Status,
+    pub(crate) leased: bool,
+    pub(crate) owner: Option<&'a str>,
+    pub(crate) data: Option<&'a str>,
+    pub(crate) validation: Option<&'a str>,
+}
 
 /// A request to take the lease on a key.
 #[derive(Debug, Clone)]

@@ -12,7 +12,8 @@ use super::evaluate::{apply_update, condition_holds};
 use super::expression::check_placeholders;
 use super::parser::{parse_condition, parse_update};
 use super::tables::{ItemKey, Tables, INVALID};
-use crate::store::item_size::{attr_size_bytes, item_size_bytes, MAX_ITEM_BYTES, MAX_NESTING};
+use crate::store::item_size::{attr_size_bytes, item_size_bytes, MAX_ITEM_BYTES};
+use crate::store::MAX_NESTING;
 use crate::store::{Item, Write, WriteKind};
 
 /// Why a transaction was refused; nothing was changed.
