@@ -22,6 +22,10 @@ pub enum Guarded {
 /// Implemented by [`DynamoDbStore`](crate::store::DynamoDbStore) (`PutItem`/`UpdateItem` with
 /// `ReturnValuesOnConditionCheckFailure=ALL_OLD`; a strongly consistent `GetItem`) and
 /// [`InMemoryStore`](crate::store::InMemoryStore) (with the `testing` feature).
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot apply a sequence-guarded write",
+    note = "sequence-guarded handlers (`SequencedLayer`) need a `GuardedWrite` store: `DynamoDbStore`, or `InMemoryStore` with the crate's `testing` feature (add it to the dev-dependency for tests)"
+)]
 pub trait GuardedWrite: Send + Sync + 'static {
     /// Applies `write` (a [`Put`](crate::store::WriteKind::Put) or an
     /// [`Update`](crate::store::WriteKind::Update)) if its condition holds; otherwise answers

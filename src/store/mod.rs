@@ -250,8 +250,14 @@ impl<S: Store> Store for Arc<S> {
     }
 }
 
-/// A store that can commit a handler's writes with the record in one transaction
-/// ([`DynamoDbStore`]).
+/// A store that can commit a handler's writes with the record in one transaction.
+///
+/// Implemented by [`DynamoDbStore`] (`TransactWriteItems`) and, with the `testing` feature
+/// (a dev-dependency, for tests), by [`InMemoryStore`].
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot commit a handler's writes with its record",
+    note = "handlers with writes (`with_writes()`) need a `TransactionalStore`: `DynamoDbStore`, or `InMemoryStore` with the crate's `testing` feature (add it to the dev-dependency for tests); a store that runs the handler in its own transaction (`PostgresStore`) takes `in_transaction()`"
+)]
 pub trait TransactionalStore: Store {
     /// Lease mode: sets the record to `request.status` with `request.data`, only if it is in
     /// progress and held by `request.owner`, together with `request.writes`.
