@@ -3,6 +3,7 @@
 //! freezes past the deadline, in-flight duplicates, producer retries, poison and tampered
 //! messages), its history checked against the model. `CHAOS_*` settings as there.
 
+use lambda_idempotency::tokio_postgres;
 use lambda_idempotency_test_support as support;
 use support::harness::chaos::{chaos_run, modes, Deployment, Settings};
 use support::harness::function;

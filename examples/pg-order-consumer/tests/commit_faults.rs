@@ -3,6 +3,7 @@
 //! forwards it and then cuts the connection), in both modes, with pg-order-consumer's
 //! wiring: the ledger moves exactly once.
 
+use lambda_idempotency::{aws_lambda_events, tokio_postgres};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;

@@ -3,6 +3,7 @@
 //! events, a process killed with SIGKILL in the middle of its transaction, and a database
 //! unreachable when the process starts.
 
+use lambda_idempotency::tokio_postgres;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;

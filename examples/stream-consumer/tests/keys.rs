@@ -1,7 +1,7 @@
 //! The stream-consumer's DynamoDB Streams keys: an order's `eventId` and another change's
 //! stream `eventID` never give the same key, whatever text the order's `eventId` holds.
 
-use aws_lambda_events::event::dynamodb::EventRecord;
+use lambda_idempotency::aws_lambda_events::event::dynamodb::EventRecord;
 use lambda_idempotency_test_support::load_event_json;
 use stream_consumer::dynamodb_key;
 
