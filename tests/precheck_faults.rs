@@ -86,43 +86,17 @@ async fn a_panicking_lookup_finds_nothing_and_fails_no_record() {
 /// flight ended, led the key anew and ran the handler a second time.)
 #[tokio::test]
 async fn a_key_that_fails_while_its_twin_waits_for_the_lookup_runs_once() {
-    // A plain handler: the commit strategy applies only to handlers with writes (this
-    // test looped over both strategies, which a plain handler ignored).
-    {
-        let mode = "plain handler";
-        let store = FaultyStore::new(InMemoryStore::new());
-        store.inject(Inject::GetManySlow(Duration::from_millis(100)));
-        let runs = Arc::new(AtomicUsize::new(0));
-        let layer = IdempotencyLayer::new(store.clone())
-            .with_key(JsonPointer::new("/key"))
-            .with_config(Config::new().with_key_prefix("t"));
-        let counted = runs.clone();
-        let processor = BatchProcessor::new(layer.handler(move |_m: SqsMessage| {
-            counted.fetch_add(1, Ordering::SeqCst);
-            // Fails at once (no await): done within the poll that ends the lookup.
-            std::future::ready(Err::<u8, _>(std::io::Error::other("transient")))
-        }));
-        let mut event = batch(2, 2);
-        for m in &mut event.records {
-            m.body = Some(r#"{"key":"k"}"#.into());
-        }
-        let report = processor
-            .process(invocation(event, SystemTime::now(), REMAINING))
-            .await;
-        assert_eq!(outcomes(&report), [Outcome::Failed; 2], "{mode:?}");
-        assert_eq!(reported(&report), ["m-0", "m-1"], "{mode:?}");
-        let errors = error_types(&report);
-        assert!(
-            errors.contains(&Some("Idempotency.SameKeyFailed")),
-            "{mode:?}: {errors:?}"
-        );
-        assert_eq!(
-            runs.load(Ordering::SeqCst),
-            1,
-            "{mode:?}: one run a key a batch"
-        );
-        assert!(store.inner.records().is_empty(), "{mode:?}: nothing stored");
-    }
+    let (store, runs) = slow_lookup();
+    let counted = runs.clone();
+    let layer = IdempotencyLayer::new(store.clone())
+        .with_key(JsonPointer::new("/key"))
+        .with_config(Config::new().with_key_prefix("t"));
+    let processor = BatchProcessor::new(layer.handler(move |_m: SqsMessage| {
+        counted.fetch_add(1, Ordering::SeqCst);
+        // Fails at once (no await): done within the poll that ends the lookup.
+        std::future::ready(Err::<u8, _>(std::io::Error::other("transient")))
+    }));
+    twins_fail_once("plain handler", processor, &store, &runs).await;
 }
 
 /// The same with a handler with writes, under both commit strategies.
@@ -130,38 +104,60 @@ async fn a_key_that_fails_while_its_twin_waits_for_the_lookup_runs_once() {
 async fn a_key_with_writes_that_fails_while_its_twin_waits_for_the_lookup_runs_once() {
     use lambda_idempotency::{CommitStrategy, Completion};
     for mode in [CommitStrategy::Lease, CommitStrategy::Optimistic] {
-        let store = FaultyStore::new(InMemoryStore::new());
-        store.inject(Inject::GetManySlow(Duration::from_millis(100)));
-        let runs = Arc::new(AtomicUsize::new(0));
+        let (store, runs) = slow_lookup();
+        let counted = runs.clone();
         let layer = IdempotencyLayer::new(store.clone())
             .with_key(JsonPointer::new("/key"))
             .with_config(Config::new().with_key_prefix("t"))
             .with_writes()
             .with_commit(mode);
-        let counted = runs.clone();
         let processor = BatchProcessor::new(layer.handler(move |_m: SqsMessage| {
             counted.fetch_add(1, Ordering::SeqCst);
             std::future::ready(Err::<Completion<u8>, _>(std::io::Error::other("transient")))
         }));
-        let mut event = batch(2, 2);
-        for m in &mut event.records {
-            m.body = Some(r#"{"key":"k"}"#.into());
-        }
-        let report = processor
-            .process(invocation(event, SystemTime::now(), REMAINING))
-            .await;
-        assert_eq!(outcomes(&report), [Outcome::Failed; 2], "{mode:?}");
-        assert_eq!(reported(&report), ["m-0", "m-1"], "{mode:?}");
-        let errors = error_types(&report);
-        assert!(
-            errors.contains(&Some("Idempotency.SameKeyFailed")),
-            "{mode:?}: {errors:?}"
-        );
-        assert_eq!(
-            runs.load(Ordering::SeqCst),
-            1,
-            "{mode:?}: one run a key a batch"
-        );
-        assert!(store.inner.records().is_empty(), "{mode:?}: nothing stored");
+        twins_fail_once(&format!("{mode:?}"), processor, &store, &runs).await;
     }
+}
+
+/// A store whose lookups take 100 ms, and a run counter for the handler.
+fn slow_lookup() -> (FaultyStore<InMemoryStore>, Arc<AtomicUsize>) {
+    let store = FaultyStore::new(InMemoryStore::new());
+    store.inject(Inject::GetManySlow(Duration::from_millis(100)));
+    (store, Arc::new(AtomicUsize::new(0)))
+}
+
+/// Two redelivered records with the key "k" through `processor`, whose handler fails at once
+/// and counts its runs in `runs`: the key runs once, both records fail, nothing is stored.
+async fn twins_fail_once<S>(
+    label: &str,
+    processor: BatchProcessor<S>,
+    store: &FaultyStore<InMemoryStore>,
+    runs: &AtomicUsize,
+) where
+    S: tower::Service<
+            lambda_runtime::LambdaEvent<SqsMessage>,
+            Response = lambda_idempotency::Processed<u8>,
+            Error = lambda_idempotency::Error,
+        > + Clone,
+{
+    let mut event = batch(2, 2);
+    for m in &mut event.records {
+        m.body = Some(r#"{"key":"k"}"#.into());
+    }
+    let report = processor
+        .process(invocation(event, SystemTime::now(), REMAINING))
+        .await;
+    assert_eq!(outcomes(&report), [Outcome::Failed; 2], "{label}");
+    assert_eq!(reported(&report), ["m-0", "m-1"], "{label}");
+    let errors = error_types(&report);
+    assert!(
+        errors.contains(&Some("Idempotency.SameKeyFailed")),
+        "{label}: {errors:?}"
+    );
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        1,
+        "{label}: one run a key a batch"
+    );
+    assert!(store.inner.records().is_empty(), "{label}: nothing stored");
 }

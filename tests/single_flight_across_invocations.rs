@@ -259,55 +259,70 @@ async fn a_leader_past_its_deadline_does_not_hold_the_key_in_this_process() {
 /// it. (Found in re-review: both left for the store on their own.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn records_of_one_batch_run_their_key_once_after_another_invocations_failure() {
-    // A plain handler: the commit strategy applies only to handlers with writes (this
-    // test looped over both strategies, which a plain handler ignored).
-    {
-        let mode = "plain handler";
-        let store = InMemoryStore::new();
-        let runs = Arc::new(AtomicUsize::new(0));
-        let layer = IdempotencyLayer::new(store.clone())
-            .with_key(JsonPointer::new("/key"))
-            .with_config(Config::new().with_key_prefix("flight"));
-        let r = runs.clone();
-        let processor = BatchProcessor::new(layer.handler(move |m: SqsMessage| {
-            let runs = r.clone();
-            async move {
-                runs.fetch_add(1, Ordering::SeqCst);
-                tokio::time::sleep(Duration::from_millis(300)).await;
-                match m.message_id.as_deref() {
-                    Some("a-1") => Err(std::io::Error::other("transient")),
-                    _ => Ok(1u8),
-                }
+    let (store, runs) = (InMemoryStore::new(), Arc::new(AtomicUsize::new(0)));
+    let layer = IdempotencyLayer::new(store.clone())
+        .with_key(JsonPointer::new("/key"))
+        .with_config(Config::new().with_key_prefix("flight"));
+    let r = runs.clone();
+    let processor = BatchProcessor::new(layer.handler(move |m: SqsMessage| {
+        let runs = r.clone();
+        async move {
+            runs.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            match m.message_id.as_deref() {
+                Some("a-1") => Err(std::io::Error::other("transient")),
+                _ => Ok(1u8),
             }
-        }));
-        let a = tokio::spawn({
-            let p = processor.clone();
-            let ev = invocation(batch(vec![message("a-1", r#"{"key":"k"}"#, 1)]), REMAINING);
-            async move { p.process(ev).await }
-        });
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        let pair = vec![
-            message("b-1", r#"{"key":"k"}"#, 1),
-            message("b-2", r#"{"key":"k"}"#, 1),
-        ];
-        let b = processor.process(invocation(batch(pair), REMAINING)).await;
-        assert_eq!(outcomes(&a.await.unwrap()), [Outcome::Failed], "{mode:?}");
-        let mut seen = outcomes(&b);
-        seen.sort_by_key(|o| format!("{o:?}"));
-        assert_eq!(
-            seen,
-            [Outcome::Executed, Outcome::Replayed],
-            "{mode:?}: {:?}",
-            error_types(&b)
-        );
-        assert!(reported(&b).is_empty(), "{mode:?}");
-        assert_eq!(
-            runs.load(Ordering::SeqCst),
-            2,
-            "{mode:?}: a-1, then the key once in B"
-        );
-        assert_eq!(store.records()[0].status, Status::Completed);
-    }
+        }
+    }));
+    key_runs_once_after_a_failure("plain handler", processor, &store, &runs).await;
+}
+
+/// Invocation A (record a-1, key "k") fails in its handler while invocation B's two records
+/// with key "k" wait for it: B runs the key once, the other record replaying it.
+async fn key_runs_once_after_a_failure<S>(
+    label: &str,
+    processor: BatchProcessor<S>,
+    store: &InMemoryStore,
+    runs: &AtomicUsize,
+) where
+    S: tower::Service<
+            lambda_runtime::LambdaEvent<SqsMessage>,
+            Response = lambda_idempotency::Processed<u8>,
+            Error = lambda_idempotency::Error,
+        > + Clone
+        + Send
+        + Sync
+        + 'static,
+    S::Future: Send,
+{
+    let a = tokio::spawn({
+        let p = processor.clone();
+        let ev = invocation(batch(vec![message("a-1", r#"{"key":"k"}"#, 1)]), REMAINING);
+        async move { p.process(ev).await }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let pair = vec![
+        message("b-1", r#"{"key":"k"}"#, 1),
+        message("b-2", r#"{"key":"k"}"#, 1),
+    ];
+    let b = processor.process(invocation(batch(pair), REMAINING)).await;
+    assert_eq!(outcomes(&a.await.unwrap()), [Outcome::Failed], "{label}");
+    let mut seen = outcomes(&b);
+    seen.sort_by_key(|o| format!("{o:?}"));
+    assert_eq!(
+        seen,
+        [Outcome::Executed, Outcome::Replayed],
+        "{label}: {:?}",
+        error_types(&b)
+    );
+    assert!(reported(&b).is_empty(), "{label}");
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        2,
+        "{label}: a-1, then the key once in B"
+    );
+    assert_eq!(store.records()[0].status, Status::Completed);
 }
 
 /// Two records of one batch with the same key arrive after another record of this process
@@ -395,8 +410,7 @@ async fn a_record_joining_in_the_leaders_last_millisecond_waits_for_its_lease_to
 async fn records_with_writes_of_one_batch_run_their_key_once_after_another_invocations_failure() {
     use lambda_idempotency::{CommitStrategy, Completion};
     for mode in [CommitStrategy::Optimistic, CommitStrategy::Lease] {
-        let store = InMemoryStore::new();
-        let runs = Arc::new(AtomicUsize::new(0));
+        let (store, runs) = (InMemoryStore::new(), Arc::new(AtomicUsize::new(0)));
         let layer = IdempotencyLayer::new(store.clone())
             .with_key(JsonPointer::new("/key"))
             .with_config(Config::new().with_key_prefix("flight"))
@@ -414,32 +428,6 @@ async fn records_with_writes_of_one_batch_run_their_key_once_after_another_invoc
                 }
             }
         }));
-        let a = tokio::spawn({
-            let p = processor.clone();
-            let ev = invocation(batch(vec![message("a-1", r#"{"key":"k"}"#, 1)]), REMAINING);
-            async move { p.process(ev).await }
-        });
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        let pair = vec![
-            message("b-1", r#"{"key":"k"}"#, 1),
-            message("b-2", r#"{"key":"k"}"#, 1),
-        ];
-        let b = processor.process(invocation(batch(pair), REMAINING)).await;
-        assert_eq!(outcomes(&a.await.unwrap()), [Outcome::Failed], "{mode:?}");
-        let mut seen = outcomes(&b);
-        seen.sort_by_key(|o| format!("{o:?}"));
-        assert_eq!(
-            seen,
-            [Outcome::Executed, Outcome::Replayed],
-            "{mode:?}: {:?}",
-            error_types(&b)
-        );
-        assert!(reported(&b).is_empty(), "{mode:?}");
-        assert_eq!(
-            runs.load(Ordering::SeqCst),
-            2,
-            "{mode:?}: a-1, then the key once in B"
-        );
-        assert_eq!(store.records()[0].status, Status::Completed);
+        key_runs_once_after_a_failure(&format!("{mode:?}"), processor, &store, &runs).await;
     }
 }
