@@ -121,6 +121,14 @@ impl Default for Config {
 }
 
 impl Config {
+    /// Whether this is an idempotent function's configuration ([`key_namespace`] set): its
+    /// calls wait for another call with the same key up to their own deadline.
+    ///
+    /// [`key_namespace`]: Self::key_namespace
+    pub(crate) fn is_a_function(&self) -> bool {
+        self.key_namespace.is_some()
+    }
+
     /// The default configuration.
     pub fn new() -> Self {
         Self::default()

@@ -91,7 +91,7 @@ use tower::{BoxError, Layer, Service, ServiceExt};
 use crate::clock::Clock;
 use crate::config::CommitStrategy;
 use crate::error::Error;
-use crate::idempotent::{within_call, HandlerKind, IdempotencyLayer};
+use crate::idempotent::{HandlerKind, IdempotencyLayer};
 use crate::input::Serialized;
 use crate::key::{BodyHash, KeyError};
 use crate::outcome::Processed;
@@ -233,7 +233,9 @@ where
         let args =
             Serialized::new(args).map_err(|err| Error::Key(KeyError::Unserializable(err)))?;
         let service = layer.layer(FunctionCall { f: self.f.clone() });
-        // A memo of its own: a failed call does not stop a later one in the same batch.
-        within_call(service.oneshot(LambdaEvent::new(args, context.clone()))).await
+        // A call of no batch: a failed call does not stop a later one in the batch it runs in.
+        service
+            .oneshot(LambdaEvent::new(args, context.clone()))
+            .await
     }
 }

@@ -35,7 +35,7 @@ fn processor(
     runs: Arc<AtomicUsize>,
 ) -> BatchProcessor<
     impl tower::Service<
-            lambda_runtime::LambdaEvent<SqsMessage>,
+            lambda_idempotency::batch::BatchRecord<SqsMessage>,
             Response = lambda_idempotency::Processed<Applied>,
             Error = lambda_idempotency::Error,
             Future = impl Send,
@@ -70,7 +70,7 @@ fn processor(
 async fn deliver<S>(processor: &BatchProcessor<S>) -> BatchReport<Applied>
 where
     S: tower::Service<
-            lambda_runtime::LambdaEvent<SqsMessage>,
+            lambda_idempotency::batch::BatchRecord<SqsMessage>,
             Response = lambda_idempotency::Processed<Applied>,
             Error = lambda_idempotency::Error,
         > + Clone,
@@ -224,7 +224,7 @@ fn body(message: &SqsMessage) -> serde_json::Value {
 fn per_tenant(
     store: InMemoryStore,
 ) -> impl tower::Service<
-    lambda_runtime::LambdaEvent<SqsMessage>,
+    lambda_idempotency::batch::BatchRecord<SqsMessage>,
     Response = lambda_idempotency::Processed<()>,
     Error = lambda_idempotency::Error,
     Future = impl Send,

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
-use lambda_idempotency::batch::{BatchProcessor, BatchReport, Precheck, Scheduling};
+use lambda_idempotency::batch::{BatchProcessor, BatchRecord, BatchReport, Precheck, Scheduling};
 use lambda_idempotency::clock::{epoch_ms, epoch_secs};
 use lambda_idempotency::clock::{Clock, ManualClock};
 use lambda_idempotency::key::{IdempotencyKey, KeyError, KeyExtractor};
@@ -116,6 +116,41 @@ async fn a_failed_lookup_sends_the_records_to_their_conditional_writes() {
         "one failed lookup, then an acquire each"
     );
     assert!(rig.store.pending().is_empty());
+}
+
+/// A service of `LambdaEvent`s alone, put in a batch processor through `EventOnly`, gets
+/// each record as a record of no batch: the redelivered records are not looked up together,
+/// each goes to its own conditional write and replays from it; nothing runs twice.
+#[tokio::test]
+async fn records_through_event_only_are_of_no_batch() {
+    use lambda_idempotency::batch::EventOnly;
+    let rig = Rig::new();
+    rig.deliver(batch(&["m-1", "m-2"], 1, false)).await;
+    let layer = IdempotencyLayer::new(rig.store.clone())
+        .with_clock(rig.clock.clone())
+        .with_config(Config::new().with_key_prefix("precheck"));
+    let handler = layer.handler(counting(&rig.runs));
+    let report = BatchProcessor::new(EventOnly::new(handler))
+        .with_clock(rig.clock.clone())
+        .with_precheck(Precheck::Always)
+        .process(invocation(
+            batch(&["m-1", "m-2"], 2, false),
+            rig.clock.now(),
+            REMAINING,
+        ))
+        .await;
+    assert_eq!(outcomes(&report), [Outcome::Replayed; 2]);
+    assert!(reported(&report).is_empty());
+    assert_eq!(
+        rig.runs.load(Ordering::SeqCst),
+        2,
+        "each ran once, first time"
+    );
+    assert_eq!(
+        rig.calls(),
+        (0, 4),
+        "no lookup: an acquire each, both times"
+    );
 }
 
 #[tokio::test]
@@ -231,14 +266,14 @@ async fn a_protocol_freed_in_the_batch_never_answers_for_another_store() {
         .await;
     assert_eq!(outcomes(&seeded), [Outcome::Executed]);
     // m0 goes to store A, m1 to store B (B has never seen m1).
-    let router = tower::service_fn(move |event: lambda_runtime::LambdaEvent<SqsMessage>| {
-        let layer = if event.payload.message_id.as_deref() == Some("m0") {
+    let router = tower::service_fn(move |record: BatchRecord<SqsMessage>| {
+        let layer = if record.event.payload.message_id.as_deref() == Some("m0") {
             layer_a.clone()
         } else {
             layer_b.clone()
         };
         let f = f.clone();
-        async move { layer.handler(f).oneshot(event).await }
+        async move { layer.handler(f).oneshot(record).await }
     });
     let report = BatchProcessor::new(router)
         .with_clock(clock.clone())
@@ -266,10 +301,6 @@ impl KeyExtractor<SqsMessage> for CountedId {
     fn key_material(&self, message: &SqsMessage) -> Result<Vec<u8>, KeyError> {
         self.0.fetch_add(1, Ordering::SeqCst);
         Ok(message.message_id.clone().unwrap().into_bytes())
-    }
-
-    fn reads_event_only(&self) -> bool {
-        true
     }
 }
 
@@ -331,10 +362,10 @@ async fn a_record_changed_on_its_way_derives_its_own_key() {
         .await;
     assert_eq!(outcomes(&seeded), [Outcome::Executed]);
     // Redelivered with another body, which a layer puts back to the first one's.
-    let rewrite = tower::service_fn(move |mut event: lambda_runtime::LambdaEvent<SqsMessage>| {
-        event.payload.body = Some(r#"{"n":1}"#.into());
+    let rewrite = tower::service_fn(move |mut record: BatchRecord<SqsMessage>| {
+        record.event.payload.body = Some(r#"{"n":1}"#.into());
         let service = layer.handler(f.clone());
-        async move { service.oneshot(event).await }
+        async move { service.oneshot(record).await }
     });
     let mut again = batch(&["m-1"], 2, false);
     again.records[0].body = Some(r#"{"n":2}"#.into());
@@ -348,70 +379,6 @@ async fn a_record_changed_on_its_way_derives_its_own_key() {
         "its own key: {{\"n\":1}}"
     );
     assert_eq!(runs.load(Ordering::SeqCst), 1);
-}
-
-tokio::task_local! {
-    static TENANT: String;
-}
-
-/// A key that a closure builds from more than the event (here a task-local a layer sets per
-/// record) is derived in each record's own call: the pre-check derived the batch's keys in
-/// the first record's call, and reusing them gave tenant B's record tenant A's key, so B was
-/// acknowledged without running. (Found in review; fails on the commit that introduced the
-/// reuse.)
-#[tokio::test]
-async fn a_key_from_more_than_the_event_is_derived_in_its_own_record_call() {
-    use tower::ServiceExt;
-    let store = InMemoryStore::new();
-    let clock = ManualClock::starting_now();
-    let runs = Arc::new(AtomicUsize::new(0));
-    let layer = IdempotencyLayer::new(store.clone())
-        .with_clock(clock.clone())
-        .with_key(|m: &SqsMessage| {
-            let tenant = TENANT.try_with(|t| t.clone()).unwrap_or_default();
-            Ok::<_, KeyError>(format!("{tenant}#{}", m.body.clone().unwrap()))
-        })
-        .with_config(Config::new().with_key_prefix("ambient"));
-    let handler = layer.handler(counting(&runs));
-    let deliver = |event: SqsEvent| {
-        let handler = handler.clone();
-        let tenanted = tower::service_fn(move |event: lambda_runtime::LambdaEvent<SqsMessage>| {
-            let service = handler.clone();
-            let tenant = event
-                .payload
-                .attributes
-                .get("tenant")
-                .cloned()
-                .unwrap_or_default();
-            TENANT.scope(tenant, async move { service.oneshot(event).await })
-        });
-        let processor = BatchProcessor::new(tenanted)
-            .with_clock(clock.clone())
-            .with_precheck(Precheck::Redelivered);
-        let invocation = invocation(event, clock.now(), REMAINING);
-        async move { processor.process(invocation).await }
-    };
-    let message = |id: &str, tenant: &str, count: u32| {
-        let mut event = batch(&[id], count, false);
-        event.records[0].body = Some(r#"{"order":1}"#.into());
-        event.records[0]
-            .attributes
-            .insert("tenant".into(), tenant.into());
-        event.records.remove(0)
-    };
-    let mut first = SqsEvent::default();
-    first.records.push(message("m-a", "A", 1));
-    assert_eq!(outcomes(&deliver(first).await), [Outcome::Executed]);
-    let mut second = SqsEvent::default();
-    second.records.push(message("m-a", "A", 2));
-    second.records.push(message("m-b", "B", 2));
-    let report = deliver(second).await;
-    assert_eq!(
-        outcomes(&report),
-        [Outcome::Replayed, Outcome::Executed],
-        "tenant B's record runs under its own key"
-    );
-    assert_eq!(runs.load(Ordering::SeqCst), 2);
 }
 
 /// The invocation that holds m-2's and m-3's leases in
@@ -526,27 +493,25 @@ async fn process_in_turn<S>(
 ) -> BatchReport<u32>
 where
     S: tower::Service<
-            lambda_runtime::LambdaEvent<SqsMessage>,
+            BatchRecord<SqsMessage>,
             Response = lambda_idempotency::Processed<u32>,
             Error = lambda_idempotency::Error,
-        > + lambda_idempotency::batch::BatchReplay<SqsMessage>
+        > + lambda_idempotency::batch::BatchReplay<SqsMessage, Value = u32>
         + Clone,
 {
     let processor = processor
         .with_precheck(Precheck::Redelivered)
         .with_clock(clock.clone());
-    let processor = match in_turn {
-        InTurn::Fifo => processor,
+    match in_turn {
+        InTurn::Fifo => processor.process(invocation).await,
         InTurn::OneSlot { together } => {
             let processor = processor.with_scheduling(Scheduling::Concurrent { limit: 1 });
-            if together {
-                processor.with_batch_replay()
-            } else {
-                processor
-            }
+            processor
+                .with_batch_replay(together)
+                .process(invocation)
+                .await
         }
-    };
-    processor.process(invocation).await
+    }
 }
 
 /// A record of a batch that runs its records one after another (a FIFO queue's, or one

@@ -108,12 +108,8 @@ impl Rig {
                 }
             },
         ))
-        .with_precheck(precheck);
-        let processor = if self.together {
-            processor.with_batch_replay()
-        } else {
-            processor
-        };
+        .with_precheck(precheck)
+        .with_batch_replay(self.together);
         self.counter.reset();
         let report = processor
             .process(invocation(event, SystemTime::now(), REMAINING))

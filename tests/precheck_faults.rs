@@ -135,7 +135,7 @@ async fn twins_fail_once<S>(
     runs: &AtomicUsize,
 ) where
     S: tower::Service<
-            lambda_runtime::LambdaEvent<SqsMessage>,
+            lambda_idempotency::batch::BatchRecord<SqsMessage>,
             Response = lambda_idempotency::Processed<u8>,
             Error = lambda_idempotency::Error,
         > + Clone,

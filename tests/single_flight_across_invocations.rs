@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
-use lambda_idempotency::batch::BatchProcessor;
+use lambda_idempotency::batch::{BatchProcessor, BatchRecord};
 use lambda_idempotency::clock::{Clock, ManualClock};
 use lambda_idempotency::key::JsonPointer;
 use lambda_idempotency::key::PayloadValidation;
@@ -144,7 +144,7 @@ fn first_call_hangs<C: Clock + Clone>(
     clock: &C,
     calls: &Arc<AtomicUsize>,
 ) -> impl tower::Service<
-    lambda_runtime::LambdaEvent<SqsMessage>,
+    BatchRecord<SqsMessage>,
     Response = lambda_idempotency::Processed<u8>,
     Error = lambda_idempotency::Error,
     Future = impl Send,
@@ -176,17 +176,17 @@ async fn hung_leader<S, C: Clock>(
     remaining: Duration,
 ) -> tokio::task::JoinHandle<Result<S::Response, S::Error>>
 where
-    S: tower::Service<lambda_runtime::LambdaEvent<SqsMessage>> + Clone + Send + 'static,
+    S: tower::Service<BatchRecord<SqsMessage>> + Clone + Send + 'static,
     S::Future: Send,
     S::Response: Send + 'static,
     S::Error: Send + 'static,
 {
     let first = message("a", r#"{"key":"k"}"#, 1);
-    let leader = tokio::spawn(service.clone().oneshot(invocation_at(
+    let leader = tokio::spawn(service.clone().oneshot(BatchRecord::from(invocation_at(
         first,
         clock.now(),
         remaining,
-    )));
+    ))));
     while calls.load(Ordering::SeqCst) == 0 {
         tokio::task::yield_now().await;
     }
@@ -203,11 +203,11 @@ async fn a_follower_outside_a_batch_answers_before_its_deadline() {
     let service = first_call_hangs(&clock, &calls);
     let now: SystemTime = clock.now();
     let leader = hung_leader(&service, &clock, &calls, Duration::from_secs(60)).await;
-    let follower = tokio::spawn(service.clone().oneshot(invocation_at(
+    let follower = tokio::spawn(service.clone().oneshot(BatchRecord::from(invocation_at(
         message("b", r#"{"key":"k"}"#, 1),
         now,
         Duration::from_secs(10),
-    )));
+    ))));
     clock.advance(Duration::from_millis(9_000));
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert!(
@@ -238,11 +238,11 @@ async fn a_leader_past_its_deadline_does_not_hold_the_key_in_this_process() {
     let service = first_call_hangs(&clock, &calls);
     let leader = hung_leader(&service, &clock, &calls, Duration::from_secs(10)).await;
     clock.advance(Duration::from_secs(15));
-    let later = service.clone().oneshot(invocation_at(
+    let later = service.clone().oneshot(BatchRecord::from(invocation_at(
         message("c", r#"{"key":"k"}"#, 1),
         clock.now(),
         Duration::from_secs(10),
-    ));
+    )));
     let answer = tokio::time::timeout(Duration::from_secs(5), later)
         .await
         .expect("answered without waiting for its deadline");
@@ -287,7 +287,7 @@ async fn key_runs_once_after_a_failure<S>(
     runs: &AtomicUsize,
 ) where
     S: tower::Service<
-            lambda_runtime::LambdaEvent<SqsMessage>,
+            lambda_idempotency::batch::BatchRecord<SqsMessage>,
             Response = lambda_idempotency::Processed<u8>,
             Error = lambda_idempotency::Error,
         > + Clone
@@ -385,7 +385,11 @@ async fn a_record_joining_in_the_leaders_last_millisecond_waits_for_its_lease_to
     // Half a millisecond past A's deadline: its lease (to the deadline's millisecond) is live.
     nanos.store((t0_ms + 10_000) * 1_000_000 + 500_000, Ordering::SeqCst);
     let second = message("b", r#"{"key":"k"}"#, 1);
-    let b = tokio::spawn(service.oneshot(invocation_at(second, clock(), Duration::from_secs(60))));
+    let b = tokio::spawn(service.oneshot(BatchRecord::from(invocation_at(
+        second,
+        clock(),
+        Duration::from_secs(60),
+    ))));
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(
         !b.is_finished(),

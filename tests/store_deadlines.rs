@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use aws_lambda_events::sqs::SqsMessage;
-use lambda_idempotency::batch::{BatchError, BatchProcessor};
+use lambda_idempotency::batch::{BatchError, BatchProcessor, BatchRecord};
 use lambda_idempotency::clock::epoch_ms;
 use lambda_idempotency::clock::CALL_MARGIN;
 use lambda_idempotency::key::IdempotencyKey;
@@ -29,7 +29,7 @@ fn handler(
     store: &FaultyStore<InMemoryStore>,
     runs: &Arc<AtomicUsize>,
 ) -> impl tower::Service<
-    LambdaEvent<SqsMessage>,
+    BatchRecord<SqsMessage>,
     Response = Processed<usize>,
     Error = Error,
     Future = impl Send,
@@ -51,10 +51,11 @@ fn handler(
 /// by the test at 10 s: without the deadline's bound it would wait on the store for ever.
 async fn deliver<S>(service: S, remaining: Duration) -> (Result<Processed<usize>, Error>, Duration)
 where
-    S: tower::Service<LambdaEvent<SqsMessage>, Response = Processed<usize>, Error = Error>,
+    S: tower::Service<BatchRecord<SqsMessage>, Response = Processed<usize>, Error = Error>,
 {
     let context = support::context_at(SystemTime::now(), remaining);
-    let event = LambdaEvent::new(sqs_message("m-1", "1"), context);
+    // A record of no batch: the direct call.
+    let event = BatchRecord::from(LambdaEvent::new(sqs_message("m-1", "1"), context));
     let started = Instant::now();
     let answer = tokio::time::timeout(Duration::from_secs(10), service.oneshot(event))
         .await

@@ -76,7 +76,7 @@ pub async fn measure(batches: usize) -> Vec<Value> {
         // As order-consumer's: the pre-checked records found completed replay together.
         let processor = BatchProcessor::new(handler)
             .with_deadline_margin(Duration::from_secs(1))
-            .with_batch_replay();
+            .with_batch_replay(true);
         let mut fresh_cpu = Duration::ZERO;
         let mut duplicate_cpu = Duration::ZERO;
         for b in 0..batches {

@@ -6,13 +6,16 @@
 
 mod error;
 mod event;
+mod event_only;
 mod processor;
 mod report;
 mod scheduling;
 
-pub use crate::idempotent::batch_replay::{BatchReplay, BatchReplayer};
+pub use crate::idempotent::batch_replay::{BatchReplay, BatchReplayer, ReplayPhase};
+pub use crate::idempotent::batch_scope::BatchRecord;
 pub use error::BatchError;
 pub use event::{BatchEvent, Ordering};
+pub use event_only::EventOnly;
 pub use processor::{
     BatchFuture, BatchProcessor, Precheck, ANSWER_MARGIN, DEFAULT_DEADLINE_MARGIN,
 };

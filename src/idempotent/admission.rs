@@ -3,12 +3,14 @@
 //! with the same key in this process (single flight) may answer it; otherwise this call
 //! [claims](Claim) it and goes on to the store.
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use lambda_runtime::LambdaEvent;
 use serde::de::DeserializeOwned;
 
-use super::in_flight::{self, FlightGuard, FlightResult, Join};
+use super::batch_scope::Batch;
+use super::in_flight::{self, FailureMemo, FlightGuard, FlightResult, Join};
 use super::known_answer::{answer_known, failed_in_this_batch, mismatched};
 use super::precheck::{BatchLookup, LookedUp};
 use super::protocol::Protocol;
@@ -41,6 +43,8 @@ pub(crate) struct Claim {
     /// runs the handler before its conditional write reads the record again first.
     pub(crate) held_before_turn: bool,
     flight: Option<FlightGuard>,
+    /// The keys whose handler failed in the record's batch (none outside a batch).
+    failures: Option<Arc<FailureMemo>>,
 }
 
 impl Claim {
@@ -51,8 +55,10 @@ impl Claim {
 
     /// Tells the records waiting on this one how it ended.
     pub(crate) fn finish(&mut self, result: FlightResult) {
-        if let FlightResult::HandlerFailed { validation } = &result {
-            in_flight::record_failure(&self.key, validation.clone());
+        if let (FlightResult::HandlerFailed { validation }, Some(failures)) =
+            (&result, &self.failures)
+        {
+            failures.record(&self.key, validation.clone());
         }
         if let Some(guard) = self.flight.take() {
             guard.finish(result);
@@ -141,22 +147,26 @@ pub(crate) enum Admission<T> {
     Claimed(Claim),
 }
 
-/// Admits `event`: derives its key and payload hash, then answers it from the cache, the
-/// batch's failures or the flight leader when it can, or claims it.
+/// Admits `event` of `batch` (none outside a batch): derives its key and payload hash, then
+/// answers it from the cache, the batch's failures or the flight leader when it can, or
+/// claims it.
 pub(crate) async fn admit<St, K, C, I, T>(
     protocol: &Protocol<St, K, C>,
     event: &LambdaEvent<I>,
+    batch: Option<&Batch<I>>,
 ) -> Admission<T>
 where
     St: Store,
     K: KeyExtractor<I>,
     C: Clock,
-    I: Input + Send + Sync + 'static,
+    I: Input,
     T: DeserializeOwned,
 {
+    let failures = batch.map(|batch| &batch.failures);
     // A record the batch's pre-check offered had its key derived with the others already.
-    let mut batch = BatchLookup::new(protocol, &event.context);
-    let derived = match batch.derived(&event.payload) {
+    let offer = batch.map(|batch| &batch.offer);
+    let mut lookup = BatchLookup::new(protocol, offer, &event.context);
+    let derived = match lookup.derived(&event.payload) {
         Some(derived) => Ok(derived),
         None => derive(
             &protocol.key,
@@ -172,7 +182,8 @@ where
     };
     tracing::Span::current().record("idempotency_key", key.as_str());
     let now = protocol.clock.now();
-    if let Some(answer) = answer_known(protocol, &key, validation.as_ref(), now) {
+    let memo = failures.map(|failures| &**failures);
+    if let Some(answer) = answer_known(protocol, &key, validation.as_ref(), now, memo) {
         return Admission::Answered(answer);
     }
     // Records the source delivered before were looked up together when the batch began. A
@@ -181,7 +192,7 @@ where
     // record's turn is left to its conditional write, which reads it as it is now.
     let mut held = None;
     let mut held_before_turn = false;
-    match batch.found(&key).await {
+    match lookup.found(&key).await {
         Some(LookedUp::Record(stored)) => {
             let now = protocol.clock.now();
             match answer_found(protocol, &key, validation.as_ref(), &stored, now) {
@@ -194,7 +205,8 @@ where
         None => {}
     }
     let deadline = Deadline::of(event.context.deadline, now);
-    let flight = match join_flight(protocol, &key, validation.as_ref(), deadline, held).await {
+    let joined = join_flight(protocol, &key, validation.as_ref(), deadline, held, memo).await;
+    let flight = match joined {
         Ok(flight) => flight,
         Err(answer) => return Admission::Answered(answer),
     };
@@ -204,6 +216,7 @@ where
         deadline,
         held_before_turn,
         flight,
+        failures: failures.cloned(),
     })
 }
 
@@ -214,12 +227,14 @@ where
 /// past it, the store decides) and until [`FOLLOWER_MARGIN`] before its own deadline (a
 /// function call: its own deadline, none for `call_with_lease`), then joins again: the flight is then led anew, by this
 /// record or a record of its batch with the same key, so that a batch still runs a key once.
+/// `failures`: the keys whose handler failed in the record's batch.
 async fn join_flight<St, K, C, T>(
     protocol: &Protocol<St, K, C>,
     key: &IdempotencyKey,
     validation: Option<&PayloadHash>,
     deadline: Deadline,
     mut held: Option<Error>,
+    failures: Option<&FailureMemo>,
 ) -> Result<Option<FlightGuard>, Result<Processed<T>, Error>>
 where
     C: Clock,
@@ -228,7 +243,7 @@ where
     loop {
         // A record of this batch with the key may have failed while this one waited (for the
         // pre-check's lookup, or for the flight's leader).
-        if let Some(failed) = failed_in_this_batch(key, validation) {
+        if let Some(failed) = failures.and_then(|f| failed_in_this_batch(f, key, validation)) {
             return Err(Err(failed));
         }
         let now = protocol.clock.now();
@@ -242,7 +257,7 @@ where
             (Join::Follower(slot, leader_deadline), _) => (slot, leader_deadline),
         };
         // Worked out by followers only: a leader's path stays as it was.
-        let margin = if in_flight::in_a_call() {
+        let margin = if protocol.config.is_a_function() {
             Duration::ZERO
         } else {
             FOLLOWER_MARGIN
@@ -254,7 +269,7 @@ where
             () = protocol.clock.sleep_until(own_limit.min(leader_over)) => None,
         };
         if let Some(result) = result {
-            if let Some(answer) = follow(&protocol.config, key, validation, result) {
+            if let Some(answer) = follow(&protocol.config, key, validation, result, failures) {
                 return Err(answer);
             }
         } else if protocol.clock.now() >= own_limit {
@@ -310,12 +325,14 @@ fn answer_found<St, K, C, T: DeserializeOwned>(
 }
 
 /// A follower's answer from how its leader ended, or `None` when the leader did not get as
-/// far as the handler (the follower then goes to the store itself).
+/// far as the handler (the follower then goes to the store itself). `failures`: the keys
+/// whose handler failed in the follower's batch (none outside a batch).
 fn follow<T: DeserializeOwned>(
     config: &Config,
     key: &IdempotencyKey,
     validation: Option<&PayloadHash>,
     result: FlightResult,
+    failures: Option<&FailureMemo>,
 ) -> Option<Result<Processed<T>, Error>> {
     match result {
         FlightResult::NotStarted => None,
@@ -324,7 +341,7 @@ fn follow<T: DeserializeOwned>(
         // goes to the store itself. One in the same batch finds it in the memo; one outside
         // any batch (an HTTP request) fails with it.
         FlightResult::HandlerFailed { .. }
-            if in_flight::in_a_batch() && in_flight::failed_earlier(key).is_none() =>
+            if failures.is_some_and(|f| f.failed_earlier(key).is_none()) =>
         {
             None
         }

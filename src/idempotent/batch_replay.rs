@@ -4,88 +4,160 @@
 //!
 //! [`BatchProcessor::with_batch_replay`]: crate::batch::BatchProcessor::with_batch_replay
 
-use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
 use futures_util::FutureExt;
 use lambda_runtime::Context;
+use serde::de::DeserializeOwned;
 use tower::util::Either;
 
-use crate::outcome::Processed;
+use super::batch_scope::Batch;
+use super::precheck::{replay_offered, Candidate};
+use super::protocol::Protocol;
+use crate::clock::Clock;
+use crate::input::Input;
+use crate::key::KeyExtractor;
+use crate::store::Store;
 
-/// One offered record's replay, decided at the record's turn (its expiry, lease and payload
-/// checked against what was read then, the response hook called, the local cache filled):
-/// `None` when its own call answers it instead.
-pub(crate) type Candidate<T> = Box<dyn FnOnce() -> Option<Processed<T>> + Send>;
+/// The replays of one protocol: given a batch and its context, a candidate for each record
+/// the batch offered to the pre-check, by offered position.
+type Replays<R, T> =
+    dyn Fn(Arc<Batch<R>>, Context) -> BoxFuture<'static, Vec<Option<Candidate<T>>>> + Send + Sync;
 
-/// The type-erased replays of one protocol: given the batch's context, a candidate for each
-/// record the batch offered to the pre-check, by offered position, each a boxed
-/// [`Candidate`] of the protocol's result type.
-type Replays =
-    dyn Fn(Context) -> BoxFuture<'static, Vec<Option<Box<dyn Any + Send>>>> + Send + Sync;
+/// How a per-record service replays the pre-checked records of a batch of records `R`
+/// together, answering `T`: made by an [`Idempotent`](crate::Idempotent) service (see
+/// [`BatchReplay`]). Opaque.
+pub struct BatchReplayer<R, T>(Option<Arc<Replays<R, T>>>);
 
-/// How a per-record service replays the batch's pre-checked records together: made by an
-/// [`Idempotent`](crate::Idempotent) service (see [`BatchReplay`]). Opaque.
-#[derive(Clone)]
-pub struct BatchReplayer(Arc<Replays>);
+impl<R, T> Clone for BatchReplayer<R, T> {
+    fn clone(&self) -> Self {
+        Self(self.0.clone())
+    }
+}
 
-impl fmt::Debug for BatchReplayer {
+impl<R, T> fmt::Debug for BatchReplayer<R, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("BatchReplayer")
     }
 }
 
-impl BatchReplayer {
-    pub(crate) fn new<T, F>(replays: F) -> Self
-    where
-        T: Send + 'static,
-        F: Fn(Context) -> BoxFuture<'static, Vec<Option<Candidate<T>>>> + Send + Sync + 'static,
-    {
-        Self(Arc::new(move |context| {
-            replays(context)
-                .map(|candidates| {
-                    candidates
-                        .into_iter()
-                        .map(|candidate| candidate.map(|c| Box::new(c) as Box<dyn Any + Send>))
-                        .collect()
-                })
-                .boxed()
-        }))
+impl<R, T> BatchReplayer<R, T> {
+    /// No replay: every record answers through its own call.
+    pub(crate) fn none() -> Self {
+        Self(None)
     }
 
-    /// The candidates of the current batch's offered records, by offered position: none
-    /// for a candidate not of the processor's result type `T`.
-    pub(crate) async fn candidates<T: 'static>(
-        &self,
-        context: &Context,
-    ) -> Vec<Option<Candidate<T>>> {
-        (self.0)(context.clone())
-            .await
-            .into_iter()
-            .map(|candidate| Some(*candidate?.downcast::<Candidate<T>>().ok()?))
-            .collect()
+    /// The replayer of `protocol`'s records: [`replay_offered`].
+    pub(crate) fn of<St, K, C>(protocol: Arc<Protocol<St, K, C>>) -> Self
+    where
+        St: Store,
+        K: KeyExtractor<R>,
+        C: Clock,
+        R: Input + Send + Sync + 'static,
+        T: DeserializeOwned + Send + 'static,
+    {
+        Self(Some(Arc::new(move |batch: Arc<Batch<R>>, context| {
+            let protocol = Arc::clone(&protocol);
+            async move {
+                let (offer, failures) = (&batch.offer, &batch.failures);
+                replay_offered(&protocol, offer, failures, &context).await
+            }
+            .boxed()
+        })))
+    }
+}
+
+/// How a [`BatchProcessor`](crate::batch::BatchProcessor) replays pre-checked records.
+///
+/// `()`: not together (the default); a [`BatchReplayer`]: with its service's
+/// ([`with_batch_replay`](crate::batch::BatchProcessor::with_batch_replay)). Sealed.
+pub trait ReplayPhase<R, T>: phase::Phase<R, T> {}
+
+impl<R, T: Send + 'static> ReplayPhase<R, T> for () {}
+impl<R, T: Send + 'static> ReplayPhase<R, T> for BatchReplayer<R, T> {}
+
+/// The sealed half of [`ReplayPhase`], which only this crate can name (so the crate's own
+/// types in it are out of reach, as the lint it allows cannot see).
+#[allow(private_interfaces)]
+pub(crate) mod phase {
+    use std::sync::Arc;
+
+    use futures_util::future::BoxFuture;
+    use lambda_runtime::Context;
+
+    use super::BatchReplayer;
+    use crate::idempotent::batch_scope::Batch;
+    use crate::idempotent::precheck::Candidate;
+
+    /// The replay phase of a batch of records `R` answering `T`.
+    pub trait Phase<R, T> {
+        /// Whether pre-checked records are replayed together.
+        fn replays(&self) -> bool;
+
+        /// The candidates of `batch`'s offered records, by offered position.
+        fn candidates(
+            &self,
+            batch: &Arc<Batch<R>>,
+            context: &Context,
+        ) -> BoxFuture<'static, Vec<Option<Candidate<T>>>>;
+    }
+
+    impl<R, T: Send + 'static> Phase<R, T> for () {
+        fn replays(&self) -> bool {
+            false
+        }
+
+        fn candidates(
+            &self,
+            _batch: &Arc<Batch<R>>,
+            _context: &Context,
+        ) -> BoxFuture<'static, Vec<Option<Candidate<T>>>> {
+            Box::pin(futures_util::future::ready(Vec::new()))
+        }
+    }
+
+    impl<R, T: Send + 'static> Phase<R, T> for BatchReplayer<R, T> {
+        fn replays(&self) -> bool {
+            self.0.is_some()
+        }
+
+        fn candidates(
+            &self,
+            batch: &Arc<Batch<R>>,
+            context: &Context,
+        ) -> BoxFuture<'static, Vec<Option<Candidate<T>>>> {
+            match &self.0 {
+                Some(replays) => replays(Arc::clone(batch), context.clone()),
+                None => ().candidates(batch, context),
+            }
+        }
     }
 }
 
 /// A per-record service that can replay a batch's pre-checked records together.
 ///
 /// See [`BatchProcessor::with_batch_replay`](crate::batch::BatchProcessor::with_batch_replay).
-/// It is an [`Idempotent`](crate::Idempotent) service (one whose mode has no such replay, the
-/// sequence-guarded one, answers none), or either of two such services.
+/// It is an [`Idempotent`](crate::Idempotent) service (one whose handler kind has no such
+/// replay, the sequence-guarded one, answers none), or either of two such services.
 pub trait BatchReplay<R> {
-    /// This service's replayer, if its mode has one.
+    /// The result the service answers (in [`Processed`](crate::Processed)).
+    type Value;
+
+    /// This service's replayer (one that replays nothing, if its handler kind has none).
     #[doc(hidden)]
-    fn batch_replayer(&self) -> Option<BatchReplayer>;
+    fn batch_replayer(&self) -> BatchReplayer<R, Self::Value>;
 }
 
 impl<A, B, R> BatchReplay<R> for Either<A, B>
 where
     A: BatchReplay<R>,
-    B: BatchReplay<R>,
+    B: BatchReplay<R, Value = A::Value>,
 {
-    fn batch_replayer(&self) -> Option<BatchReplayer> {
+    type Value = A::Value;
+
+    fn batch_replayer(&self) -> BatchReplayer<R, A::Value> {
         match self {
             Either::Left(a) => a.batch_replayer(),
             Either::Right(b) => b.batch_replayer(),

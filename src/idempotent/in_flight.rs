@@ -1,9 +1,8 @@
 //! Single flight per key inside one process: records of a batch that share a key run the
 //! handler once; the others wait for it and take its result. And the memo of keys whose
-//! handler failed in the current batch.
+//! handler failed in one batch.
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
@@ -54,69 +53,31 @@ struct Flight {
 }
 
 /// Keys whose handler failed in one batch, with the payload hash of the record that failed,
-/// so that later records of the same batch with that key do not run it again.
+/// so that later records of the same batch with that key do not run it again. It lives as
+/// long as its batch, and reaches the batch's records in their requests.
 #[derive(Debug, Default)]
 pub(crate) struct FailureMemo {
     keys: Mutex<HashMap<IdempotencyKey, Option<String>>>,
-    /// A batch processor's batch (not one function call's scope).
-    batch: bool,
 }
 
-tokio::task_local! {
-    /// The failure memo of the batch being processed on this task.
-    static BATCH_FAILURES: Arc<FailureMemo>;
-}
-
-/// Runs `batch` with a failure memo of its own: the memo lives exactly as long as one batch.
-/// Records processed outside such a scope have no memo.
-pub(crate) async fn within_batch<F: Future>(batch: F) -> F::Output {
-    let memo = FailureMemo {
-        batch: true,
-        ..FailureMemo::default()
-    };
-    BATCH_FAILURES.scope(Arc::new(memo), batch).await
-}
-
-/// Runs one idempotent function call with a failure memo of its own, which is not a batch's
-/// (see [`in_a_batch`]).
-pub(crate) async fn within_call<F: Future>(call: F) -> F::Output {
-    BATCH_FAILURES.scope(Arc::default(), call).await
-}
-
-/// Notes that the handler failed for `key` (with the given stored payload hash) in the
-/// current batch.
-pub(crate) fn record_failure(key: &IdempotencyKey, validation: Option<String>) {
-    let _ = BATCH_FAILURES.try_with(|memo| {
-        memo.keys
+impl FailureMemo {
+    /// Notes that the handler failed for `key` (with the given stored payload hash).
+    pub(crate) fn record(&self, key: &IdempotencyKey, validation: Option<String>) {
+        self.keys
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(key.clone(), validation);
-    });
-}
+    }
 
-/// Whether the current task processes a batch processor's batch.
-pub(crate) fn in_a_batch() -> bool {
-    BATCH_FAILURES.try_with(|memo| memo.batch).unwrap_or(false)
-}
-
-/// Whether the current task runs one idempotent function call.
-pub(crate) fn in_a_call() -> bool {
-    BATCH_FAILURES.try_with(|memo| !memo.batch).unwrap_or(false)
-}
-
-/// The handler already failed for `key` in the current batch: the payload hash of the
-/// record that failed.
-pub(crate) fn failed_earlier(key: &IdempotencyKey) -> Option<Option<String>> {
-    BATCH_FAILURES
-        .try_with(|memo| {
-            memo.keys
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .get(key)
-                .cloned()
-        })
-        .ok()
-        .flatten()
+    /// The handler already failed for `key` in this batch: the payload hash of the record
+    /// that failed.
+    pub(crate) fn failed_earlier(&self, key: &IdempotencyKey) -> Option<Option<String>> {
+        self.keys
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(key)
+            .cloned()
+    }
 }
 
 /// When the lease of a leader whose deadline is `deadline` is over: a lease is live through
@@ -247,19 +208,14 @@ mod tests {
         ));
     }
 
-    #[tokio::test]
-    async fn failures_are_remembered_for_one_batch_only() {
+    #[test]
+    fn a_memo_remembers_the_failed_keys_with_their_payload_hash() {
         let key = IdempotencyKey::from_stored("k");
-        within_batch(async {
-            assert_eq!(failed_earlier(&key), None);
-            record_failure(&key, Some("v2:h".into()));
-            assert_eq!(failed_earlier(&key), Some(Some("v2:h".into())));
-        })
-        .await;
-        within_batch(async { assert_eq!(failed_earlier(&key), None) }).await;
-        // Outside a batch nothing is remembered.
-        record_failure(&key, None);
-        assert_eq!(failed_earlier(&key), None);
+        let memo = FailureMemo::default();
+        assert_eq!(memo.failed_earlier(&key), None);
+        memo.record(&key, Some("v2:h".into()));
+        assert_eq!(memo.failed_earlier(&key), Some(Some("v2:h".into())));
+        assert_eq!(FailureMemo::default().failed_earlier(&key), None);
     }
 
     #[tokio::test]

@@ -20,6 +20,7 @@ use serde::Serialize;
 use tower::{BoxError, Service};
 
 use super::admission::{admit, Admission, Claim};
+use super::batch_scope::Batch;
 use super::finish::commit_error;
 use super::heartbeat::{self, expiration_for, lease_end_ms};
 use super::invoke::{call_handler, is_permanent};
@@ -109,6 +110,7 @@ pub(crate) async fn run<S, St, K, C, I, T>(
     protocol: Arc<Protocol<St, K, C>>,
     inner: S,
     event: LambdaEvent<I>,
+    batch: Option<Arc<Batch<I>>>,
 ) -> Result<Processed<T>, Error>
 where
     S: Service<TransactionEvent<I, St::Transaction>, Response = T>,
@@ -119,7 +121,7 @@ where
     C: Clock,
     I: Input + Send + Sync + 'static,
 {
-    let claim = match admit(&protocol, &event).await {
+    let claim = match admit(&protocol, &event, batch.as_deref()).await {
         Admission::Answered(answer) => return answer,
         // The record is what the writes commit with: no key, no writes.
         Admission::Unprotected(err) => return Err(Error::Key(err)),

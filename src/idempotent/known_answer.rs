@@ -5,7 +5,7 @@ use std::time::SystemTime;
 
 use serde::de::DeserializeOwned;
 
-use super::in_flight;
+use super::in_flight::FailureMemo;
 use super::protocol::Protocol;
 use super::stored_result::{replay_failure, replayed};
 use crate::error::Error;
@@ -22,12 +22,14 @@ pub(crate) fn mismatched(stored: Option<&str>, ours: Option<&PayloadHash>) -> bo
 
 /// The answer this process knows for `key` without the store, in the order admission asks:
 /// the local cache (a completed record replays, a failed one replays its failure), then a
-/// failure of the key earlier in this batch. `None`: the store (or the flight) decides.
+/// failure of the key earlier in the record's batch (`failures`, none outside a batch).
+/// `None`: the store (or the flight) decides.
 pub(crate) fn answer_known<St, K, C, T: DeserializeOwned>(
     protocol: &Protocol<St, K, C>,
     key: &IdempotencyKey,
     validation: Option<&PayloadHash>,
     now: SystemTime,
+    failures: Option<&FailureMemo>,
 ) -> Option<Result<Processed<T>, Error>> {
     if let Some(record) = protocol.local.cached(key, now) {
         match decide(&record, now, validation) {
@@ -46,16 +48,17 @@ pub(crate) fn answer_known<St, K, C, T: DeserializeOwned>(
             Decision::InProgress | Decision::Retry => {}
         }
     }
-    failed_in_this_batch(key, validation).map(Err)
+    failed_in_this_batch(failures?, key, validation).map(Err)
 }
 
-/// The error of a record whose key's handler failed earlier in this batch: rejected when its
-/// payload differs from the one that failed.
+/// The error of a record whose key's handler failed earlier in its batch (`failures`):
+/// rejected when its payload differs from the one that failed.
 pub(crate) fn failed_in_this_batch(
+    failures: &FailureMemo,
     key: &IdempotencyKey,
     validation: Option<&PayloadHash>,
 ) -> Option<Error> {
-    let stored = in_flight::failed_earlier(key)?;
+    let stored = failures.failed_earlier(key)?;
     let key = key.clone();
     Some(if mismatched(stored.as_deref(), validation) {
         Error::PayloadMismatch { key }

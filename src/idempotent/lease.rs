@@ -9,6 +9,7 @@ use lambda_runtime::LambdaEvent;
 use tower::{BoxError, Service};
 
 use super::admission::{admit, Admission, Claim};
+use super::batch_scope::Batch;
 use super::finish::{self, commit_error, finish_under_lease, Finish};
 use super::heartbeat::{self, expiration_for, lease_end_ms};
 use super::in_flight::FlightResult;
@@ -131,6 +132,7 @@ pub(crate) async fn run<M, S, St, K, C, I>(
     protocol: Arc<Protocol<St, K, C>>,
     inner: S,
     event: LambdaEvent<I>,
+    batch: Option<Arc<Batch<I>>>,
 ) -> Result<Processed<M::Value>, Error>
 where
     M: Finish<S::Response, St>,
@@ -141,7 +143,7 @@ where
     C: Clock,
     I: Input + Send + Sync + 'static,
 {
-    let claim = match admit(&protocol, &event).await {
+    let claim = match admit(&protocol, &event, batch.as_deref()).await {
         Admission::Answered(answer) => return answer,
         // Writes need the record: a handler that has writes fails with the key error.
         Admission::Unprotected(err) if M::HAS_WRITES => return Err(Error::Key(err)),

@@ -5,7 +5,10 @@
 //! 1. `admission`: the key and payload hash are derived; the local cache, the batch's
 //!    earlier failures or a record with the same key running in this process (single
 //!    flight, `in_flight`), or the batch's `precheck` (the records delivered before, looked
-//!    up together in one call) may answer it at once; otherwise the record is claimed.
+//!    up together in one call) may answer it at once; otherwise the record is claimed. What
+//!    the record knows of its batch comes in its request (`batch_scope`'s [`BatchRecord`]).
+//!
+//! [`BatchRecord`]: crate::batch::BatchRecord
 //! 2. `lease` (the lease driver): one conditional write takes the lease, or the stored
 //!    record answers (replay, locked, payload mismatch); `heartbeat` keeps the lease while
 //!    the handler runs (`invoke`, which calls user code and catches its panics).
@@ -25,6 +28,7 @@
 
 mod admission;
 pub(crate) mod batch_replay;
+pub(crate) mod batch_scope;
 mod cache;
 mod completion;
 mod finish;
@@ -36,7 +40,7 @@ mod known_answer;
 mod layer;
 mod lease;
 mod optimistic;
-mod precheck;
+pub(crate) mod precheck;
 mod protocol;
 mod record_fn;
 mod record_key;
@@ -47,11 +51,9 @@ mod stored_result;
 
 pub use completion::Completion;
 pub use finish::{ResultAndWrites, ResultOnly, MAX_STORED_FAILURE_BYTES, UNSTORED_FAILURE_MESSAGE};
-pub(crate) use in_flight::{within_batch, within_call};
 pub use in_transaction::{InTransaction, TransactionEvent};
 pub(crate) use invoke::catch_panic_async;
 pub use layer::{IdempotencyLayer, SequencedLayer};
-pub(crate) use precheck::{begin_turn, offering};
 pub use record_fn::{record_fn, RecordFn};
 pub use record_key::FALLBACK_KEY_PREFIX;
 pub use sequenced::{Position, PositionOf, Sequence, SequenceRule, Sequenced};

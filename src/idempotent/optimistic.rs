@@ -11,6 +11,7 @@ use serde::Serialize;
 use tower::{BoxError, Service};
 
 use super::admission::{admit, Admission, Claim};
+use super::batch_scope::Batch;
 use super::completion::Completion;
 use super::finish::{self, commit_error, failure_text, is_our_commit, stored_failure_message};
 use super::in_flight::FlightResult;
@@ -186,6 +187,7 @@ pub(crate) async fn run<S, St, K, C, I, T>(
     protocol: Arc<Protocol<St, K, C>>,
     inner: S,
     event: LambdaEvent<I>,
+    batch: Option<Arc<Batch<I>>>,
 ) -> Result<Processed<T>, Error>
 where
     S: Service<LambdaEvent<I>, Response = Completion<T>>,
@@ -196,7 +198,7 @@ where
     C: Clock,
     I: Input + Send + Sync + 'static,
 {
-    let claim = match admit(&protocol, &event).await {
+    let claim = match admit(&protocol, &event, batch.as_deref()).await {
         Admission::Answered(answer) => return answer,
         // Writes need the record: a record without a key fails with the key error.
         Admission::Unprotected(err) => return Err(Error::Key(err)),

@@ -8,15 +8,13 @@
 //! turn the lookup was read in: a lease may end at any moment (its holder completes or
 //! releases the record), so once a later record's turn has begun (a record that runs after
 //! earlier ones in an ordered batch, or waits for a slot in a concurrent one) the lease found
-//! is read again by the record's conditional write ([`begin_turn`]; in optimistic mode, by a
+//! is read again by the record's conditional write ([`Offer::begin_turn`]; in optimistic mode, by a
 //! read of the record before its handler runs). A completed or failed record is final until
 //! it expires, which is checked at each record's turn.
 //! Whatever the pre-check did not find, or could not read, goes on to the conditional
 //! write, which stays the only judge of a record's lease: the pre-check can only save calls.
 
-use std::any::Any;
 use std::collections::HashMap;
-use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -26,7 +24,7 @@ use lambda_runtime::Context;
 use serde::de::DeserializeOwned;
 use tokio::sync::OnceCell;
 
-use super::batch_replay::{BatchReplayer, Candidate};
+use super::in_flight::FailureMemo;
 use super::invoke::panic_message;
 use super::known_answer::answer_known;
 use super::protocol::Protocol;
@@ -45,8 +43,10 @@ use crate::store::{Store, StoreError};
 /// What the pre-check found, sorted by key (one record per key).
 type Found = Vec<Arc<Record>>;
 
-/// A protocol's lookup of the current batch, and the batch's offered records.
-type Offer<I> = (Arc<Lookup>, Arc<Vec<I>>);
+/// One offered record's replay, decided at the record's turn (its expiry, lease and payload
+/// checked against what was read then, the response hook called, the local cache filled):
+/// `None` when its own call answers it instead.
+pub(crate) type Candidate<T> = Box<dyn FnOnce() -> Option<Processed<T>> + Send>;
 
 /// One protocol's lookup of the offered records: their keys, derived when the first record
 /// of the batch reaches the protocol, and what the store answered for them.
@@ -71,13 +71,19 @@ struct Lookup {
 impl Lookup {
     /// What the store holds of the offered keys: read by the first to ask, once, within
     /// the batch's `deadline`.
-    async fn read<St: Store, C: Clock>(&self, store: &St, clock: &C, deadline: Deadline) -> &Found {
+    async fn read<St: Store, C: Clock, I>(
+        &self,
+        offer: &Offer<I>,
+        store: &St,
+        clock: &C,
+        deadline: Deadline,
+    ) -> &Found {
         self.found
             // Boxed: the store's read (an SDK call, kilobytes of future) is built by the one
             // record that does the lookup, not carried in every record's future.
             .get_or_init(|| {
                 Box::pin(async move {
-                    let read_in = turns_begun();
+                    let read_in = offer.turns_begun();
                     let found = look_up(store, clock, deadline, &self.keys).await;
                     let _ = self.read_in_turn.set(read_in);
                     found
@@ -88,110 +94,103 @@ impl Lookup {
 
     /// Whether no record's turn has begun since the read began: what it found of a record
     /// asking now is not older than that record's turn.
-    fn read_in_this_turn(&self) -> bool {
+    fn read_in_this_turn<I>(&self, offer: &Offer<I>) -> bool {
         self.read_in_turn
             .get()
-            .is_some_and(|&read_in| turns_begun() <= read_in)
+            .is_some_and(|&read_in| offer.turns_begun() <= read_in)
     }
 }
 
-/// The records a batch offers to the pre-check, and each protocol's lookup of them (one per
-/// configured layer: the batch's service may hold more than one).
-struct Offered {
-    /// An `Arc<Vec<I>>` of the batch's record type.
-    records: Arc<dyn Any + Send + Sync>,
+/// The records a batch offers to the pre-check, each protocol's lookup of them (one per
+/// configured layer: the batch's service may hold more than one), and how many of the
+/// batch's records have begun their turn. It reaches the batch's records in their requests
+/// ([`BatchRecord`](super::batch_scope::BatchRecord)).
+pub(crate) struct Offer<I> {
+    records: Vec<I>,
     lookups: Mutex<HashMap<u64, Arc<Lookup>>>,
-    /// How many of the batch's records the schedule has started ([`begin_turn`]).
     turns: AtomicUsize,
 }
 
-tokio::task_local! {
-    static OFFERED: Offered;
-}
-
-/// Tells the current batch's pre-check that the schedule starts a record: the record's turn
-/// begins, and a lookup read before it is older than that turn. The schedule calls it as it
-/// starts each record (before the record's call, for every record of a concurrent batch's
-/// first slots before any runs), so that a record that runs after others, or waits for a
-/// slot, is not answered "in progress" from a lease read before it started. Outside a
-/// batch with offered records, it does nothing.
-pub(crate) fn begin_turn() {
-    let _ = OFFERED.try_with(|offered| offered.turns.fetch_add(1, Ordering::SeqCst));
-}
-
-/// How many of the current batch's records have begun their turn.
-fn turns_begun() -> usize {
-    OFFERED
-        .try_with(|offered| offered.turns.load(Ordering::SeqCst))
-        .unwrap_or_default()
-}
-
-/// Runs `batch` with `records` offered to the pre-check of the protocols its records reach.
-/// With no records offered, nothing is looked up.
-pub(crate) async fn offering<I, F>(records: Arc<Vec<I>>, batch: F) -> F::Output
-where
-    I: Send + Sync + 'static,
-    F: Future,
-{
-    if records.is_empty() {
-        return batch.await;
+impl<I> Offer<I> {
+    /// `records` offered to the pre-check of the protocols the batch's records reach. With
+    /// no records offered, nothing is looked up.
+    pub(crate) fn new(records: Vec<I>) -> Self {
+        Self {
+            records,
+            lookups: Mutex::default(),
+            turns: AtomicUsize::new(0),
+        }
     }
-    let offered = Offered {
-        records,
-        lookups: Mutex::default(),
-        turns: AtomicUsize::new(0),
-    };
-    OFFERED.scope(offered, batch).await
+
+    /// The offered records, in the batch's order.
+    pub(crate) fn records(&self) -> &[I] {
+        &self.records
+    }
+
+    /// Tells the pre-check that the schedule starts a record: the record's turn begins, and
+    /// a lookup read before it is older than that turn. The schedule calls it as it starts
+    /// each record (before the record's call, for every record of a concurrent batch's first
+    /// slots before any runs), so that a record that runs after others, or waits for a slot,
+    /// is not answered "in progress" from a lease read before it started.
+    pub(crate) fn begin_turn(&self) {
+        self.turns.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// How many of the batch's records have begun their turn.
+    fn turns_begun(&self) -> usize {
+        self.turns.load(Ordering::SeqCst)
+    }
 }
 
-/// This protocol's lookup of the current batch's offered records (of this protocol's record
-/// type), and the records: created by the first record of the batch to reach the protocol,
+/// This protocol's lookup of the batch's offered records: created by the first record of the batch to reach the protocol,
 /// which derives every offered record's key.
-fn lookup_of<St, K, C, I>(protocol: &Protocol<St, K, C>, context: &Context) -> Option<Offer<I>>
+fn lookup_of<St, K, C, I>(
+    protocol: &Protocol<St, K, C>,
+    offer: &Offer<I>,
+    context: &Context,
+) -> Option<Arc<Lookup>>
 where
     K: KeyExtractor<I>,
-    I: Input + Send + Sync + 'static,
+    I: Input,
 {
-    OFFERED
-        .try_with(|offered| {
-            let records = offered.records.clone().downcast::<Vec<I>>().ok()?;
-            // One lookup per protocol: its key extractor, prefix and store are its own. Its
-            // id, not its address: a protocol freed within the batch (a service built per
-            // record) may leave its address to another one, with another store.
-            let id = protocol.id;
-            let mut lookups = offered.lookups.lock().unwrap_or_else(|p| p.into_inner());
-            let lookup = lookups.entry(id).or_insert_with(|| {
-                let derived: Vec<Option<Derived>> = records
-                    .iter()
-                    .map(|r| derive(&protocol.key, &protocol.config, r, context).ok())
-                    .collect();
-                // Borrowed from the records (no copy of each id): stable-sorted, so the first
-                // record of an id leads its run and is the one kept.
-                let mut by_id: Vec<usize> = (0..records.len())
-                    .filter(|&i| records[i].id().is_some())
-                    .collect();
-                by_id.sort_by(|&a, &b| records[a].id().cmp(&records[b].id()));
-                by_id.dedup_by(|later, first| records[*later].id() == records[*first].id());
-                let mut keys: Vec<IdempotencyKey> = derived
-                    .iter()
-                    .flatten()
-                    .map(|(key, _)| key.clone())
-                    .collect();
-                keys.sort_unstable();
-                keys.dedup();
-                Arc::new(Lookup {
-                    function_name: context.env_config.function_name.clone(),
-                    derived: Mutex::new(derived),
-                    by_id,
-                    keys,
-                    found: OnceCell::new(),
-                    read_in_turn: OnceLock::new(),
-                })
-            });
-            Some((lookup.clone(), records))
+    let records = &offer.records;
+    if records.is_empty() {
+        return None;
+    }
+    // One lookup per protocol: its key extractor, prefix and store are its own. Its
+    // id, not its address: a protocol freed within the batch (a service built per
+    // record) may leave its address to another one, with another store.
+    let id = protocol.id;
+    let mut lookups = offer.lookups.lock().unwrap_or_else(|p| p.into_inner());
+    let lookup = lookups.entry(id).or_insert_with(|| {
+        let derived: Vec<Option<Derived>> = records
+            .iter()
+            .map(|r| derive(&protocol.key, &protocol.config, r, context).ok())
+            .collect();
+        // Borrowed from the records (no copy of each id): stable-sorted, so the first
+        // record of an id leads its run and is the one kept.
+        let mut by_id: Vec<usize> = (0..records.len())
+            .filter(|&i| records[i].id().is_some())
+            .collect();
+        by_id.sort_by(|&a, &b| records[a].id().cmp(&records[b].id()));
+        by_id.dedup_by(|later, first| records[*later].id() == records[*first].id());
+        let mut keys: Vec<IdempotencyKey> = derived
+            .iter()
+            .flatten()
+            .map(|(key, _)| key.clone())
+            .collect();
+        keys.sort_unstable();
+        keys.dedup();
+        Arc::new(Lookup {
+            function_name: context.env_config.function_name.clone(),
+            derived: Mutex::new(derived),
+            by_id,
+            keys,
+            found: OnceCell::new(),
+            read_in_turn: OnceLock::new(),
         })
-        .ok()
-        .flatten()
+    });
+    Some(Arc::clone(lookup))
 }
 
 /// The current batch's pre-check as one record's admission sees it: the protocol's lookup
@@ -200,46 +199,48 @@ where
 pub(crate) struct BatchLookup<'a, St, K, C, I> {
     protocol: &'a Protocol<St, K, C>,
     context: &'a Context,
-    /// `None` until first needed; then the lookup, if the batch offered records of this
-    /// type.
-    lookup: Option<Option<Offer<I>>>,
+    /// The records the record's batch offered (none outside a batch).
+    offer: Option<&'a Offer<I>>,
+    /// `None` until first needed; then the lookup, if the batch offered records.
+    lookup: Option<Option<Arc<Lookup>>>,
 }
 
 impl<'a, St, K, C, I> BatchLookup<'a, St, K, C, I>
 where
     K: KeyExtractor<I>,
-    I: Input + Send + Sync + 'static,
+    I: Input,
 {
-    pub(crate) fn new(protocol: &'a Protocol<St, K, C>, context: &'a Context) -> Self {
+    pub(crate) fn new(
+        protocol: &'a Protocol<St, K, C>,
+        offer: Option<&'a Offer<I>>,
+        context: &'a Context,
+    ) -> Self {
         Self {
             protocol,
             context,
+            offer,
             lookup: None,
         }
     }
 
-    fn lookup(&mut self) -> Option<&Offer<I>> {
-        let (protocol, context) = (self.protocol, self.context);
-        self.lookup
-            .get_or_insert_with(|| lookup_of(protocol, context))
-            .as_ref()
+    fn lookup(&mut self) -> Option<(&Arc<Lookup>, &'a Offer<I>)> {
+        let (protocol, context, offer) = (self.protocol, self.context, self.offer?);
+        let lookup = self
+            .lookup
+            .get_or_insert_with(|| lookup_of(protocol, offer, context))
+            .as_ref()?;
+        Some((lookup, offer))
     }
 
-    /// The key and payload hash the pre-check derived for `payload`, when the current batch
-    /// offered this very record (the same event, field for field, under the same function
-    /// name) and the protocol's key comes from the event alone
-    /// ([`KeyExtractor::reads_event_only`]), so that it is not derived twice; `None`
-    /// otherwise (the caller derives it).
+    /// The key and payload hash the pre-check derived for `payload`, when the record's
+    /// batch offered this very record (the same event, field for field, under the same
+    /// function name), so that it is not derived twice; `None` otherwise (the caller derives
+    /// it). A key is a function of the event alone ([`KeyExtractor`]).
     pub(crate) fn derived(&mut self, payload: &I) -> Option<Derived> {
-        // A key that may depend on more than the event (a closure reading a task-local a
-        // layer set for this record) was derived for the lookup in another record's call:
-        // derive it again in this one.
-        if !self.protocol.key.reads_event_only() {
-            return None;
-        }
         let id = payload.id()?;
         let context = self.context;
-        let (lookup, records) = self.lookup()?;
+        let (lookup, offer) = self.lookup()?;
+        let records = offer.records();
         let at = lookup
             .by_id
             .binary_search_by(|&i| records[i].id().unwrap_or_default().cmp(id))
@@ -268,16 +269,16 @@ where
         C: Clock,
     {
         let (protocol, context) = (self.protocol, self.context);
-        let (lookup, _) = self.lookup()?;
+        let (lookup, offer) = self.lookup()?;
         lookup.keys.binary_search(key).ok()?;
         let deadline = Deadline::of(context.deadline, protocol.clock.now());
         let found = lookup
-            .read(&protocol.store, &protocol.clock, deadline)
+            .read(offer, &protocol.store, &protocol.clock, deadline)
             .await;
         let record = find(found, key)?;
         // A completed or failed record is final until it expires (`decide` checks that at
         // this turn); a lease may have ended since an older read.
-        if record.status == Status::InProgress && !lookup.read_in_this_turn() {
+        if record.status == Status::InProgress && !lookup.read_in_this_turn(offer) {
             return Some(LookedUp::HeldBeforeTurn);
         }
         Some(LookedUp::Record(Arc::clone(record)))
@@ -300,45 +301,27 @@ fn find<'a>(found: &'a Found, key: &IdempotencyKey) -> Option<&'a Arc<Record>> {
     Some(&found[at])
 }
 
-/// The [`BatchReplayer`] of `protocol` for records `I` and results `T`: [`replay_offered`].
-pub(crate) fn replayer<St, K, C, I, T>(protocol: Arc<Protocol<St, K, C>>) -> BatchReplayer
-where
-    St: Store,
-    K: KeyExtractor<I>,
-    C: Clock,
-    I: Input + Send + Sync + 'static,
-    T: DeserializeOwned + Send + 'static,
-{
-    BatchReplayer::new(move |context: Context| {
-        let protocol = Arc::clone(&protocol);
-        async move { replay_offered::<St, K, C, I, T>(&protocol, &context).await }.boxed()
-    })
-}
-
-/// The current batch's offered records (of this protocol's record type) ready to be replayed
-/// at their turn, by offered position: their keys and payload hashes derived (the lookup's),
-/// and the store's answer for them read once, unless the local cache answers every record's
-/// own path. Each record's [`Candidate`] then decides at its turn as the record's admission
-/// would ([`replay_at_turn`]); one that does not replay puts its key back for its own call.
-/// A record without a key has no candidate. Empty when the batch offered no records of this
-/// type, or when the protocol's key may depend on more than the event
-/// ([`KeyExtractor::reads_event_only`]).
+/// The batch's offered records ready to be replayed at their turn, by offered position:
+/// their keys and payload hashes derived (the lookup's), and the store's answer for them
+/// read once, unless the local cache answers every record's own path. Each record's
+/// [`Candidate`] then decides at its turn as the record's admission would
+/// ([`replay_at_turn`]), `failures` being its batch's; one that does not replay puts its key
+/// back for its own call. A record without a key has no candidate. Empty when the batch
+/// offered no records.
 pub(crate) async fn replay_offered<St, K, C, I, T>(
     protocol: &Arc<Protocol<St, K, C>>,
+    offer: &Offer<I>,
+    failures: &Arc<FailureMemo>,
     context: &Context,
 ) -> Vec<Option<Candidate<T>>>
 where
     St: Store,
     K: KeyExtractor<I>,
     C: Clock,
-    I: Input + Send + Sync + 'static,
+    I: Input,
     T: DeserializeOwned + Send + 'static,
 {
-    // A key that may depend on more than the event is derived in each record's own call.
-    if !protocol.key.reads_event_only() {
-        return Vec::new();
-    }
-    let Some((lookup, _)) = lookup_of::<St, K, C, I>(protocol, context) else {
+    let Some(lookup) = lookup_of::<St, K, C, I>(protocol, offer, context) else {
         return Vec::new();
     };
     // Taken, not copied: each candidate puts its key back if its record goes its own way. A
@@ -369,7 +352,7 @@ where
             let deadline = Deadline::of(context.deadline, now);
             Some(
                 lookup
-                    .read(&protocol.store, &protocol.clock, deadline)
+                    .read(offer, &protocol.store, &protocol.clock, deadline)
                     .await,
             )
         }
@@ -382,9 +365,15 @@ where
             let (key, validation) = derived?;
             let stored = found.and_then(|found| find(found, &key)).cloned();
             let (protocol, lookup) = (Arc::clone(protocol), Arc::clone(&lookup));
+            let failures = Arc::clone(failures);
             let candidate: Candidate<T> = Box::new(move || {
-                let replay =
-                    replay_at_turn(&protocol, &key, validation.as_ref(), stored.as_deref());
+                let replay = replay_at_turn(
+                    &protocol,
+                    &key,
+                    validation.as_ref(),
+                    stored.as_deref(),
+                    &failures,
+                );
                 if replay.is_none() {
                     let mut slots = lookup.derived.lock().unwrap_or_else(|p| p.into_inner());
                     slots[index] = Some((key, validation));
@@ -405,9 +394,10 @@ fn replay_at_turn<St, K, C: Clock, T: DeserializeOwned>(
     key: &IdempotencyKey,
     validation: Option<&PayloadHash>,
     stored: Option<&Record>,
+    failures: &FailureMemo,
 ) -> Option<Processed<T>> {
     let now = protocol.clock.now();
-    match answer_known(protocol, key, validation, now) {
+    match answer_known(protocol, key, validation, now, Some(failures)) {
         Some(Ok(replay)) => return Some(replay),
         Some(Err(_)) => return None,
         None => {}

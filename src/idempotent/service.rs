@@ -12,12 +12,13 @@ use serde::Serialize;
 use tower::{BoxError, Service};
 
 use super::batch_replay::{BatchReplay, BatchReplayer};
+use super::batch_scope::BatchRecord;
 use super::completion::Completion;
 use super::finish::{ResultAndWrites, ResultOnly};
 use super::in_transaction::{self, InTransaction, TransactionEvent};
 use super::protocol::Protocol;
 use super::sequenced::{self, PositionOf, Sequence, Sequenced};
-use super::{lease, optimistic, precheck};
+use super::{lease, optimistic};
 use crate::clock::{Clock, SystemClock};
 use crate::config::CommitStrategy;
 use crate::error::Error;
@@ -31,7 +32,8 @@ use crate::store::{GuardedWrite, Store, TransactionScope, TransactionalStore};
 ///
 /// Request: `LambdaEvent<E>` for any event `E` that is an [`Input`] (an SQS
 /// message, for one), which the key extractor and payload validation read; the `Context`
-/// carries the deadline. Response: [`Processed<T>`]. Error: [`Error`], each mapping
+/// carries the deadline. In a batch, a [`BatchRecord<E>`](crate::batch::BatchRecord): the
+/// event with what its batch knows. Response: [`Processed<T>`]. Error: [`Error`], each mapping
 /// to an [`Outcome`](crate::Outcome).
 ///
 /// The handler kind `M`:
@@ -142,18 +144,18 @@ pub trait HandlerKind<S, St, K, C, I>: sealed::Sealed + Sized {
     #[doc(hidden)]
     fn poll_ready(inner: &mut S, cx: &mut Context<'_>) -> Poll<Result<(), Error>>;
 
-    /// Runs the protocol for one event with the service's ready handler.
+    /// Runs the protocol for one record with the service's ready handler.
     #[doc(hidden)]
     fn call(
         service: &mut Idempotent<S, St, K, C, Self>,
-        event: LambdaEvent<I>,
+        record: BatchRecord<I>,
     ) -> ResponseFuture<Self::Value>;
 
-    /// The replayer of a batch's pre-checked records, for the handler kinds whose admission reads
-    /// the pre-check.
+    /// The replayer of a batch's pre-checked records, for the handler kinds whose admission
+    /// reads the pre-check.
     #[doc(hidden)]
-    fn batch_replayer(_service: &Idempotent<S, St, K, C, Self>) -> Option<BatchReplayer> {
-        None
+    fn batch_replayer(_service: &Idempotent<S, St, K, C, Self>) -> BatchReplayer<I, Self::Value> {
+        BatchReplayer::none()
     }
 }
 
@@ -184,16 +186,17 @@ where
 
     fn call(
         service: &mut Idempotent<S, St, K, C, Self>,
-        event: LambdaEvent<I>,
+        record: BatchRecord<I>,
     ) -> ResponseFuture<T> {
         let (ready, protocol) = service.take_ready();
-        Box::pin(lease::run::<Self, _, _, _, _, _>(protocol, ready, event))
+        let BatchRecord { event, batch } = record;
+        Box::pin(lease::run::<Self, _, _, _, _, _>(
+            protocol, ready, event, batch,
+        ))
     }
 
-    fn batch_replayer(service: &Idempotent<S, St, K, C, Self>) -> Option<BatchReplayer> {
-        Some(precheck::replayer::<St, K, C, I, T>(Arc::clone(
-            &service.protocol,
-        )))
+    fn batch_replayer(service: &Idempotent<S, St, K, C, Self>) -> BatchReplayer<I, T> {
+        BatchReplayer::of(Arc::clone(&service.protocol))
     }
 }
 
@@ -216,21 +219,20 @@ where
 
     fn call(
         service: &mut Idempotent<S, St, K, C, Self>,
-        event: LambdaEvent<I>,
+        record: BatchRecord<I>,
     ) -> ResponseFuture<T> {
         let (ready, protocol) = service.take_ready();
+        let BatchRecord { event, batch } = record;
         match protocol.commit {
-            CommitStrategy::Lease => {
-                Box::pin(lease::run::<Self, _, _, _, _, _>(protocol, ready, event))
-            }
-            CommitStrategy::Optimistic => Box::pin(optimistic::run(protocol, ready, event)),
+            CommitStrategy::Lease => Box::pin(lease::run::<Self, _, _, _, _, _>(
+                protocol, ready, event, batch,
+            )),
+            CommitStrategy::Optimistic => Box::pin(optimistic::run(protocol, ready, event, batch)),
         }
     }
 
-    fn batch_replayer(service: &Idempotent<S, St, K, C, Self>) -> Option<BatchReplayer> {
-        Some(precheck::replayer::<St, K, C, I, T>(Arc::clone(
-            &service.protocol,
-        )))
+    fn batch_replayer(service: &Idempotent<S, St, K, C, Self>) -> BatchReplayer<I, T> {
+        BatchReplayer::of(Arc::clone(&service.protocol))
     }
 }
 
@@ -253,16 +255,15 @@ where
 
     fn call(
         service: &mut Idempotent<S, St, K, C, Self>,
-        event: LambdaEvent<I>,
+        record: BatchRecord<I>,
     ) -> ResponseFuture<T> {
         let (ready, protocol) = service.take_ready();
-        Box::pin(in_transaction::run(protocol, ready, event))
+        let BatchRecord { event, batch } = record;
+        Box::pin(in_transaction::run(protocol, ready, event, batch))
     }
 
-    fn batch_replayer(service: &Idempotent<S, St, K, C, Self>) -> Option<BatchReplayer> {
-        Some(precheck::replayer::<St, K, C, I, T>(Arc::clone(
-            &service.protocol,
-        )))
+    fn batch_replayer(service: &Idempotent<S, St, K, C, Self>) -> BatchReplayer<I, T> {
+        BatchReplayer::of(Arc::clone(&service.protocol))
     }
 }
 
@@ -283,12 +284,14 @@ where
         handler_ready::<_, LambdaEvent<I>>(inner, cx)
     }
 
+    /// The sequence guard reads the entity itself: the batch's pre-check and failure memo
+    /// do not apply.
     fn call(
         service: &mut Idempotent<S, St, Sequence<P>, C, Self>,
-        event: LambdaEvent<I>,
+        record: BatchRecord<I>,
     ) -> ResponseFuture<T> {
         let (ready, protocol) = service.take_ready();
-        Box::pin(sequenced::run(protocol, ready, event))
+        Box::pin(sequenced::run(protocol, ready, record.event))
     }
 }
 
@@ -304,8 +307,27 @@ where
         M::poll_ready(&mut self.inner, cx)
     }
 
+    /// Processes `event` as a record of no batch.
     fn call(&mut self, event: LambdaEvent<I>) -> Self::Future {
-        M::call(self, event)
+        M::call(self, BatchRecord::from(event))
+    }
+}
+
+impl<S, St, K, C, M, I> Service<BatchRecord<I>> for Idempotent<S, St, K, C, M>
+where
+    M: HandlerKind<S, St, K, C, I>,
+{
+    type Response = Processed<M::Value>;
+    type Error = Error;
+    type Future = ResponseFuture<M::Value>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        M::poll_ready(&mut self.inner, cx)
+    }
+
+    /// Processes `record` with what its batch knows (see [`BatchRecord`]).
+    fn call(&mut self, record: BatchRecord<I>) -> Self::Future {
+        M::call(self, record)
     }
 }
 
@@ -313,7 +335,9 @@ impl<S, St, K, C, M, I> BatchReplay<I> for Idempotent<S, St, K, C, M>
 where
     M: HandlerKind<S, St, K, C, I>,
 {
-    fn batch_replayer(&self) -> Option<BatchReplayer> {
+    type Value = M::Value;
+
+    fn batch_replayer(&self) -> BatchReplayer<I, M::Value> {
         M::batch_replayer(self)
     }
 }

@@ -32,10 +32,6 @@ impl<I: Identified + ?Sized> KeyExtractor<I> for MessageId {
         let id = input.id().ok_or(KeyError::MissingMessageId)?;
         non_empty(id.as_bytes().to_vec())
     }
-
-    fn reads_event_only(&self) -> bool {
-        true
-    }
 }
 
 /// Keys on a message attribute's string (or binary) value, e.g. `Idempotency-Key`.
@@ -67,10 +63,6 @@ impl<I: Input + ?Sized> KeyExtractor<I> for MessageAttribute {
             }
             _ => Err(missing()),
         }
-    }
-
-    fn reads_event_only(&self) -> bool {
-        true
     }
 }
 
@@ -127,10 +119,6 @@ impl<I: Input + ?Sized> KeyExtractor<I> for JsonPointer {
             }
         }
     }
-
-    fn reads_event_only(&self) -> bool {
-        true
-    }
 }
 
 /// The body as JSON text: a body that is not UTF-8 is not JSON either.
@@ -147,10 +135,6 @@ impl<I: Input + ?Sized> KeyExtractor<I> for BodyHash {
     fn key_material(&self, input: &I) -> Result<Vec<u8>, KeyError> {
         let body = input.body().ok_or(KeyError::MissingBody)?;
         non_empty(body.into_owned())
-    }
-
-    fn reads_event_only(&self) -> bool {
-        true
     }
 }
 

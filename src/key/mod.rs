@@ -138,20 +138,12 @@ impl KeyError {
 )]
 pub trait KeyExtractor<I: ?Sized>: Send + Sync + 'static {
     /// The raw key material for `input`. It is hashed before it is stored.
-    fn key_material(&self, input: &I) -> Result<Vec<u8>, KeyError>;
-
-    /// Whether the key material depends on the event alone, never on state around it (a
-    /// task- or thread-local a layer sets per record, a clock, a counter). The batch
+    ///
+    /// It must be a function of `input` alone, never of state around it (a task- or
+    /// thread-local a layer sets per record, a clock, a counter): the batch
     /// [pre-check](crate::batch::Precheck) derives the keys of the records it looks up
-    /// together, within the first record's call; with a key from the event alone, each of
-    /// those records then reuses its key instead of deriving it again, and
-    /// [batch replay](crate::batch::BatchProcessor::with_batch_replay) replays them under it.
-    /// `false` by default (a closure: each record derives its own key, in its own call, and
-    /// none is replayed together); `true` for the built-in extractors, and for
-    /// [`or`](KeyExtractor::or) of two that are.
-    fn reads_event_only(&self) -> bool {
-        false
-    }
+    /// together within one record's call, and each of those records then keeps its key.
+    fn key_material(&self, input: &I) -> Result<Vec<u8>, KeyError>;
 
     /// Uses `fallback` when this extractor finds its source absent
     /// ([`KeyError::is_absent`]); other errors are returned as they are.
@@ -234,9 +226,5 @@ impl<I: ?Sized, A: KeyExtractor<I>, B: KeyExtractor<I>> KeyExtractor<I> for Or<A
             Err(err) if err.is_absent() => self.fallback.key_material(input),
             other => other,
         }
-    }
-
-    fn reads_event_only(&self) -> bool {
-        self.first.reads_event_only() && self.fallback.reads_event_only()
     }
 }

@@ -22,7 +22,6 @@ use lambda_idempotency::batch::{BatchProcessor, BatchReport, Scheduling};
 use lambda_idempotency::clock::{Clock, ManualClock};
 use lambda_idempotency::store::InMemoryStore;
 use lambda_idempotency::{Config, Error, IdempotencyLayer, Processed};
-use lambda_runtime::LambdaEvent;
 use order_consumer::{order_key, Order};
 use serde::{Deserialize, Serialize};
 use support::invocation;
@@ -83,8 +82,11 @@ impl Setup {
     fn processor(
         &self,
     ) -> BatchProcessor<
-        impl Service<LambdaEvent<SqsMessage>, Response = Processed<Receipt>, Error = Error>
-            + Clone
+        impl Service<
+                lambda_idempotency::batch::BatchRecord<SqsMessage>,
+                Response = Processed<Receipt>,
+                Error = Error,
+            > + Clone
             + Send
             + Sync
             + 'static,

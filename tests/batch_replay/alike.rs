@@ -78,9 +78,9 @@ async fn a_record_not_replayed_ends_as_without_batch_replay() {
                     .with_payload_validation(PayloadValidation::Body),
             );
         let handler = layer.handler(body_len);
-        let processor = rig
-            .over(handler, together)
-            .with_precheck(Precheck::Redelivered);
+        let processor = rig.over_with(handler, together, |processor| {
+            processor.with_precheck(Precheck::Redelivered)
+        });
         let report = rig
             .run(
                 &processor,
@@ -113,7 +113,7 @@ async fn a_fifo_replay_after_the_deadline_margin() {
             }
             body_len(m)
         });
-        let processor = rig.over(handler, together).with_scheduling(FIFO);
+        let processor = rig.over_with(handler, together, |p| p.with_scheduling(FIFO));
         rig.run(&processor, batch(vec![message("m-2", "{}", 1, true)]))
             .await;
         slow.store(true, Ordering::SeqCst);
@@ -185,7 +185,7 @@ async fn a_fifo_record_decides_on_the_lookup_of_its_turn() {
             }
             body_len(m)
         });
-        let processor = rig.over(handler, together).with_scheduling(FIFO);
+        let processor = rig.over_with(handler, together, |p| p.with_scheduling(FIFO));
         let report = rig
             .run(
                 &processor,

@@ -9,7 +9,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
-use lambda_idempotency::batch::{BatchProcessor, BatchReport, Precheck, Scheduling};
+use lambda_idempotency::batch::{
+    BatchProcessor, BatchRecord, BatchReplay, BatchReplayer, BatchReport, Precheck, Scheduling,
+};
 use lambda_idempotency::clock::{epoch_ms, Clock, ManualClock};
 use lambda_idempotency::hooks::ReplaySource;
 use lambda_idempotency::key::PayloadValidation;
@@ -116,9 +118,8 @@ impl Rig {
         together: bool,
         cache: usize,
         mode: Scheduling,
-    ) -> BatchProcessor<
-        impl Service<LambdaEvent<SqsMessage>, Response = Processed<usize>, Error = Error> + Clone,
-        ManualClock,
+    ) -> Replaying<
+        impl Service<BatchRecord<SqsMessage>, Response = Processed<usize>, Error = Error> + Clone,
     > {
         let hooked = self.hooked.clone();
         let layer = IdempotencyLayer::new(self.store.clone())
@@ -194,24 +195,31 @@ impl Rig {
     }
 
     /// A processor of `service` on this rig's clock, replaying together when `together`.
-    fn over<S>(&self, service: S, together: bool) -> BatchProcessor<S, ManualClock>
+    fn over<S>(&self, service: S, together: bool) -> Replaying<S>
     where
-        S: lambda_idempotency::batch::BatchReplay<SqsMessage>,
+        S: BatchReplay<SqsMessage, Value = usize>,
     {
-        replaying(
-            BatchProcessor::new(service).with_clock(self.clock.clone()),
-            together,
-        )
+        self.over_with(service, together, |processor| processor)
+    }
+
+    /// [`over`](Self::over), the processor set up by `configure` first.
+    fn over_with<S>(
+        &self,
+        service: S,
+        together: bool,
+        configure: impl FnOnce(BatchProcessor<S, ManualClock>) -> BatchProcessor<S, ManualClock>,
+    ) -> Replaying<S>
+    where
+        S: BatchReplay<SqsMessage, Value = usize>,
+    {
+        let processor = BatchProcessor::new(service).with_clock(self.clock.clone());
+        replaying(configure(processor), together)
     }
 
     /// `event` through `processor`, its logs collected.
-    async fn run<S>(
-        &self,
-        processor: &BatchProcessor<S, ManualClock>,
-        event: SqsEvent,
-    ) -> BatchReport<usize>
+    async fn run<S>(&self, processor: &Replaying<S>, event: SqsEvent) -> BatchReport<usize>
     where
-        S: Service<LambdaEvent<SqsMessage>, Response = Processed<usize>, Error = Error> + Clone,
+        S: Service<BatchRecord<SqsMessage>, Response = Processed<usize>, Error = Error> + Clone,
     {
         self.run_with(processor, event, REMAINING).await
     }
@@ -219,12 +227,12 @@ impl Rig {
     /// `event` through `processor` with `remaining` before the deadline.
     async fn run_with<S>(
         &self,
-        processor: &BatchProcessor<S, ManualClock>,
+        processor: &Replaying<S>,
         event: SqsEvent,
         remaining: Duration,
     ) -> BatchReport<usize>
     where
-        S: Service<LambdaEvent<SqsMessage>, Response = Processed<usize>, Error = Error> + Clone,
+        S: Service<BatchRecord<SqsMessage>, Response = Processed<usize>, Error = Error> + Clone,
     {
         let logs = self.logs.clone();
         let subscriber = tracing_subscriber::fmt()
@@ -282,16 +290,16 @@ fn body_len(m: SqsMessage) -> std::future::Ready<std::io::Result<usize>> {
     std::future::ready(Ok(m.body.unwrap_or_default().len()))
 }
 
+/// A processor on the rig's clock, replaying its batches' pre-checked records together or
+/// not.
+type Replaying<S> = BatchProcessor<S, ManualClock, SqsEvent, BatchReplayer<SqsMessage, usize>>;
+
 /// `processor`, replaying its batches' pre-checked records together when `together`.
-fn replaying<S, C>(processor: BatchProcessor<S, C>, together: bool) -> BatchProcessor<S, C>
+fn replaying<S>(processor: BatchProcessor<S, ManualClock>, together: bool) -> Replaying<S>
 where
-    S: lambda_idempotency::batch::BatchReplay<SqsMessage>,
+    S: BatchReplay<SqsMessage, Value = usize>,
 {
-    if together {
-        processor.with_batch_replay()
-    } else {
-        processor
-    }
+    processor.with_batch_replay(together)
 }
 
 /// Whether a handler is ready, asked on each `poll_ready`.

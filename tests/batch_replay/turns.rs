@@ -10,16 +10,15 @@ use std::time::Duration;
 
 use aws_lambda_events::sqs::SqsMessage;
 use futures_util::FutureExt;
-use lambda_idempotency::batch::{BatchProcessor, Precheck, Scheduling};
-use lambda_idempotency::clock::{epoch_ms, Clock, ManualClock};
+use lambda_idempotency::batch::{Precheck, Scheduling};
+use lambda_idempotency::clock::{epoch_ms, Clock};
 use lambda_idempotency::hooks::ReplaySource;
 use lambda_idempotency::record::Status;
 use lambda_idempotency::{Config, IdempotencyLayer, Outcome};
 use lambda_idempotency_test_support::{error_types, outcomes, reported};
-use lambda_runtime::LambdaEvent;
 use tower::{Layer, Service};
 
-use super::{batch, both_ways, message, Readiness, Rig, Ticking, REMAINING};
+use super::{batch, both_ways, message, Readiness, Replaying, Rig, Ticking, REMAINING};
 
 /// A panic in the handler's readiness fails each record alone (the per-record panic guard
 /// around `oneshot`), with batch replay too (the replay phase asks readiness under a guard).
@@ -122,13 +121,12 @@ fn slow_processor(
     rig: &Rig,
     together: bool,
     limit: usize,
-) -> BatchProcessor<
+) -> Replaying<
     impl Service<
-            LambdaEvent<SqsMessage>,
+            lambda_idempotency::batch::BatchRecord<SqsMessage>,
             Response = lambda_idempotency::Processed<usize>,
             Error = lambda_idempotency::Error,
         > + Clone,
-    ManualClock,
 > {
     let hooked = rig.hooked.clone();
     let layer = IdempotencyLayer::new(rig.store.clone())
@@ -148,9 +146,11 @@ fn slow_processor(
         }
         std::future::ready(Ok::<_, std::io::Error>(body.len()))
     });
-    rig.over(handler, together)
-        .with_precheck(Precheck::Redelivered)
-        .with_scheduling(Scheduling::Concurrent { limit })
+    rig.over_with(handler, together, |processor| {
+        processor
+            .with_precheck(Precheck::Redelivered)
+            .with_scheduling(Scheduling::Concurrent { limit })
+    })
 }
 
 /// A rig whose store holds m-1 and m-3 completed (first deliveries through

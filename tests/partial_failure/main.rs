@@ -22,7 +22,6 @@ use lambda_idempotency::clock::{Clock, ManualClock};
 use lambda_idempotency::key::IdempotencyKey;
 use lambda_idempotency::store::{InMemoryStore, Store};
 use lambda_idempotency::{Config, Error, IdempotencyLayer};
-use lambda_runtime::LambdaEvent;
 use support::faulty_store::FaultyStore;
 use support::invocation;
 
@@ -66,7 +65,7 @@ fn counting<S: Store + Clone>(
     fail: Arc<AtomicBool>,
 ) -> BatchProcessor<
     impl tower::Service<
-            LambdaEvent<SqsMessage>,
+            lambda_idempotency::batch::BatchRecord<SqsMessage>,
             Response = lambda_idempotency::Processed<String>,
             Error = Error,
         > + Clone,

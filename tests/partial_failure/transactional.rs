@@ -10,7 +10,6 @@ use lambda_idempotency::batch::BatchProcessor;
 use lambda_idempotency::clock::{Clock, ManualClock};
 use lambda_idempotency::store::InMemoryStore;
 use lambda_idempotency::{Error, IdempotencyLayer, Outcome};
-use lambda_runtime::LambdaEvent;
 use support::{invocation, outcomes, reported};
 
 use crate::{batch, config, message, REMAINING};
@@ -24,7 +23,7 @@ fn ledger_credit(
     broken: Arc<AtomicBool>,
 ) -> BatchProcessor<
     impl tower::Service<
-            LambdaEvent<SqsMessage>,
+            lambda_idempotency::batch::BatchRecord<SqsMessage>,
             Response = lambda_idempotency::Processed<u32>,
             Error = Error,
         > + Clone,

@@ -74,7 +74,7 @@ fn container(
     witness: Arc<Witness>,
 ) -> BatchProcessor<
     impl tower::Service<
-            lambda_runtime::LambdaEvent<SqsMessage>,
+            lambda_idempotency::batch::BatchRecord<SqsMessage>,
             Response = lambda_idempotency::Processed<i64>,
             Error = lambda_idempotency::Error,
         > + Clone
@@ -134,7 +134,7 @@ async fn deliver_until_done<S>(
 ) -> Vec<(String, Outcome)>
 where
     S: tower::Service<
-            lambda_runtime::LambdaEvent<SqsMessage>,
+            lambda_idempotency::batch::BatchRecord<SqsMessage>,
             Response = lambda_idempotency::Processed<i64>,
             Error = lambda_idempotency::Error,
         > + Clone,

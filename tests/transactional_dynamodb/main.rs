@@ -100,7 +100,7 @@ impl Ledger {
         hook: Hook,
     ) -> BatchProcessor<
         impl tower::Service<
-                lambda_runtime::LambdaEvent<SqsMessage>,
+                lambda_idempotency::batch::BatchRecord<SqsMessage>,
                 Response = lambda_idempotency::Processed<Applied>,
                 Error = Error,
             > + Clone

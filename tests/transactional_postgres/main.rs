@@ -101,7 +101,7 @@ impl Rig {
         mode: CommitStrategy,
     ) -> BatchProcessor<
         impl tower::Service<
-                lambda_runtime::LambdaEvent<SqsMessage>,
+                lambda_idempotency::batch::BatchRecord<SqsMessage>,
                 Response = lambda_idempotency::Processed<i64>,
                 Error = lambda_idempotency::Error,
             > + Clone,

@@ -35,12 +35,15 @@ use std::time::Duration;
 use aws_config::retry::RetryConfig;
 use aws_config::timeout::TimeoutConfig;
 use aws_config::{BehaviorVersion, SdkConfig};
+use lambda_idempotency::aws_lambda_events::sqs::SqsEvent;
 use lambda_idempotency::aws_lambda_events::sqs::SqsMessage;
-use lambda_idempotency::batch::{BatchProcessor, DEFAULT_DEADLINE_MARGIN};
+use lambda_idempotency::batch::{
+    BatchProcessor, BatchRecord, BatchReplayer, DEFAULT_DEADLINE_MARGIN,
+};
+use lambda_idempotency::clock::SystemClock;
 use lambda_idempotency::idempotent::{Position, Sequence};
 use lambda_idempotency::key::PayloadValidation;
 use lambda_idempotency::key::{JsonPointer, KeyError, KeyExtractor, MessageAttribute};
-use lambda_idempotency::lambda_runtime::LambdaEvent;
 use lambda_idempotency::store::{Attr, DynamoDbStore, Write};
 use lambda_idempotency::{
     CommitStrategy, Completion, Config, Error, IdempotencyLayer, Processed, SequencedLayer,
@@ -330,7 +333,7 @@ pub fn processor(
     settings: &Settings,
 ) -> BatchProcessor<
     impl tower::Service<
-            LambdaEvent<SqsMessage>,
+            BatchRecord<SqsMessage>,
             Response = Processed<Applied>,
             Error = Error,
             Future = impl Send,
@@ -338,6 +341,9 @@ pub fn processor(
         + Send
         + Sync
         + 'static,
+    SystemClock,
+    SqsEvent,
+    BatchReplayer<SqsMessage, Applied>,
 > {
     let store = DynamoDbStore::new(client, settings.tables.idempotency.clone());
     let layer = IdempotencyLayer::new(store.clone())
@@ -365,7 +371,7 @@ pub fn processor(
     };
     BatchProcessor::new(handler)
         .with_deadline_margin(settings.deadline_margin)
-        .with_batch_replay()
+        .with_batch_replay(true)
 }
 
 #[cfg(test)]

@@ -22,9 +22,8 @@
 use std::time::Duration;
 
 use lambda_idempotency::aws_lambda_events::sqs::SqsMessage;
-use lambda_idempotency::batch::BatchProcessor;
+use lambda_idempotency::batch::{BatchProcessor, BatchRecord};
 use lambda_idempotency::key::PayloadValidation;
-use lambda_idempotency::lambda_runtime::LambdaEvent;
 use lambda_idempotency::store::postgres::PgTransaction;
 use lambda_idempotency::store::{PostgresStore, StoreError, TransactionScope};
 use lambda_idempotency::{deadpool_postgres, tokio_postgres};
@@ -154,7 +153,7 @@ pub fn processor<St>(
 ) -> Result<
     BatchProcessor<
         impl tower::Service<
-                LambdaEvent<SqsMessage>,
+                BatchRecord<SqsMessage>,
                 Response = Processed<Applied>,
                 Error = Error,
                 Future = impl Send,

@@ -29,7 +29,7 @@
 
 use lambda_idempotency::aws_lambda_events::event::dynamodb::{Event as DynamoDbEvent, EventRecord};
 use lambda_idempotency::aws_lambda_events::event::kinesis::{KinesisEvent, KinesisEventRecord};
-use lambda_idempotency::batch::{BatchError, BatchProcessor};
+use lambda_idempotency::batch::{BatchError, BatchProcessor, BatchRecord};
 use lambda_idempotency::key::PayloadValidation;
 use lambda_idempotency::key::{JsonPointer, KeyError, KeyExtractor};
 use lambda_idempotency::lambda_runtime::LambdaEvent;
@@ -138,7 +138,7 @@ pub fn dynamodb_processor(
 /// A record service of either source, as the processors above build them.
 pub trait RecordService<R>:
     tower::Service<
-        LambdaEvent<R>,
+        BatchRecord<R>,
         Response = lambda_idempotency::Processed<Option<Applied>>,
         Error = lambda_idempotency::Error,
         Future: Send,
@@ -151,7 +151,7 @@ pub trait RecordService<R>:
 
 impl<R, S> RecordService<R> for S where
     S: tower::Service<
-            LambdaEvent<R>,
+            BatchRecord<R>,
             Response = lambda_idempotency::Processed<Option<Applied>>,
             Error = lambda_idempotency::Error,
             Future: Send,

@@ -16,7 +16,7 @@ use tracing::Instrument;
 
 mod schedule;
 
-use schedule::BatchRecord;
+use schedule::Placed;
 
 use super::error::BatchError;
 use super::event::BatchEvent;
@@ -24,7 +24,8 @@ use super::report::{summarize, BatchReport, RecordReport};
 use super::scheduling::Scheduling;
 use crate::clock::{epoch_ms, Clock, Deadline, SystemClock};
 use crate::error::Error;
-use crate::idempotent::batch_replay::{BatchReplay, BatchReplayer};
+use crate::idempotent::batch_replay::{BatchReplay, BatchReplayer, ReplayPhase};
+use crate::idempotent::batch_scope::{Batch, BatchRecord};
 use crate::outcome::Processed;
 use crate::store::{Misconfiguration, StoreError};
 
@@ -88,18 +89,19 @@ pub use crate::clock::ANSWER_MARGIN;
 ///   fails the invocation with [`BatchError::UnreportableFailures`], so the whole batch is
 ///   retried on purpose; completed records replay their stored results then.
 #[derive(Debug)]
-pub struct BatchProcessor<S, C = SystemClock, E = SqsEvent> {
+pub struct BatchProcessor<S, C = SystemClock, E = SqsEvent, P = ()> {
     service: S,
     scheduling: Scheduling,
     deadline_margin: Duration,
     clock: C,
     log_error_text: bool,
     precheck: Precheck,
-    replayer: Option<BatchReplayer>,
+    /// How pre-checked records are replayed: `()`, each through its own call.
+    replay: P,
     event: PhantomData<fn(E)>,
 }
 
-impl<S: Clone, C: Clone, E> Clone for BatchProcessor<S, C, E> {
+impl<S: Clone, C: Clone, E, P: Clone> Clone for BatchProcessor<S, C, E, P> {
     fn clone(&self) -> Self {
         Self {
             service: self.service.clone(),
@@ -108,7 +110,7 @@ impl<S: Clone, C: Clone, E> Clone for BatchProcessor<S, C, E> {
             clock: self.clock.clone(),
             log_error_text: self.log_error_text,
             precheck: self.precheck,
-            replayer: self.replayer.clone(),
+            replay: self.replay.clone(),
             event: PhantomData,
         }
     }
@@ -151,13 +153,13 @@ impl<S, E> BatchProcessor<S, SystemClock, E> {
             clock: SystemClock,
             log_error_text: false,
             precheck: Precheck::default(),
-            replayer: None,
+            replay: (),
             event: PhantomData,
         }
     }
 }
 
-impl<S, C, E> BatchProcessor<S, C, E> {
+impl<S, C, E, P> BatchProcessor<S, C, E, P> {
     /// Schedules the records of each batch as `scheduling` says (default
     /// [`Scheduling::Auto`], 10 at once).
     pub fn with_scheduling(mut self, scheduling: Scheduling) -> Self {
@@ -190,7 +192,7 @@ impl<S, C, E> BatchProcessor<S, C, E> {
     }
 
     /// Reads time from `clock`.
-    pub fn with_clock<C2: Clock>(self, clock: C2) -> BatchProcessor<S, C2, E> {
+    pub fn with_clock<C2: Clock>(self, clock: C2) -> BatchProcessor<S, C2, E, P> {
         BatchProcessor {
             service: self.service,
             scheduling: self.scheduling,
@@ -198,7 +200,7 @@ impl<S, C, E> BatchProcessor<S, C, E> {
             clock,
             log_error_text: self.log_error_text,
             precheck: self.precheck,
-            replayer: self.replayer,
+            replay: self.replay,
             event: PhantomData,
         }
     }
@@ -217,34 +219,50 @@ impl<S, C, E> BatchProcessor<S, C, E> {
     /// lookup without reading again, and ends as it would without batch replay.
     ///
     /// A batch that runs in order (a FIFO queue, a stream) is not replayed together: each of
-    /// its records answers at its own turn. Nor are records whose key may depend on more
-    /// than the event ([`KeyExtractor::reads_event_only`](crate::key::KeyExtractor::reads_event_only)),
-    /// or records that are not [pre-checked](Self::with_precheck).
+    /// its records answers at its own turn. Nor are records that are not
+    /// [pre-checked](Self::with_precheck).
     ///
     /// For a service that is an [`Idempotent`](crate::Idempotent) one itself (or either of
     /// two), whose answer is the record's answer: a layer around it (one that maps responses
     /// or counts calls) would not see the replayed records.
-    pub fn with_batch_replay(mut self) -> Self
+    ///
+    /// With `together` false, every record goes through its own call as without it (the
+    /// processor's type is the same either way, so a setting can choose).
+    pub fn with_batch_replay(
+        self,
+        together: bool,
+    ) -> BatchProcessor<S, C, E, BatchReplayer<E::Record, S::Value>>
     where
         E: BatchEvent,
         S: BatchReplay<E::Record>,
     {
-        self.replayer = self.service.batch_replayer();
-        self
+        BatchProcessor {
+            replay: match together {
+                true => self.service.batch_replayer(),
+                false => BatchReplayer::none(),
+            },
+            service: self.service,
+            scheduling: self.scheduling,
+            deadline_margin: self.deadline_margin,
+            clock: self.clock,
+            log_error_text: self.log_error_text,
+            precheck: self.precheck,
+            event: PhantomData,
+        }
     }
 }
 
-impl<S, C, E: BatchEvent> BatchProcessor<S, C, E> {
+impl<S, C, E: BatchEvent, P> BatchProcessor<S, C, E, P> {
     /// Processes every record of `event`.
     pub async fn process<T>(&self, event: LambdaEvent<E>) -> BatchReport<T, E::Response>
     where
-        S: Service<LambdaEvent<E::Record>, Response = Processed<T>, Error = Error> + Clone,
+        S: Service<BatchRecord<E::Record>, Response = Processed<T>, Error = Error> + Clone,
         C: Clock,
+        P: ReplayPhase<E::Record, T>,
         T: 'static,
     {
         let started = self.clock.now();
-        // What this batch learns about failed keys stays with this batch.
-        let report = crate::idempotent::within_batch(self.process_batch(event)).await;
+        let report = self.process_batch(event).await;
         let elapsed = self.clock.now().duration_since(started).unwrap_or_default();
         crate::metrics::batch_latency(elapsed);
         report
@@ -252,8 +270,9 @@ impl<S, C, E: BatchEvent> BatchProcessor<S, C, E> {
 
     async fn process_batch<T>(&self, event: LambdaEvent<E>) -> BatchReport<T, E::Response>
     where
-        S: Service<LambdaEvent<E::Record>, Response = Processed<T>, Error = Error> + Clone,
+        S: Service<BatchRecord<E::Record>, Response = Processed<T>, Error = Error> + Clone,
         C: Clock,
+        P: ReplayPhase<E::Record, T>,
         T: 'static,
     {
         let LambdaEvent {
@@ -283,20 +302,18 @@ impl<S, C, E: BatchEvent> BatchProcessor<S, C, E> {
             Precheck::Always => (0..records.len()).collect(),
         };
         // The offered records move to the pre-check's offer, shared with the schedule: a
-        // record is copied back only when its own call of the service needs it.
+        // record is copied back only when its own call of the service needs it. What this
+        // batch learns (the lookup, the failed keys) stays with this batch.
         let scheduling = self.scheduling.resolve::<E>(&records);
-        let (records, offered) = BatchRecord::split(records, &offered_at);
-        let offered = Arc::new(offered);
-        // Boxed: the records' scheduling makes a future of kilobytes, which the layers around
-        // it (the pre-check's offer, the batch's failure memo) would otherwise each copy.
+        let (records, offered) = Placed::split(records, &offered_at);
         let scope = BatchScope {
             context,
             deadline,
             misconfigured: OnceLock::new(),
+            batch: Arc::new(Batch::new(offered)),
         };
-        let schedule =
-            Box::pin(self.schedule::<T>(scheduling, records, &offered, offered_at, &scope));
-        let reports = crate::idempotent::offering(Arc::clone(&offered), schedule).await;
+        // Boxed: the records' scheduling makes a future of kilobytes.
+        let reports = Box::pin(self.schedule::<T>(scheduling, records, offered_at, &scope)).await;
         let mut report = summarize::<T, E>(reports);
         let failing = scope
             .misconfigured
@@ -352,11 +369,11 @@ impl<S, C, E: BatchEvent> BatchProcessor<S, C, E> {
     pub(super) async fn process_record<T>(
         &self,
         record: E::Record,
-        scope: &BatchScope,
+        scope: &BatchScope<E::Record>,
         margin_checked: bool,
     ) -> RecordReport<T>
     where
-        S: Service<LambdaEvent<E::Record>, Response = Processed<T>, Error = Error> + Clone,
+        S: Service<BatchRecord<E::Record>, Response = Processed<T>, Error = Error> + Clone,
         C: Clock,
     {
         let item_identifier = E::item_identifier(&record);
@@ -375,6 +392,7 @@ impl<S, C, E: BatchEvent> BatchProcessor<S, C, E> {
                 return Err(Error::DeadlineNear);
             }
             let event = LambdaEvent::new(record, scope.context.clone());
+            let request = BatchRecord::of(event, &scope.batch);
             // The service catches its handler's panic (and releases the lease); a panic
             // anywhere else on the record's path (a store, a clock, another service) fails
             // this record alone.
@@ -383,16 +401,16 @@ impl<S, C, E: BatchEvent> BatchProcessor<S, C, E> {
                 // A record that waits for the service to be ready (a concurrency limit in or
                 // around it) begins a new turn once it is: the batch's lookup, read while it
                 // waited, is older than its turn.
-                match ServiceExt::<LambdaEvent<E::Record>>::ready(&mut service).now_or_never() {
+                match ServiceExt::<BatchRecord<E::Record>>::ready(&mut service).now_or_never() {
                     Some(ready) => {
                         ready?;
                     }
                     None => {
-                        ServiceExt::<LambdaEvent<E::Record>>::ready(&mut service).await?;
-                        crate::idempotent::begin_turn();
+                        ServiceExt::<BatchRecord<E::Record>>::ready(&mut service).await?;
+                        scope.batch.offer.begin_turn();
                     }
                 }
-                service.call(event).await
+                service.call(request).await
             });
             tokio::select! {
                 result = call => result,
@@ -450,27 +468,30 @@ fn misconfigured_for_all<T>(records: &[RecordReport<T>]) -> Option<Misconfigurat
 }
 
 /// What the records of one batch share while it runs: the invocation's context (its deadline
-/// normalised) and deadline, and the store's own misconfiguration once a record met it
-/// (later records are not started).
-pub(super) struct BatchScope {
+/// normalised) and deadline, the store's own misconfiguration once a record met it (later
+/// records are not started), and what the records' services learn of the batch, handed to
+/// them in each [`BatchRecord`].
+pub(super) struct BatchScope<R> {
     pub(super) context: lambda_runtime::Context,
     pub(super) deadline: Deadline,
     misconfigured: OnceLock<Misconfiguration>,
+    pub(super) batch: Arc<Batch<R>>,
 }
 
 /// The future a [`BatchProcessor`] returns as a service of events `E`.
 pub type BatchFuture<R> = Pin<Box<dyn Future<Output = Result<R, BatchError>> + Send>>;
 
-impl<S, C, T, E> Service<LambdaEvent<E>> for BatchProcessor<S, C, E>
+impl<S, C, T, E, P> Service<LambdaEvent<E>> for BatchProcessor<S, C, E, P>
 where
     E: BatchEvent,
-    S: Service<LambdaEvent<E::Record>, Response = Processed<T>, Error = Error>
+    S: Service<BatchRecord<E::Record>, Response = Processed<T>, Error = Error>
         + Clone
         + Send
         + Sync
         + 'static,
     S::Future: Send,
     C: Clock + Clone,
+    P: ReplayPhase<E::Record, T> + Clone + Send + Sync + 'static,
     T: Send + 'static,
 {
     type Response = E::Response;

@@ -6,7 +6,6 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Mutex, PoisonError};
 
 use futures_util::{FutureExt, StreamExt};
-use lambda_runtime::LambdaEvent;
 use tokio::sync::OnceCell;
 use tower::{Service, ServiceExt};
 
@@ -16,7 +15,9 @@ use crate::batch::report::{skipped, RecordReport};
 use crate::batch::scheduling::{Scheduling, Stops};
 use crate::clock::Clock;
 use crate::error::Error;
-use crate::idempotent::batch_replay::Candidate;
+use crate::idempotent::batch_replay::ReplayPhase;
+use crate::idempotent::batch_scope::BatchRecord;
+use crate::idempotent::precheck::Candidate;
 use crate::outcome::Processed;
 
 /// What a concurrent batch's replay phase left each offered record, by position in the
@@ -37,12 +38,12 @@ enum Turn<T> {
 /// A record of the batch as it is scheduled: its own, or one of the records offered to the
 /// pre-check, shared with the offer and copied only when its own call of the service needs
 /// it (a record the batch replays is answered without a copy).
-pub(super) enum BatchRecord<'a, R> {
+pub(super) enum Placed<'a, R> {
     Own(R),
     Offered(&'a R),
 }
 
-impl<'a, R: Clone> BatchRecord<'a, R> {
+impl<'a, R: Clone> Placed<'a, R> {
     /// `records` with those at `offered_at` (positions, ascending) moved out: the rest, each
     /// at its place, and the offered ones in order.
     pub(super) fn split(records: Vec<R>, offered_at: &[usize]) -> (Vec<Option<R>>, Vec<R>) {
@@ -91,10 +92,10 @@ impl<'a, R: Clone> BatchRecord<'a, R> {
     }
 }
 
-impl<S, C, E: BatchEvent> BatchProcessor<S, C, E> {
+impl<S, C, E: BatchEvent, P> BatchProcessor<S, C, E, P> {
     /// Runs the records as `scheduling` (resolved for this batch) says; the reports keep the
     /// event's order. The records offered to the pre-check (`offered_at`, positions in the
-    /// batch) were moved out of `records` into `offered`, in order. With
+    /// batch) were moved out of `records` into the batch's offer, in order. With
     /// [batch replay](Self::with_batch_replay), the offered records of a concurrent batch are
     /// replayed together where they can be, the first of them to start working the replays
     /// out for all; the records still start in the event's order.
@@ -102,19 +103,21 @@ impl<S, C, E: BatchEvent> BatchProcessor<S, C, E> {
         &self,
         scheduling: Scheduling,
         records: Vec<Option<E::Record>>,
-        offered: &[E::Record],
         offered_at: Vec<usize>,
-        scope: &BatchScope,
+        scope: &BatchScope<E::Record>,
     ) -> Vec<RecordReport<T>>
     where
-        S: Service<LambdaEvent<E::Record>, Response = Processed<T>, Error = Error> + Clone,
+        S: Service<BatchRecord<E::Record>, Response = Processed<T>, Error = Error> + Clone,
         C: Clock,
+        P: ReplayPhase<E::Record, T>,
         T: 'static,
     {
+        let offer = &scope.batch.offer;
+        let offered = offer.records();
         match scheduling {
             Scheduling::Auto { .. } => unreachable!("resolved by process_batch"),
             Scheduling::Concurrent { limit } => {
-                let replay = self.replayer.is_some() && !offered_at.is_empty();
+                let replay = self.replay.replays() && !offered_at.is_empty();
                 let replays: Replays<T> = OnceCell::new();
                 let (replays, offered_at) = (&replays, offered_at.as_slice());
                 // A new record starts as soon as any running one finishes (a slow record
@@ -126,8 +129,8 @@ impl<S, C, E: BatchEvent> BatchProcessor<S, C, E> {
                     |(index, record)| {
                         // Started as it takes a slot: the first slots' records all begin
                         // their turn before any runs, one waiting for a slot when it gets it.
-                        crate::idempotent::begin_turn();
-                        let record = BatchRecord::at(record, index, offered_at, offered);
+                        offer.begin_turn();
+                        let record = Placed::at(record, index, offered_at, offered);
                         let replayable = replay && offered_at.binary_search(&index).is_ok();
                         // Boxed once: the record's future (a few kilobytes) is not copied
                         // again as the stream hands it to its set of running futures.
@@ -174,8 +177,8 @@ impl<S, C, E: BatchEvent> BatchProcessor<S, C, E> {
                 let mut reports = Vec::with_capacity(records.len());
                 let mut stops = Stops::new(skip_failed_group_only);
                 for (index, record) in records.into_iter().enumerate() {
-                    crate::idempotent::begin_turn();
-                    let record = BatchRecord::at(record, index, &offered_at, offered);
+                    offer.begin_turn();
+                    let record = Placed::at(record, index, &offered_at, offered);
                     let group = E::group(record.get());
                     let report = if stops.skips(group.as_deref()) {
                         skipped(E::item_identifier(record.get()))
@@ -202,11 +205,12 @@ impl<S, C, E: BatchEvent> BatchProcessor<S, C, E> {
         index: usize,
         replays: &Replays<T>,
         offered_at: &[usize],
-        scope: &BatchScope,
+        scope: &BatchScope<E::Record>,
     ) -> Turn<T>
     where
-        S: Service<LambdaEvent<E::Record>, Response = Processed<T>, Error = Error> + Clone,
+        S: Service<BatchRecord<E::Record>, Response = Processed<T>, Error = Error> + Clone,
         C: Clock,
+        P: ReplayPhase<E::Record, T>,
     {
         let replays = replays
             .get_or_init(|| async {
@@ -237,19 +241,17 @@ impl<S, C, E: BatchEvent> BatchProcessor<S, C, E> {
     async fn replays<T: 'static>(
         &self,
         offered_at: &[usize],
-        scope: &BatchScope,
+        scope: &BatchScope<E::Record>,
     ) -> Option<Vec<Option<Candidate<T>>>>
     where
-        S: Service<LambdaEvent<E::Record>, Response = Processed<T>, Error = Error> + Clone,
+        S: Service<BatchRecord<E::Record>, Response = Processed<T>, Error = Error> + Clone,
         C: Clock,
+        P: ReplayPhase<E::Record, T>,
     {
-        let Some(replayer) = self.replayer.as_ref() else {
-            return Some(Vec::new());
-        };
         let phase = AssertUnwindSafe(async {
             let mut service = self.service.clone();
-            match ServiceExt::<LambdaEvent<E::Record>>::ready(&mut service).await {
-                Ok(_) => replayer.candidates::<T>(&scope.context).await,
+            match ServiceExt::<BatchRecord<E::Record>>::ready(&mut service).await {
+                Ok(_) => self.replay.candidates(&scope.batch, &scope.context).await,
                 Err(_) => Vec::new(),
             }
         });

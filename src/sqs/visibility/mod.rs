@@ -18,7 +18,7 @@ use futures_util::StreamExt;
 use lambda_runtime::LambdaEvent;
 use tower::{Layer, Service};
 
-use crate::batch::{BatchError, BatchProcessor, BatchReport};
+use crate::batch::{BatchError, BatchProcessor, BatchRecord, BatchReport, ReplayPhase};
 use crate::clock::{Clock, Deadline, SystemClock};
 use crate::error::Error;
 use crate::outcome::Processed;
@@ -202,15 +202,17 @@ impl<C: Clock> VisibilityLayer<C> {
     }
 }
 
-impl<S, PC, C, T> Service<LambdaEvent<SqsEvent>> for Visibility<BatchProcessor<S, PC>, C>
+impl<S, PC, P, C, T> Service<LambdaEvent<SqsEvent>>
+    for Visibility<BatchProcessor<S, PC, SqsEvent, P>, C>
 where
-    S: Service<LambdaEvent<SqsMessage>, Response = Processed<T>, Error = Error>
+    S: Service<BatchRecord<SqsMessage>, Response = Processed<T>, Error = Error>
         + Clone
         + Send
         + Sync
         + 'static,
     S::Future: Send,
     PC: Clock + Clone,
+    P: ReplayPhase<SqsMessage, T> + Clone + Send + Sync + 'static,
     C: Clock + Clone,
     T: Send + 'static,
 {
