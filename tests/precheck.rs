@@ -153,6 +153,57 @@ async fn records_through_event_only_are_of_no_batch() {
     );
 }
 
+/// A layer between the processor and the idempotent service that copies the request (as a
+/// retry layer does, `tower::retry::Policy::clone_request`) hands on a record of the same
+/// batch: the redelivered records are still looked up together, once. (From review: a
+/// `BatchRecord` could not be cloned, and the only copy a user could make was a record of no
+/// batch.)
+#[tokio::test]
+async fn a_copied_request_keeps_its_batch() {
+    use tower::ServiceExt;
+    let rig = Rig::new();
+    rig.deliver(batch(&["m-1", "m-2"], 1, false)).await;
+    let layer = IdempotencyLayer::new(rig.store.clone())
+        .with_clock(rig.clock.clone())
+        .with_config(Config::new().with_key_prefix("precheck"));
+    let handler = layer.handler(counting(&rig.runs));
+    let copying = tower::service_fn(move |record: BatchRecord<SqsMessage>| {
+        let copy = record.clone();
+        drop(record);
+        handler.clone().oneshot(copy)
+    });
+    let report = BatchProcessor::new(copying)
+        .with_clock(rig.clock.clone())
+        .process(invocation(
+            batch(&["m-1", "m-2"], 2, false),
+            rig.clock.now(),
+            REMAINING,
+        ))
+        .await;
+    assert_eq!(outcomes(&report), [Outcome::Replayed; 2]);
+    assert_eq!(rig.runs.load(Ordering::SeqCst), 2, "each ran once, first time");
+    assert_eq!(rig.calls(), (1, 2), "one lookup for both, no acquire");
+}
+
+/// A per-record service whose result is not `Send` still runs through `process` (only the
+/// processor as a `Service`, handed to the runtime, needs `Send`). (From review: the replay
+/// phase's default bound asked for `T: Send`.)
+#[tokio::test]
+async fn process_takes_a_result_that_is_not_send() {
+    use lambda_idempotency::batch::EventOnly;
+    use lambda_idempotency::{Error, Processed};
+    use std::rc::Rc;
+    let service = tower::service_fn(|_event: lambda_runtime::LambdaEvent<SqsMessage>| async {
+        Ok::<_, Error>(Processed::Executed(Rc::new(1u32)))
+    });
+    let clock = ManualClock::starting_now();
+    let report = BatchProcessor::new(EventOnly::new(service))
+        .with_clock(clock.clone())
+        .process(invocation(batch(&["m-1"], 1, false), clock.now(), REMAINING))
+        .await;
+    assert_eq!(outcomes(&report), [Outcome::Executed]);
+}
+
 #[tokio::test]
 async fn a_fifo_batch_in_order_looks_its_records_up_once() {
     let rig = Rig::new();

@@ -49,6 +49,22 @@ impl<R, T> BatchReplayer<R, T> {
         Self(None)
     }
 
+    /// The candidates of `batch`'s offered records, by offered position (none without a
+    /// replay).
+    pub(crate) fn candidates(
+        &self,
+        batch: &Arc<Batch<R>>,
+        context: &Context,
+    ) -> BoxFuture<'static, Vec<Option<Candidate<T>>>>
+    where
+        T: 'static,
+    {
+        match &self.0 {
+            Some(replays) => replays(Arc::clone(batch), context.clone()),
+            None => Box::pin(futures_util::future::ready(Vec::new())),
+        }
+    }
+
     /// The replayer of `protocol`'s records: [`replay_offered`].
     pub(crate) fn of<St, K, C>(protocol: Arc<Protocol<St, K, C>>) -> Self
     where
@@ -75,63 +91,28 @@ impl<R, T> BatchReplayer<R, T> {
 /// ([`with_batch_replay`](crate::batch::BatchProcessor::with_batch_replay)). Sealed.
 pub trait ReplayPhase<R, T>: phase::Phase<R, T> {}
 
-impl<R, T: Send + 'static> ReplayPhase<R, T> for () {}
-impl<R, T: Send + 'static> ReplayPhase<R, T> for BatchReplayer<R, T> {}
+impl<R, T> ReplayPhase<R, T> for () {}
+impl<R, T> ReplayPhase<R, T> for BatchReplayer<R, T> {}
 
-/// The sealed half of [`ReplayPhase`], which only this crate can name (so the crate's own
-/// types in it are out of reach, as the lint it allows cannot see).
-#[allow(private_interfaces)]
+/// The sealed half of [`ReplayPhase`], which only this crate can name.
 pub(crate) mod phase {
-    use std::sync::Arc;
-
-    use futures_util::future::BoxFuture;
-    use lambda_runtime::Context;
-
     use super::BatchReplayer;
-    use crate::idempotent::batch_scope::Batch;
-    use crate::idempotent::precheck::Candidate;
 
     /// The replay phase of a batch of records `R` answering `T`.
     pub trait Phase<R, T> {
-        /// Whether pre-checked records are replayed together.
-        fn replays(&self) -> bool;
-
-        /// The candidates of `batch`'s offered records, by offered position.
-        fn candidates(
-            &self,
-            batch: &Arc<Batch<R>>,
-            context: &Context,
-        ) -> BoxFuture<'static, Vec<Option<Candidate<T>>>>;
+        /// The replayer of the batch's pre-checked records, if they are replayed together.
+        fn replayer(&self) -> Option<&BatchReplayer<R, T>>;
     }
 
-    impl<R, T: Send + 'static> Phase<R, T> for () {
-        fn replays(&self) -> bool {
-            false
-        }
-
-        fn candidates(
-            &self,
-            _batch: &Arc<Batch<R>>,
-            _context: &Context,
-        ) -> BoxFuture<'static, Vec<Option<Candidate<T>>>> {
-            Box::pin(futures_util::future::ready(Vec::new()))
+    impl<R, T> Phase<R, T> for () {
+        fn replayer(&self) -> Option<&BatchReplayer<R, T>> {
+            None
         }
     }
 
-    impl<R, T: Send + 'static> Phase<R, T> for BatchReplayer<R, T> {
-        fn replays(&self) -> bool {
-            self.0.is_some()
-        }
-
-        fn candidates(
-            &self,
-            batch: &Arc<Batch<R>>,
-            context: &Context,
-        ) -> BoxFuture<'static, Vec<Option<Candidate<T>>>> {
-            match &self.0 {
-                Some(replays) => replays(Arc::clone(batch), context.clone()),
-                None => ().candidates(batch, context),
-            }
+    impl<R, T> Phase<R, T> for BatchReplayer<R, T> {
+        fn replayer(&self) -> Option<&BatchReplayer<R, T>> {
+            self.0.is_some().then_some(self)
         }
     }
 }

@@ -53,6 +53,16 @@ impl<R> BatchRecord<R> {
     }
 }
 
+impl<R: Clone> Clone for BatchRecord<R> {
+    /// The same record of the same batch (a retry layer's copy keeps the batch).
+    fn clone(&self) -> Self {
+        Self {
+            event: self.event.clone(),
+            batch: self.batch.clone(),
+        }
+    }
+}
+
 impl<R> From<LambdaEvent<R>> for BatchRecord<R> {
     /// `event` as a record of no batch.
     fn from(event: LambdaEvent<R>) -> Self {

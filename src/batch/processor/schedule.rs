@@ -117,7 +117,7 @@ impl<S, C, E: BatchEvent, P> BatchProcessor<S, C, E, P> {
         match scheduling {
             Scheduling::Auto { .. } => unreachable!("resolved by process_batch"),
             Scheduling::Concurrent { limit } => {
-                let replay = self.replay.replays() && !offered_at.is_empty();
+                let replay = self.replay.replayer().is_some() && !offered_at.is_empty();
                 let replays: Replays<T> = OnceCell::new();
                 let (replays, offered_at) = (&replays, offered_at.as_slice());
                 // A new record starts as soon as any running one finishes (a slow record
@@ -250,9 +250,12 @@ impl<S, C, E: BatchEvent, P> BatchProcessor<S, C, E, P> {
     {
         let phase = AssertUnwindSafe(async {
             let mut service = self.service.clone();
-            match ServiceExt::<BatchRecord<E::Record>>::ready(&mut service).await {
-                Ok(_) => self.replay.candidates(&scope.batch, &scope.context).await,
-                Err(_) => Vec::new(),
+            match (
+                self.replay.replayer(),
+                ServiceExt::<BatchRecord<E::Record>>::ready(&mut service).await,
+            ) {
+                (Some(replayer), Ok(_)) => replayer.candidates(&scope.batch, &scope.context).await,
+                _ => Vec::new(),
             }
         });
         let mut candidates = tokio::select! {
