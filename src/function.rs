@@ -151,7 +151,7 @@ impl<St, K, C, M> IdempotencyLayer<St, K, C, M> {
         let config = layer.config_mut();
         config.key_namespace = Some(format!("fn:{name}"));
         // The function's effect is outside the store: never run it without a lease.
-        layer.commit = CommitStrategy::Lease;
+        layer.protocol.commit = CommitStrategy::Lease;
         IdempotentFn { layer, name, f }
     }
 }

@@ -3,18 +3,20 @@
 //! with the same key in this process (single flight) may answer it; otherwise this call
 //! [claims](Claim) it and goes on to the store.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use lambda_runtime::LambdaEvent;
 use serde::de::DeserializeOwned;
 
-use super::batch_scope::Batch;
+use super::batch_scope::BatchRecord;
 use super::in_flight::{self, FailureMemo, FlightGuard, FlightResult, Join};
 use super::known_answer::{answer_known, failed_in_this_batch, mismatched};
 use super::precheck::{BatchLookup, LookedUp};
 use super::protocol::Protocol;
 use super::record_key::{derive, NotDerived};
+use super::store_call::within_deadline;
 use super::stored_result::{replay_failure, replayed};
 use crate::clock::{Clock, Deadline};
 use crate::config::Config;
@@ -94,6 +96,16 @@ impl Claim {
         Ok(Processed::Executed(value))
     }
 
+    /// The record as the store holds it now, if it can be read within the deadline.
+    pub(crate) async fn stored_now<St: Store, K, C: Clock>(
+        &self,
+        protocol: &Protocol<St, K, C>,
+    ) -> Option<Record> {
+        let (store, key) = (&protocol.store, &self.key);
+        let read = within_deadline(&protocol.clock, self.deadline, || store.get(key)).await;
+        read.ok().flatten()
+    }
+
     /// The answer for a record the store holds already, or `None` when it changed
     /// underneath and the write should be tried again.
     pub(crate) fn answer_existing<St, K, C, T: DeserializeOwned>(
@@ -137,8 +149,25 @@ impl Claim {
     }
 }
 
+/// A claimed record on its way to its handler kind's driver.
+pub(crate) struct Claimed<St, K, C, S, I> {
+    pub(crate) protocol: Arc<Protocol<St, K, C>>,
+    /// The handler.
+    pub(crate) inner: S,
+    pub(crate) event: LambdaEvent<I>,
+    pub(crate) claim: Claim,
+}
+
+impl<St, K, C, S, I> Claimed<St, K, C, S, I> {
+    /// The protocol, the handler, the event and the claim.
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn into_parts(self) -> (Arc<Protocol<St, K, C>>, S, LambdaEvent<I>, Claim) {
+        (self.protocol, self.inner, self.event, self.claim)
+    }
+}
+
 /// How admission ended.
-pub(crate) enum Admission<T> {
+enum Admission<T> {
     /// The record is answered already (replayed, rejected, shared with the flight leader).
     Answered(Result<Processed<T>, Error>),
     /// No key, and processing without idempotency was chosen.
@@ -147,77 +176,123 @@ pub(crate) enum Admission<T> {
     Claimed(Claim),
 }
 
-/// Admits `event` of `batch` (none outside a batch): derives its key and payload hash, then
-/// answers it from the cache, the batch's failures or the flight leader when it can, or
-/// claims it.
-pub(crate) async fn admit<St, K, C, I, T>(
-    protocol: &Protocol<St, K, C>,
-    event: &LambdaEvent<I>,
-    batch: Option<&Batch<I>>,
-) -> Admission<T>
+/// Admits `record` (of its batch, if any), then drives its claim with `claimed`, or hands a
+/// record without a key (processing without idempotency chosen) to `unprotected`. Each gets the handler `inner`.
+/// The claimed record's future is boxed: its driver (the lease, the handler, the final
+/// write) makes a future of kilobytes, which a record answered at admission (a duplicate)
+/// then never builds or moves.
+pub(crate) async fn admitted<St, K, C, I, S, T, D, DF, U, UF>(
+    protocol: Arc<Protocol<St, K, C>>,
+    inner: S,
+    record: BatchRecord<I>,
+    claimed: D,
+    unprotected: U,
+) -> Result<Processed<T>, Error>
 where
     St: Store,
     K: KeyExtractor<I>,
     C: Clock,
     I: Input,
     T: DeserializeOwned,
+    D: FnOnce(Claimed<St, K, C, S, I>) -> DF,
+    DF: Future<Output = Result<Processed<T>, Error>>,
+    U: FnOnce(Arc<Protocol<St, K, C>>, S, LambdaEvent<I>, KeyError) -> UF,
+    UF: Future<Output = Result<Processed<T>, Error>>,
 {
-    let failures = batch.map(|batch| &batch.failures);
-    // A record the batch's pre-check offered had its key derived with the others already.
-    let offer = batch.map(|batch| &batch.offer);
-    let mut lookup = BatchLookup::new(protocol, offer, &event.context);
-    let derived = match lookup.derived(&event.payload) {
-        Some(derived) => Ok(derived),
-        None => derive(
-            &protocol.key,
-            &protocol.config,
-            &event.payload,
-            &event.context,
-        ),
-    };
-    let (key, validation) = match derived {
-        Ok(derived) => derived,
-        Err(NotDerived::Unprotected(err)) => return Admission::Unprotected(err),
-        Err(NotDerived::Failed(err)) => return Admission::Answered(Err(err)),
-    };
-    tracing::Span::current().record("idempotency_key", key.as_str());
-    let now = protocol.clock.now();
-    let memo = failures.map(|failures| &**failures);
-    if let Some(answer) = answer_known(protocol, &key, validation.as_ref(), now, memo) {
-        return Admission::Answered(answer);
-    }
-    // Records the source delivered before were looked up together when the batch began. A
-    // lease found there may be held by another invocation of this process: that one is
-    // followed below, rather than answered "in progress" at once. A lease found before this
-    // record's turn is left to its conditional write, which reads it as it is now.
-    let mut held = None;
-    let mut held_before_turn = false;
-    match lookup.found(&key).await {
-        Some(LookedUp::Record(stored)) => {
-            let now = protocol.clock.now();
-            match answer_found(protocol, &key, validation.as_ref(), &stored, now) {
-                Some(Err(in_progress @ Error::InProgress { .. })) => held = Some(in_progress),
-                Some(answer) => return Admission::Answered(answer),
-                None => {}
-            }
+    let BatchRecord { event, batch } = record;
+    // Derives the record's key and payload hash, then answers it from the cache, the batch's
+    // failures, the pre-check or the flight leader when it can, or claims it.
+    let admission = async {
+        let (protocol, event, batch) = (&*protocol, &event, batch.as_deref());
+        let failures = batch.map(|batch| &batch.failures);
+        // A record the batch's pre-check offered had its key derived with the others already.
+        let offer = batch.map(|batch| &batch.offer);
+        let mut lookup = BatchLookup::new(protocol, offer, &event.context);
+        let derived = match lookup.derived(&event.payload) {
+            Some(derived) => Ok(derived),
+            None => derive(
+                &protocol.key,
+                &protocol.config,
+                &event.payload,
+                &event.context,
+            ),
+        };
+        let (key, validation) = match derived {
+            Ok(derived) => derived,
+            Err(NotDerived::Unprotected(err)) => return Admission::Unprotected(err),
+            Err(NotDerived::Failed(err)) => return Admission::Answered(Err(err)),
+        };
+        tracing::Span::current().record("idempotency_key", key.as_str());
+        let now = protocol.clock.now();
+        let memo = failures.map(|failures| &**failures);
+        if let Some(answer) = answer_known(protocol, &key, validation.as_ref(), now, memo) {
+            return Admission::Answered(answer);
         }
-        Some(LookedUp::HeldBeforeTurn) => held_before_turn = true,
-        None => {}
-    }
-    let deadline = Deadline::of(event.context.deadline, now);
-    let joined = join_flight(protocol, &key, validation.as_ref(), deadline, held, memo).await;
-    let flight = match joined {
-        Ok(flight) => flight,
-        Err(answer) => return Admission::Answered(answer),
+        // Records the source delivered before were looked up together when the batch began. A
+        // lease found there may be held by another invocation of this process: that one is
+        // followed below, rather than answered "in progress" at once. A lease found before this
+        // record's turn is left to its conditional write, which reads it as it is now.
+        let mut held = None;
+        let mut held_before_turn = false;
+        match lookup.found(&key).await {
+            Some(LookedUp::Record(stored)) => {
+                let now = protocol.clock.now();
+                match answer_found(protocol, &key, validation.as_ref(), &stored, now) {
+                    Some(Err(in_progress @ Error::InProgress { .. })) => held = Some(in_progress),
+                    Some(answer) => return Admission::Answered(answer),
+                    None => {}
+                }
+            }
+            Some(LookedUp::HeldBeforeTurn) => held_before_turn = true,
+            None => {}
+        }
+        let deadline = Deadline::of(event.context.deadline, now);
+        let joined = join_flight(protocol, &key, validation.as_ref(), deadline, held, memo).await;
+        let flight = match joined {
+            Joined::Leading(guard) => Some(guard),
+            Joined::Answered(answer) => return Admission::Answered(answer),
+        };
+        Admission::Claimed(Claim {
+            key,
+            validation,
+            deadline,
+            held_before_turn,
+            flight,
+            failures: failures.cloned(),
+        })
     };
-    Admission::Claimed(Claim {
-        key,
-        validation,
-        deadline,
-        held_before_turn,
-        flight,
-        failures: failures.cloned(),
-    })
+    match admission.await {
+        Admission::Answered(answer) => answer,
+        Admission::Unprotected(err) => unprotected(protocol, inner, event, err).await,
+        Admission::Claimed(claim) => {
+            let record = Claimed {
+                protocol,
+                inner,
+                event,
+                claim,
+            };
+            Box::pin(claimed(record)).await
+        }
+    }
+}
+
+/// A handler with writes meets a record without a key: the writes commit with the record,
+/// so it fails with the key error instead of running unprotected.
+pub(crate) async fn key_required<P, S, I, T>(
+    _protocol: P,
+    _inner: S,
+    _event: LambdaEvent<I>,
+    err: KeyError,
+) -> Result<Processed<T>, Error> {
+    Err(Error::Key(err))
+}
+
+/// How a record joined its key's flight in this process.
+enum Joined<T> {
+    /// It leads the flight: it goes on to the store.
+    Leading(FlightGuard),
+    /// It is answered: by the leader it followed, or "in progress".
+    Answered(Result<Processed<T>, Error>),
 }
 
 /// Leads the flight of `key` in this process, or follows the record leading it: the flight
@@ -235,7 +310,7 @@ async fn join_flight<St, K, C, T>(
     deadline: Deadline,
     mut held: Option<Error>,
     failures: Option<&FailureMemo>,
-) -> Result<Option<FlightGuard>, Result<Processed<T>, Error>>
+) -> Joined<T>
 where
     C: Clock,
     T: DeserializeOwned,
@@ -244,15 +319,15 @@ where
         // A record of this batch with the key may have failed while this one waited (for the
         // pre-check's lookup, or for the flight's leader).
         if let Some(failed) = failures.and_then(|f| failed_in_this_batch(f, key, validation)) {
-            return Err(Err(failed));
+            return Joined::Answered(Err(failed));
         }
         let now = protocol.clock.now();
         let held_until = flight_end(&protocol.config, deadline, now);
         let joined = protocol.local.in_flight.join(key, held_until, now);
         let (slot, leader_deadline) = match (joined, held.take()) {
             // No record of this process holds the lease the pre-check found.
-            (Join::Leader(_), Some(in_progress)) => return Err(Err(in_progress)),
-            (Join::Leader(guard), None) => return Ok(Some(guard)),
+            (Join::Leader(_), Some(in_progress)) => return Joined::Answered(Err(in_progress)),
+            (Join::Leader(guard), None) => return Joined::Leading(guard),
             // Once followed, the lease found was most likely that leader's: the store decides.
             (Join::Follower(slot, leader_deadline), _) => (slot, leader_deadline),
         };
@@ -270,10 +345,10 @@ where
         };
         if let Some(result) = result {
             if let Some(answer) = follow(&protocol.config, key, validation, result, failures) {
-                return Err(answer);
+                return Joined::Answered(answer);
             }
         } else if protocol.clock.now() >= own_limit {
-            return Err(Err(Error::InProgress {
+            return Joined::Answered(Err(Error::InProgress {
                 key: key.clone(),
                 lease_ends_ms: None,
             }));

@@ -56,10 +56,10 @@ impl<St: Store, C: Clock> Heartbeat<'_, St, C> {
     /// give its own answer, until the lease it held would have ended.
     pub(crate) async fn run<F, R>(&self, work: F) -> Result<R, Error>
     where
-        F: Future<Output = Result<R, Error>>,
+        F: Future<Output = R>,
     {
         let Some(every) = self.config.heartbeat_period() else {
-            return work.await;
+            return Ok(work.await);
         };
         let heartbeat = async {
             let mut held_until_ms = self.held_until_ms;
@@ -111,7 +111,7 @@ impl<St: Store, C: Clock> Heartbeat<'_, St, C> {
             }
         };
         tokio::select! {
-            result = work => result,
+            result = work => Ok(result),
             () = heartbeat => {
                 tracing::warn!("lease lost or lapsed while the record ran: cancelled");
                 Err(Error::LeaseLost { key: self.key.clone() })

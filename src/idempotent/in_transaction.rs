@@ -10,8 +10,6 @@
 //!   and then finds the final record. Nothing is visible before the commit, and a process
 //!   that dies leaves nothing behind.
 
-use std::sync::Arc;
-
 use futures_util::FutureExt;
 
 use lambda_runtime::LambdaEvent;
@@ -19,26 +17,20 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tower::{BoxError, Service};
 
-use super::admission::{admit, Admission, Claim};
-use super::batch_scope::Batch;
+use super::admission::Claimed;
 use super::finish::commit_error;
-use super::heartbeat::{self, expiration_for, lease_end_ms};
+use super::heartbeat::{self, lease_end_ms};
 use super::invoke::{call_handler, is_permanent};
-use super::lease;
-use super::protocol::Protocol;
+use super::lease::{self, Lease, Ran};
 use super::store_call::within_deadline;
 use super::stored_result::{self, store_fitting};
 use crate::clock::{epoch_ms, later_secs, Clock, Deadline};
 use crate::config::CommitStrategy;
 use crate::error::Error;
 use crate::hooks::Created;
-use crate::input::Input;
-use crate::key::KeyExtractor;
 use crate::outcome::Processed;
 use crate::record::{OwnerToken, Status};
-use crate::store::{
-    Acquire, AcquireRequest, Commit, CompleteRequest, StoreError, TransactionScope,
-};
+use crate::store::{Acquire, Commit, CompleteRequest, StoreError, TransactionScope};
 
 /// The handler kind of a handler that writes in the store's own transaction.
 ///
@@ -105,40 +97,35 @@ async fn complete_in<St: TransactionScope, C: Clock>(
     finished
 }
 
-/// Handlers that write in the store's transaction: admit, then lease or optimistic.
-pub(crate) async fn run<S, St, K, C, I, T>(
-    protocol: Arc<Protocol<St, K, C>>,
+/// Runs the handler with `event` and the open `transaction`; a handler that fails has the
+/// transaction rolled back, its writes with it.
+async fn handle_in<S, St, C, I, T>(
     inner: S,
     event: LambdaEvent<I>,
-    batch: Option<Arc<Batch<I>>>,
-) -> Result<Processed<T>, Error>
+    (store, transaction): (&St, &St::Transaction),
+    clock: &C,
+    deadline: Deadline,
+) -> Result<T, Error>
 where
     S: Service<TransactionEvent<I, St::Transaction>, Response = T>,
     S::Error: Into<BoxError>,
-    T: Serialize + DeserializeOwned,
     St: TransactionScope,
-    K: KeyExtractor<I>,
     C: Clock,
-    I: Input + Send + Sync + 'static,
 {
-    let claim = match admit(&protocol, &event, batch.as_deref()).await {
-        Admission::Answered(answer) => return answer,
-        // The record is what the writes commit with: no key, no writes.
-        Admission::Unprotected(err) => return Err(Error::Key(err)),
-        Admission::Claimed(claim) => claim,
+    let handed = TransactionEvent {
+        event,
+        transaction: transaction.clone(),
     };
-    match protocol.commit {
-        CommitStrategy::Lease => under_lease(&protocol, claim, inner, event).await,
-        CommitStrategy::Optimistic => optimistic(&protocol, claim, inner, event).await,
+    let handled = call_handler(inner, handed, clock).await;
+    if handled.is_err() {
+        rollback(store, clock, transaction, deadline).await;
     }
+    handled
 }
 
-async fn under_lease<S, St, K, C, I, T>(
-    protocol: &Protocol<St, K, C>,
-    mut claim: Claim,
-    inner: S,
-    event: LambdaEvent<I>,
-) -> Result<Processed<T>, Error>
+/// Handlers that write in the store's transaction, for a claimed record: under a lease or
+/// optimistically, as the protocol's commit strategy says.
+impl<St, K, C, S, I, T> Claimed<St, K, C, S, I>
 where
     S: Service<TransactionEvent<I, St::Transaction>, Response = T>,
     S::Error: Into<BoxError>,
@@ -146,181 +133,168 @@ where
     St: TransactionScope,
     C: Clock,
 {
-    let (store, clock, config) = (&protocol.store, &protocol.clock, &protocol.config);
-    let (key, deadline) = (claim.key.clone(), claim.deadline);
-    if deadline.epoch_ms() <= epoch_ms(clock.now()) {
-        return Err(Error::DeadlineNear);
-    }
-    // The transaction first: a record waiting for one (the store runs a few at once) holds
-    // no lease meanwhile, so a lease capped for the handler does not lapse in the queue, and
-    // a record the batch stops waiting for leaves no lease behind.
-    let transaction = begin(store, clock, deadline).await.map_err(Error::Store)?;
-    let (owner, held_until_ms) = match lease::acquire(protocol, &mut claim).await {
-        Ok(held) => held,
-        Err(answer) => {
-            rollback(store, clock, &transaction, deadline).await;
-            return answer;
+    pub(crate) async fn in_transaction(self) -> Result<Processed<T>, Error> {
+        match self.protocol.commit {
+            CommitStrategy::Lease => self.under_lease().await,
+            CommitStrategy::Optimistic => self.optimistic().await,
         }
-    };
-    let heartbeat = protocol.heartbeat(&key, &owner, deadline, held_until_ms);
-    // The heartbeat covers the handler and the commit; cancelled, the transaction is
-    // dropped with the work (its connection closed: the server rolls it back).
-    let work = async {
-        let transaction = transaction;
-        let handed = TransactionEvent {
-            event,
-            transaction: transaction.clone(),
+    }
+
+    async fn under_lease(self) -> Result<Processed<T>, Error> {
+        let (protocol, inner, event, mut claim) = self.into_parts();
+        let protocol = &*protocol;
+        let (store, clock, config) = (&protocol.store, &protocol.clock, &protocol.config);
+        let (key, deadline) = (claim.key.clone(), claim.deadline);
+        if deadline.epoch_ms() <= epoch_ms(clock.now()) {
+            return Err(Error::DeadlineNear);
+        }
+        // The transaction first: a record waiting for one (the store runs a few at once) holds
+        // no lease meanwhile, so a lease capped for the handler does not lapse in the queue, and
+        // a record the batch stops waiting for leaves no lease behind.
+        let transaction = begin(store, clock, deadline).await.map_err(Error::Store)?;
+        let (owner, held_until_ms) = match lease::acquire(protocol, &mut claim).await {
+            Lease::Held { owner, until_ms } => (owner, until_ms),
+            Lease::Answered(answer) => {
+                rollback(store, clock, &transaction, deadline).await;
+                return answer;
+            }
         };
-        let value = match call_handler(inner, handed, clock).await {
+        let heartbeat = protocol.heartbeat(&key, &owner, deadline, held_until_ms);
+        // The heartbeat covers the handler and the commit; cancelled, the transaction is
+        // dropped with the work (its connection closed: the server rolls it back).
+        let work = async {
+            let transaction = transaction;
+            let handled = handle_in(inner, event, (store, &transaction), clock, deadline).await;
+            let value = match handled {
+                Ok(value) => value,
+                Err(err) => return Ran::HandlerFailed(err),
+            };
+            let now = clock.now();
+            let expiration_secs = later_secs(now, config.expires_after);
+            let request = CompleteRequest {
+                key: key.clone(),
+                owner: owner.clone(),
+                status: Status::Completed,
+                data: String::new(),
+                expiration_secs,
+                now,
+            };
+            let json = stored_result::to_json(&value);
+            heartbeat.final_write_sending();
+            let finished = complete_in(store, clock, &transaction, request, json, deadline).await;
+            Ran::Finished((value, expiration_secs, finished))
+        };
+        let (value, expiration_secs, finished) = match heartbeat.run(work).await {
+            Ok(Ran::Finished(done)) => done,
+            Ok(Ran::HandlerFailed(err)) => {
+                return lease::settle_failure(protocol, &mut claim, &owner, err).await
+            }
+            Err(lost) => return Err(lost),
+        };
+        match finished {
+            Ok((Commit::Applied, data)) => claim.executed(protocol, value, data, expiration_secs),
+            Ok((Commit::RecordRefused(_), _)) => Err(Error::LeaseLost { key: claim.key }),
+            Ok((other, _)) => Err(commit_error(&claim.key, Ok(other))),
+            Err(err) if !err.is_transient() => {
+                // Nothing was applied: free the key for the next delivery.
+                let attempts = config.commit_attempts;
+                heartbeat::release(store, clock, attempts, &claim.key, &owner, deadline).await;
+                claim.handler_failed();
+                Err(Error::Store(err))
+            }
+            // The commit's answer was lost and the record could not tell: the lease stays
+            // until the deadline, then the next delivery finds the record as it is.
+            Err(err) => Err(Error::Store(err)),
+        }
+    }
+
+    async fn optimistic(self) -> Result<Processed<T>, Error> {
+        let (protocol, inner, event, mut claim) = self.into_parts();
+        let protocol = &*protocol;
+        let (store, clock, config) = (&protocol.store, &protocol.clock, &protocol.config);
+        if claim.deadline.epoch_ms() <= epoch_ms(clock.now()) {
+            return Err(Error::DeadlineNear);
+        }
+        let owner = OwnerToken::generate();
+        let deadline = claim.deadline;
+        let transaction = begin(store, clock, deadline).await.map_err(Error::Store)?;
+        let mut acquired = false;
+        for _ in 0..config.acquire_attempts {
+            let now = clock.now();
+            let lease_ms = lease_end_ms(config, claim.deadline, now);
+            let request = lease::acquire_request(config, &claim, &owner, now, lease_ms);
+            let acquire = || store.acquire_in(&transaction, &request);
+            match within_deadline(clock, deadline, acquire).await {
+                Ok(Acquire::Acquired) => {
+                    acquired = true;
+                    break;
+                }
+                // Written and committed meanwhile: the next statement sees it.
+                Ok(Acquire::Contended) => continue,
+                Ok(Acquire::Existing(record)) => {
+                    // A record read from before a concurrent commit may show a lease that has
+                    // since ended: then ask again (the transaction is intact).
+                    if let Some(answer) = claim.answer_existing(protocol, record, now) {
+                        rollback(store, clock, &transaction, deadline).await;
+                        return answer;
+                    }
+                }
+                Err(err) => {
+                    rollback(store, clock, &transaction, deadline).await;
+                    return Err(Error::Store(err));
+                }
+            }
+        }
+        if !acquired {
+            rollback(store, clock, &transaction, deadline).await;
+            return Err(Error::Contended { key: claim.key });
+        }
+        let value = match handle_in(inner, event, (store, &transaction), clock, deadline).await {
             Ok(value) => value,
             Err(err) => {
-                rollback(store, clock, &transaction, deadline).await;
-                return Ok(Err(err));
+                // The record went with the handler's writes.
+                if !is_permanent(&err) {
+                    claim.handler_failed();
+                    return Err(err);
+                }
+                // A permanent failure is stored as the lease driver stores it.
+                return match lease::acquire(protocol, &mut claim).await {
+                    Lease::Held { owner, .. } => {
+                        lease::settle_failure(protocol, &mut claim, &owner, err).await
+                    }
+                    Lease::Answered(answer) => answer,
+                };
             }
         };
         let now = clock.now();
         let expiration_secs = later_secs(now, config.expires_after);
         let request = CompleteRequest {
-            key: key.clone(),
-            owner: owner.clone(),
+            key: claim.key.clone(),
+            owner,
             status: Status::Completed,
             data: String::new(),
             expiration_secs,
             now,
         };
         let json = stored_result::to_json(&value);
-        heartbeat.final_write_sending();
-        let finished = complete_in(store, clock, &transaction, request, json, deadline).await;
-        Ok(Ok((value, expiration_secs, finished)))
-    };
-    let (value, expiration_secs, finished) = match heartbeat.run(work).await {
-        Ok(Ok(done)) => done,
-        Ok(Err(err)) => return lease::settle_failure(protocol, &mut claim, &owner, err).await,
-        Err(lost) => return Err(lost),
-    };
-    match finished {
-        Ok((Commit::Applied, data)) => claim.executed(protocol, value, data, expiration_secs),
-        Ok((Commit::RecordRefused(_), _)) => Err(Error::LeaseLost { key: claim.key }),
-        Ok((other, _)) => Err(commit_error(&claim.key, Ok(other))),
-        Err(err) if !err.is_transient() => {
-            // Nothing was applied: free the key for the next delivery.
-            let attempts = config.commit_attempts;
-            heartbeat::release(store, clock, attempts, &claim.key, &owner, deadline).await;
-            claim.handler_failed();
-            Err(Error::Store(err))
-        }
-        // The commit's answer was lost and the record could not tell: the lease stays
-        // until the deadline, then the next delivery finds the record as it is.
-        Err(err) => Err(Error::Store(err)),
-    }
-}
-
-async fn optimistic<S, St, K, C, I, T>(
-    protocol: &Protocol<St, K, C>,
-    mut claim: Claim,
-    inner: S,
-    event: LambdaEvent<I>,
-) -> Result<Processed<T>, Error>
-where
-    S: Service<TransactionEvent<I, St::Transaction>, Response = T>,
-    S::Error: Into<BoxError>,
-    T: Serialize + DeserializeOwned,
-    St: TransactionScope,
-    C: Clock,
-{
-    let (store, clock, config) = (&protocol.store, &protocol.clock, &protocol.config);
-    if claim.deadline.epoch_ms() <= epoch_ms(clock.now()) {
-        return Err(Error::DeadlineNear);
-    }
-    let owner = OwnerToken::generate();
-    let deadline = claim.deadline;
-    let transaction = begin(store, clock, deadline).await.map_err(Error::Store)?;
-    let mut acquired = false;
-    for _ in 0..config.acquire_attempts {
-        let now = clock.now();
-        let lease_ms = lease_end_ms(config, claim.deadline, now);
-        let request = AcquireRequest {
-            key: claim.key.clone(),
-            owner: owner.clone(),
-            now,
-            lease_expiration_ms: lease_ms,
-            expiration_secs: expiration_for(config, now, lease_ms),
-            validation: claim.stored_validation(),
-        };
-        let acquire = || store.acquire_in(&transaction, &request);
-        match within_deadline(clock, deadline, acquire).await {
-            Ok(Acquire::Acquired) => {
-                acquired = true;
-                break;
+        match complete_in(store, clock, &transaction, request, json, deadline).await {
+            Ok((Commit::Applied, data)) => {
+                config.hooks.created(&Created {
+                    key: &claim.key,
+                    status: Status::Completed,
+                    expiration_secs,
+                });
+                claim.executed(protocol, value, data, expiration_secs)
             }
-            // Written and committed meanwhile: the next statement sees it.
-            Ok(Acquire::Contended) => continue,
-            Ok(Acquire::Existing(record)) => {
-                // A record read from before a concurrent commit may show a lease that has
-                // since ended: then ask again (the transaction is intact).
-                if let Some(answer) = claim.answer_existing(protocol, record, now) {
-                    rollback(store, clock, &transaction, deadline).await;
-                    return answer;
-                }
-            }
+            // Our own uncommitted row cannot change under us; answered as contention.
+            Ok((Commit::RecordRefused(_), _)) => Err(Error::Contended { key: claim.key }),
+            Ok((other, _)) => Err(commit_error(&claim.key, Ok(other))),
             Err(err) => {
-                rollback(store, clock, &transaction, deadline).await;
-                return Err(Error::Store(err));
+                if !err.is_transient() {
+                    claim.handler_failed();
+                }
+                Err(Error::Store(err))
             }
-        }
-    }
-    if !acquired {
-        rollback(store, clock, &transaction, deadline).await;
-        return Err(Error::Contended { key: claim.key });
-    }
-    let handed = TransactionEvent {
-        event,
-        transaction: transaction.clone(),
-    };
-    let value = match call_handler(inner, handed, clock).await {
-        Ok(value) => value,
-        Err(err) => {
-            // The handler's writes go with the transaction, and so does the record.
-            rollback(store, clock, &transaction, deadline).await;
-            if !is_permanent(&err) {
-                claim.handler_failed();
-                return Err(err);
-            }
-            // A permanent failure is stored as the lease driver stores it.
-            return match lease::acquire(protocol, &mut claim).await {
-                Ok((owner, _)) => lease::settle_failure(protocol, &mut claim, &owner, err).await,
-                Err(answer) => answer,
-            };
-        }
-    };
-    let now = clock.now();
-    let expiration_secs = later_secs(now, config.expires_after);
-    let request = CompleteRequest {
-        key: claim.key.clone(),
-        owner,
-        status: Status::Completed,
-        data: String::new(),
-        expiration_secs,
-        now,
-    };
-    let json = stored_result::to_json(&value);
-    match complete_in(store, clock, &transaction, request, json, deadline).await {
-        Ok((Commit::Applied, data)) => {
-            config.hooks.created(&Created {
-                key: &claim.key,
-                status: Status::Completed,
-                expiration_secs,
-            });
-            claim.executed(protocol, value, data, expiration_secs)
-        }
-        // Our own uncommitted row cannot change under us; answered as contention.
-        Ok((Commit::RecordRefused(_), _)) => Err(Error::Contended { key: claim.key }),
-        Ok((other, _)) => Err(commit_error(&claim.key, Ok(other))),
-        Err(err) => {
-            if !err.is_transient() {
-                claim.handler_failed();
-            }
-            Err(Error::Store(err))
         }
     }
 }

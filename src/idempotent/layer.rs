@@ -7,7 +7,7 @@ use tower::Layer;
 
 use super::finish::{ResultAndWrites, ResultOnly};
 use super::in_transaction::InTransaction;
-use super::protocol::{next_protocol_id, LocalAnswers, Protocol};
+use super::protocol::{next_protocol_id, Protocol};
 use super::record_fn::{record_fn, RecordFn};
 use super::sequenced::{Sequence, Sequenced};
 use super::service::Idempotent;
@@ -26,26 +26,14 @@ use crate::store::{GuardedWrite, Store, TransactionScope, TransactionalStore};
 /// single-flight table.
 #[derive(Debug)]
 pub struct IdempotencyLayer<St, K = MessageId, C = SystemClock, M = ResultOnly> {
-    store: St,
-    key: K,
-    clock: C,
-    config: Config,
-    pub(crate) commit: CommitStrategy,
-    local: Arc<LocalAnswers>,
+    /// What each service's protocol is made of (each gets its own id).
+    pub(crate) protocol: Protocol<St, K, C>,
     mode: PhantomData<fn() -> M>,
 }
 
 impl<St: Clone, K: Clone, C: Clone, M> Clone for IdempotencyLayer<St, K, C, M> {
     fn clone(&self) -> Self {
-        Self {
-            store: self.store.clone(),
-            key: self.key.clone(),
-            clock: self.clock.clone(),
-            config: self.config.clone(),
-            commit: self.commit,
-            local: Arc::clone(&self.local),
-            mode: PhantomData,
-        }
+        Self::of(self.protocol.clone())
     }
 }
 
@@ -53,14 +41,15 @@ impl<St: Store> IdempotencyLayer<St> {
     /// A layer on `store`, keyed by the event's id ([`MessageId`]), with the default
     /// [`Config`].
     pub fn new(store: St) -> Self {
-        let config = Config::default();
+        Self::of(Protocol::new(store, MessageId, SystemClock))
+    }
+}
+
+impl<St, K, C, M> IdempotencyLayer<St, K, C, M> {
+    /// The layer building services of `protocol`.
+    fn of(protocol: Protocol<St, K, C>) -> Self {
         Self {
-            store,
-            key: MessageId,
-            clock: SystemClock,
-            local: LocalAnswers::new(&config),
-            config,
-            commit: CommitStrategy::Lease,
+            protocol,
             mode: PhantomData,
         }
     }
@@ -70,28 +59,12 @@ impl<St, K, C, M> IdempotencyLayer<St, K, C, M> {
     /// Derives keys with `key` instead (a [`KeyExtractor`](crate::key::KeyExtractor) of the
     /// handler's event).
     pub fn with_key<K2>(self, key: K2) -> IdempotencyLayer<St, K2, C, M> {
-        IdempotencyLayer {
-            store: self.store,
-            key,
-            clock: self.clock,
-            config: self.config,
-            commit: self.commit,
-            local: self.local,
-            mode: PhantomData,
-        }
+        IdempotencyLayer::of(self.protocol.with_parts(|_, clock| (key, clock)))
     }
 
     /// Reads time from `clock` instead of the system clock.
     pub fn with_clock<C2: Clock>(self, clock: C2) -> IdempotencyLayer<St, K, C2, M> {
-        IdempotencyLayer {
-            store: self.store,
-            key: self.key,
-            clock,
-            config: self.config,
-            commit: self.commit,
-            local: self.local,
-            mode: PhantomData,
-        }
+        IdempotencyLayer::of(self.protocol.with_parts(|key, _| (key, clock)))
     }
 
     /// Builds services whose handler's writes commit with its record.
@@ -131,56 +104,49 @@ impl<St, K, C, M> IdempotencyLayer<St, K, C, M> {
     where
         St: TransactionScope,
     {
-        self.store.check_transactions()?;
+        self.protocol.store.check_transactions()?;
         Ok(self.of_kind())
     }
 
     /// This layer, building services of the handler kind `M2`.
     fn of_kind<M2>(self) -> IdempotencyLayer<St, K, C, M2> {
-        IdempotencyLayer {
-            store: self.store,
-            key: self.key,
-            clock: self.clock,
-            config: self.config,
-            commit: self.commit,
-            local: self.local,
-            mode: PhantomData,
-        }
+        IdempotencyLayer::of(self.protocol)
     }
 
     /// Uses `config`: every setting of the records (see [`Config`]). The layer's clones
     /// and the services already built keep sharing its single-flight table, and its local
     /// cache unless `config` sizes the cache otherwise.
     pub fn with_config(mut self, config: Config) -> Self {
-        self.local = self.local.reconfigured(&self.config, &config);
-        self.config = config;
+        let protocol = &mut self.protocol;
+        protocol.local = protocol.local.reconfigured(&protocol.config, &config);
+        protocol.config = config;
         self
     }
 
     /// The configuration, to change without starting a fresh local cache (clones keep
     /// sharing it).
     pub(crate) fn config_mut(&mut self) -> &mut Config {
-        &mut self.config
+        &mut self.protocol.config
     }
 
     /// The configuration.
     pub fn config(&self) -> &Config {
-        &self.config
+        &self.protocol.config
     }
 
     /// The store.
     pub fn store(&self) -> &St {
-        &self.store
+        &self.protocol.store
     }
 
     /// The key extractor.
     pub fn key(&self) -> &K {
-        &self.key
+        &self.protocol.key
     }
 
     /// The clock.
     pub fn clock(&self) -> &C {
-        &self.clock
+        &self.protocol.clock
     }
 
     /// Wraps a plain async function of one event: `async fn(E) -> Result<T, Err>` (or, with
@@ -222,17 +188,8 @@ impl<St: Clone, P: Clone, C: Clone> Clone for SequencedLayer<St, P, C> {
 impl<St: GuardedWrite, P> SequencedLayer<St, P> {
     /// A layer writing through `store`, each event placed by `sequence`.
     pub fn new(store: St, sequence: Sequence<P>) -> Self {
-        let config = Config::default();
         Self {
-            layer: IdempotencyLayer {
-                store,
-                key: sequence,
-                clock: SystemClock,
-                local: LocalAnswers::new(&config),
-                config,
-                commit: CommitStrategy::Lease,
-                mode: PhantomData,
-            },
+            layer: IdempotencyLayer::of(Protocol::new(store, sequence, SystemClock)),
         }
     }
 }
@@ -247,12 +204,12 @@ impl<St, P, C> SequencedLayer<St, P, C> {
 
     /// The store.
     pub fn store(&self) -> &St {
-        &self.layer.store
+        self.layer.store()
     }
 
     /// The sequence.
     pub fn sequence(&self) -> &Sequence<P> {
-        &self.layer.key
+        self.layer.key()
     }
 
     /// Wraps a plain async function of one event: `async fn(E) -> Result<Completion<T>, Err>`
@@ -282,13 +239,13 @@ macro_rules! with_commit {
             /// Commits the handler's writes with `strategy`: a lease first (the default), or
             /// optimistically (see [`CommitStrategy`]).
             pub fn with_commit(mut self, strategy: CommitStrategy) -> Self {
-                self.commit = strategy;
+                self.protocol.commit = strategy;
                 self
             }
 
             /// The commit strategy.
             pub fn commit(&self) -> CommitStrategy {
-                self.commit
+                self.protocol.commit
             }
         }
     )+};
@@ -300,18 +257,11 @@ impl<S, St: Clone, K: Clone, C: Clone, M> Layer<S> for IdempotencyLayer<St, K, C
     type Service = Idempotent<S, St, K, C, M>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        Idempotent::new(
-            inner,
-            Arc::new(Protocol {
-                id: next_protocol_id(),
-                store: self.store.clone(),
-                key: self.key.clone(),
-                clock: self.clock.clone(),
-                config: self.config.clone(),
-                commit: self.commit,
-                local: Arc::clone(&self.local),
-            }),
-        )
+        let protocol = Protocol {
+            id: next_protocol_id(),
+            ..self.protocol.clone()
+        };
+        Idempotent::new(inner, Arc::new(protocol))
     }
 }
 
@@ -330,12 +280,15 @@ mod tests {
             .with_config(Config::new().with_local_cache(8));
         let earlier = layer.clone();
         let later = layer.with_config(Config::new().with_local_cache(8).with_key_prefix("p"));
-        assert!(Arc::ptr_eq(&earlier.local, &later.local));
+        assert!(Arc::ptr_eq(&earlier.protocol.local, &later.protocol.local));
         let resized = later.with_config(Config::new().with_local_cache(16));
         assert!(Arc::ptr_eq(
-            &earlier.local.in_flight,
-            &resized.local.in_flight
+            &earlier.protocol.local.in_flight,
+            &resized.protocol.local.in_flight
         ));
-        assert!(!Arc::ptr_eq(&earlier.local, &resized.local));
+        assert!(!Arc::ptr_eq(
+            &earlier.protocol.local,
+            &resized.protocol.local
+        ));
     }
 }

@@ -4,12 +4,12 @@
 //! permanent failure or release the lease.
 
 use std::sync::Arc;
+use std::time::SystemTime;
 
 use lambda_runtime::LambdaEvent;
 use tower::{BoxError, Service};
 
-use super::admission::{admit, Admission, Claim};
-use super::batch_scope::Batch;
+use super::admission::{Claim, Claimed};
 use super::finish::{self, commit_error, finish_under_lease, Finish};
 use super::heartbeat::{self, expiration_for, lease_end_ms};
 use super::in_flight::FlightResult;
@@ -18,20 +18,36 @@ use super::protocol::Protocol;
 use super::store_call::within_deadline;
 use super::stored_result::{self, store_fitting};
 use crate::clock::{epoch_ms, later_secs, Clock};
+use crate::config::Config;
 use crate::error::Error;
 use crate::hooks::Created;
-use crate::input::Input;
-use crate::key::KeyExtractor;
+use crate::key::KeyError;
 use crate::outcome::Processed;
 use crate::record::{OwnerToken, Status};
 use crate::store::{Acquire, AcquireRequest, Commit, CommitRequest, Store};
 
-/// Takes the lease, or answers the record from what the store holds. Answers the owner
-/// token and when the lease ends (epoch milliseconds).
+/// How taking a record's lease ended.
+pub(crate) enum Lease<T> {
+    /// The lease is ours, under `owner`, until `until_ms` (epoch milliseconds).
+    Held { owner: OwnerToken, until_ms: u64 },
+    /// The record is answered without it: from what the store holds (a replay, in progress,
+    /// another payload), or a failure to take it.
+    Answered(Result<Processed<T>, Error>),
+}
+
+/// What the handler's run under the lease came to.
+pub(crate) enum Ran<D> {
+    /// The handler answered, and its final write was sent: `D`.
+    Finished(D),
+    /// The handler failed.
+    HandlerFailed(Error),
+}
+
+/// Takes the lease, or answers the record from what the store holds.
 pub(crate) async fn acquire<St, K, C, T>(
     protocol: &Protocol<St, K, C>,
     claim: &mut Claim,
-) -> Result<(OwnerToken, u64), Result<Processed<T>, Error>>
+) -> Lease<T>
 where
     St: Store,
     C: Clock,
@@ -43,16 +59,9 @@ where
         let now = protocol.clock.now();
         let lease_ms = lease_end_ms(config, claim.deadline, now);
         if lease_ms <= epoch_ms(now) {
-            return Err(Err(Error::DeadlineNear));
+            return Lease::Answered(Err(Error::DeadlineNear));
         }
-        let request = AcquireRequest {
-            key: claim.key.clone(),
-            owner: owner.clone(),
-            now,
-            lease_expiration_ms: lease_ms,
-            expiration_secs: expiration_for(config, now, lease_ms),
-            validation: claim.stored_validation(),
-        };
+        let request = acquire_request(config, claim, &owner, now, lease_ms);
         let (store, clock) = (&protocol.store, &protocol.clock);
         let acquired = within_deadline(clock, claim.deadline, || store.acquire(&request)).await;
         let existing = match acquired {
@@ -62,7 +71,10 @@ where
                     status: Status::InProgress,
                     expiration_secs: request.expiration_secs,
                 });
-                return Ok((owner, lease_ms));
+                return Lease::Held {
+                    owner,
+                    until_ms: lease_ms,
+                };
             }
             Ok(Acquire::Existing(record)) => record,
             Ok(Acquire::Contended) => continue,
@@ -73,16 +85,34 @@ where
                     // (once: the store has just failed, so do not wait on it long).
                     heartbeat::release(store, clock, 1, &claim.key, &owner, claim.deadline).await;
                 }
-                return Err(Err(Error::Store(err)));
+                return Lease::Answered(Err(Error::Store(err)));
             }
         };
         if let Some(answer) = claim.answer_existing(protocol, existing, now) {
-            return Err(answer);
+            return Lease::Answered(answer);
         }
     }
-    Err(Err(Error::Contended {
+    Lease::Answered(Err(Error::Contended {
         key: claim.key.clone(),
     }))
+}
+
+/// The request that takes `claim`'s lease under `owner` at `now`, until `lease_ms`.
+pub(crate) fn acquire_request(
+    config: &Config,
+    claim: &Claim,
+    owner: &OwnerToken,
+    now: SystemTime,
+    lease_ms: u64,
+) -> AcquireRequest {
+    AcquireRequest {
+        key: claim.key.clone(),
+        owner: owner.clone(),
+        now,
+        lease_expiration_ms: lease_ms,
+        expiration_secs: expiration_for(config, now, lease_ms),
+        validation: claim.stored_validation(),
+    }
 }
 
 /// After the handler failed under a lease: store a permanent failure, or release.
@@ -127,64 +157,43 @@ where
     Err(answer)
 }
 
-/// Lease, run, finish with `M`'s step (or store the failure, or release).
-pub(crate) async fn run<M, S, St, K, C, I>(
+/// A record without a key, processing without idempotency chosen
+/// ([`MissingKey::ProcessUnprotected`](crate::MissingKey)): the handler runs, unprotected.
+pub(crate) async fn unprotected<St, K, C, S, I, T>(
     protocol: Arc<Protocol<St, K, C>>,
     inner: S,
     event: LambdaEvent<I>,
-    batch: Option<Arc<Batch<I>>>,
-) -> Result<Processed<M::Value>, Error>
+    _err: KeyError,
+) -> Result<Processed<T>, Error>
 where
-    M: Finish<S::Response, St>,
-    S: Service<LambdaEvent<I>>,
+    S: Service<LambdaEvent<I>, Response = T>,
     S::Error: Into<BoxError>,
-    St: Store,
-    K: KeyExtractor<I>,
     C: Clock,
-    I: Input + Send + Sync + 'static,
 {
-    let claim = match admit(&protocol, &event, batch.as_deref()).await {
-        Admission::Answered(answer) => return answer,
-        // Writes need the record: a handler that has writes fails with the key error.
-        Admission::Unprotected(err) if M::HAS_WRITES => return Err(Error::Key(err)),
-        Admission::Unprotected(_) => {
-            tracing::warn!(
-                error_type = "Idempotency.KeyError",
-                "no idempotency key: processing without idempotency"
-            );
-            let response = Box::pin(call_handler(inner, event, &protocol.clock)).await?;
-            return Ok(Processed::Unprotected(M::into_parts(response).0));
-        }
-        Admission::Claimed(claim) => claim,
-    };
-    // Boxed: the lease, the handler and the commit make a future of kilobytes, which a record
-    // answered at admission (a duplicate) then never builds or moves.
-    Box::pin(run_claimed::<M, S, St, K, C, I>(
-        protocol, inner, event, claim,
-    ))
-    .await
+    tracing::warn!(
+        error_type = "Idempotency.KeyError",
+        "no idempotency key: processing without idempotency"
+    );
+    let response = Box::pin(call_handler(inner, event, &protocol.clock)).await?;
+    Ok(Processed::Unprotected(response))
 }
 
 /// The lease protocol for a claimed record: acquire, run the handler under the heartbeat,
-/// commit (or settle the failure).
-async fn run_claimed<M, S, St, K, C, I>(
-    protocol: Arc<Protocol<St, K, C>>,
-    inner: S,
-    event: LambdaEvent<I>,
-    mut claim: Claim,
+/// finish with `M`'s step (or store the failure, or release).
+pub(crate) async fn run<M, S, St, K, C, I>(
+    record: Claimed<St, K, C, S, I>,
 ) -> Result<Processed<M::Value>, Error>
 where
     M: Finish<S::Response, St>,
     S: Service<LambdaEvent<I>>,
     S::Error: Into<BoxError>,
     St: Store,
-    K: KeyExtractor<I>,
     C: Clock,
-    I: Input + Send + Sync + 'static,
 {
+    let (protocol, inner, event, mut claim) = record.into_parts();
     let (owner, held_until_ms) = match acquire(&protocol, &mut claim).await {
-        Ok(held) => held,
-        Err(answer) => return answer,
+        Lease::Held { owner, until_ms } => (owner, until_ms),
+        Lease::Answered(answer) => return answer,
     };
     let (store, clock, config) = (&protocol.store, &protocol.clock, &protocol.config);
     let (key, deadline) = (&claim.key, claim.deadline);
@@ -200,7 +209,7 @@ where
     let work = async {
         let response = match call_handler(inner, event, &protocol.clock).await {
             Ok(response) => response,
-            Err(err) => return Ok(Err(err)),
+            Err(err) => return Ran::HandlerFailed(err),
         };
         let (value, writes) = M::into_parts(response);
         let now = clock.now();
@@ -223,11 +232,13 @@ where
             (request, answer)
         })
         .await;
-        Ok(Ok((value, expiration_secs, finished)))
+        Ran::Finished((value, expiration_secs, finished))
     };
     let (value, expiration_secs, finished) = match heartbeat.run(work).await {
-        Ok(Ok(done)) => done,
-        Ok(Err(err)) => return settle_failure(&protocol, &mut claim, &owner, err).await,
+        Ok(Ran::Finished(done)) => done,
+        Ok(Ran::HandlerFailed(err)) => {
+            return settle_failure(&protocol, &mut claim, &owner, err).await
+        }
         Err(lost) => return Err(lost),
     };
     let answer = match finished {

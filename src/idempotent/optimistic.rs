@@ -2,7 +2,6 @@
 //! writes with the final record only if no live record exists. A duplicate learns the
 //! stored answer from the refused commit.
 
-use std::sync::Arc;
 use std::time::SystemTime;
 
 use lambda_runtime::LambdaEvent;
@@ -10,20 +9,16 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tower::{BoxError, Service};
 
-use super::admission::{admit, Admission, Claim};
-use super::batch_scope::Batch;
+use super::admission::{Claim, Claimed};
 use super::completion::Completion;
 use super::finish::{self, commit_error, failure_text, is_our_commit, stored_failure_message};
 use super::in_flight::FlightResult;
 use super::invoke::{call_handler, is_permanent};
 use super::protocol::Protocol;
-use super::store_call::within_deadline;
 use super::stored_result::{self, store_fitting};
 use crate::clock::{epoch_ms, later_secs, Clock, Deadline};
 use crate::error::Error;
 use crate::hooks::Created;
-use crate::input::Input;
-use crate::key::KeyExtractor;
 use crate::outcome::Processed;
 use crate::record::{decide, Decision, OwnerToken, Record, Status};
 use crate::store::{Commit, CommitRequest, StoreError, TransactionalStore, Write};
@@ -144,9 +139,7 @@ where
     C: Clock,
     T: DeserializeOwned,
 {
-    let (store, key) = (&protocol.store, &claim.key);
-    let read = within_deadline(&protocol.clock, claim.deadline, || store.get(key)).await;
-    if let Ok(Some(record)) = read {
+    if let Some(record) = claim.stored_now(protocol).await {
         let now = protocol.clock.now();
         if matches!(
             decide(&record, now, claim.validation.as_ref()),
@@ -161,76 +154,32 @@ where
     Err(err)
 }
 
-/// The answer for a record that the batch's pre-check found in progress before the
-/// record's turn, from the record as it is now: replayed when its holder completed it
-/// meanwhile, "in progress" while it is still held, so that the handler does not run for
-/// nothing; `None` when it can be taken, or cannot be read (the commit decides).
-async fn read_again<St, K, C, T>(
-    protocol: &Protocol<St, K, C>,
-    claim: &mut Claim,
-) -> Option<Result<Processed<T>, Error>>
-where
-    St: TransactionalStore,
-    C: Clock,
-    T: DeserializeOwned,
-{
-    let (store, key) = (&protocol.store, &claim.key);
-    let read = within_deadline(&protocol.clock, claim.deadline, || store.get(key)).await;
-    let record = read.ok()??;
-    let now = protocol.clock.now();
-    claim.answer_existing(protocol, record, now)
-}
-
-/// Handlers with writes, optimistic mode: run, then commit the writes with the record if no
-/// live record exists.
+/// Handlers with writes, optimistic mode, for a claimed record: run the handler, then
+/// commit its writes with the record if no live record exists.
 pub(crate) async fn run<S, St, K, C, I, T>(
-    protocol: Arc<Protocol<St, K, C>>,
-    inner: S,
-    event: LambdaEvent<I>,
-    batch: Option<Arc<Batch<I>>>,
+    record: Claimed<St, K, C, S, I>,
 ) -> Result<Processed<T>, Error>
 where
     S: Service<LambdaEvent<I>, Response = Completion<T>>,
     S::Error: Into<BoxError>,
     T: Serialize + DeserializeOwned,
     St: TransactionalStore,
-    K: KeyExtractor<I>,
     C: Clock,
-    I: Input + Send + Sync + 'static,
 {
-    let claim = match admit(&protocol, &event, batch.as_deref()).await {
-        Admission::Answered(answer) => return answer,
-        // Writes need the record: a record without a key fails with the key error.
-        Admission::Unprotected(err) => return Err(Error::Key(err)),
-        Admission::Claimed(claim) => claim,
-    };
-    // Boxed: the handler and the commit make a future of kilobytes, which a record answered
-    // at admission (a duplicate) then never builds or moves.
-    Box::pin(run_claimed(protocol, inner, event, claim)).await
-}
-
-/// A claimed record: the handler, then its result committed with its writes.
-async fn run_claimed<S, St, K, C, I, T>(
-    protocol: Arc<Protocol<St, K, C>>,
-    inner: S,
-    event: LambdaEvent<I>,
-    mut claim: Claim,
-) -> Result<Processed<T>, Error>
-where
-    S: Service<LambdaEvent<I>, Response = Completion<T>>,
-    S::Error: Into<BoxError>,
-    T: Serialize + DeserializeOwned,
-    St: TransactionalStore,
-    K: KeyExtractor<I>,
-    C: Clock,
-    I: Input + Send + Sync + 'static,
-{
+    let (protocol, inner, event, mut claim) = record.into_parts();
     if claim.deadline.epoch_ms() <= epoch_ms(protocol.clock.now()) {
         return Err(Error::DeadlineNear);
     }
+    // The pre-check found the record in progress before this record's turn: read as it is
+    // now, it is replayed when its holder completed it meanwhile, "in progress" while it is
+    // still held, so that the handler does not run for nothing. One that can be taken, or
+    // cannot be read, goes on (the commit decides).
     if claim.held_before_turn {
-        if let Some(answer) = read_again(&protocol, &mut claim).await {
-            return answer;
+        if let Some(record) = claim.stored_now(&protocol).await {
+            let now = protocol.clock.now();
+            if let Some(answer) = claim.answer_existing(&protocol, record, now) {
+                return answer;
+            }
         }
     }
     let owner = OwnerToken::generate();

@@ -76,8 +76,9 @@ impl LocalAnswers {
     }
 }
 
-/// Everything a service needs to run the protocol, behind one `Arc`.
-#[derive(Debug)]
+/// Everything a service needs to run the protocol, behind one `Arc`. A layer holds one as
+/// the pattern of its services' (each service's gets a fresh id).
+#[derive(Debug, Clone)]
 pub(crate) struct Protocol<St, K, C> {
     /// Unique in the process, for as long as it runs (never reused, unlike an address): the
     /// batch pre-check files its lookups under it.
@@ -92,6 +93,39 @@ pub(crate) struct Protocol<St, K, C> {
 }
 
 impl<St, K, C> Protocol<St, K, C> {
+    /// A protocol on `store`, keyed by `key`, reading `clock`, with the default [`Config`]
+    /// and lease commits.
+    pub(crate) fn new(store: St, key: K, clock: C) -> Self {
+        let config = Config::default();
+        Self {
+            id: next_protocol_id(),
+            store,
+            key,
+            clock,
+            local: LocalAnswers::new(&config),
+            config,
+            commit: CommitStrategy::Lease,
+        }
+    }
+
+    /// This protocol with its key extractor and clock replaced by what `parts` makes of
+    /// them.
+    pub(crate) fn with_parts<K2, C2>(
+        self,
+        parts: impl FnOnce(K, C) -> (K2, C2),
+    ) -> Protocol<St, K2, C2> {
+        let (key, clock) = parts(self.key, self.clock);
+        Protocol {
+            id: self.id,
+            store: self.store,
+            key,
+            clock,
+            config: self.config,
+            commit: self.commit,
+            local: self.local,
+        }
+    }
+
     /// The heartbeat of the lease held on `key` under `owner` until `held_until_ms`.
     pub(crate) fn heartbeat<'a>(
         &'a self,

@@ -11,11 +11,12 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tower::{BoxError, Service};
 
+use super::admission::{admitted, key_required, Claimed};
 use super::batch_replay::{BatchReplay, BatchReplayer};
 use super::batch_scope::BatchRecord;
 use super::completion::Completion;
 use super::finish::{ResultAndWrites, ResultOnly};
-use super::in_transaction::{self, InTransaction, TransactionEvent};
+use super::in_transaction::{InTransaction, TransactionEvent};
 use super::protocol::Protocol;
 use super::sequenced::{self, PositionOf, Sequence, Sequenced};
 use super::{lease, optimistic};
@@ -189,9 +190,12 @@ where
         record: BatchRecord<I>,
     ) -> ResponseFuture<T> {
         let (ready, protocol) = service.take_ready();
-        let BatchRecord { event, batch } = record;
-        Box::pin(lease::run::<Self, _, _, _, _, _>(
-            protocol, ready, event, batch,
+        Box::pin(admitted(
+            protocol,
+            ready,
+            record,
+            lease::run::<Self, _, _, _, _, _>,
+            lease::unprotected,
         ))
     }
 
@@ -222,12 +226,21 @@ where
         record: BatchRecord<I>,
     ) -> ResponseFuture<T> {
         let (ready, protocol) = service.take_ready();
-        let BatchRecord { event, batch } = record;
         match protocol.commit {
-            CommitStrategy::Lease => Box::pin(lease::run::<Self, _, _, _, _, _>(
-                protocol, ready, event, batch,
+            CommitStrategy::Lease => Box::pin(admitted(
+                protocol,
+                ready,
+                record,
+                lease::run::<Self, _, _, _, _, _>,
+                key_required,
             )),
-            CommitStrategy::Optimistic => Box::pin(optimistic::run(protocol, ready, event, batch)),
+            CommitStrategy::Optimistic => Box::pin(admitted(
+                protocol,
+                ready,
+                record,
+                optimistic::run,
+                key_required,
+            )),
         }
     }
 
@@ -258,8 +271,13 @@ where
         record: BatchRecord<I>,
     ) -> ResponseFuture<T> {
         let (ready, protocol) = service.take_ready();
-        let BatchRecord { event, batch } = record;
-        Box::pin(in_transaction::run(protocol, ready, event, batch))
+        Box::pin(admitted(
+            protocol,
+            ready,
+            record,
+            Claimed::in_transaction,
+            key_required,
+        ))
     }
 
     fn batch_replayer(service: &Idempotent<S, St, K, C, Self>) -> BatchReplayer<I, T> {
