@@ -181,7 +181,11 @@ async fn a_copied_request_keeps_its_batch() {
         ))
         .await;
     assert_eq!(outcomes(&report), [Outcome::Replayed; 2]);
-    assert_eq!(rig.runs.load(Ordering::SeqCst), 2, "each ran once, first time");
+    assert_eq!(
+        rig.runs.load(Ordering::SeqCst),
+        2,
+        "each ran once, first time"
+    );
     assert_eq!(rig.calls(), (1, 2), "one lookup for both, no acquire");
 }
 
@@ -199,7 +203,11 @@ async fn process_takes_a_result_that_is_not_send() {
     let clock = ManualClock::starting_now();
     let report = BatchProcessor::new(EventOnly::new(service))
         .with_clock(clock.clone())
-        .process(invocation(batch(&["m-1"], 1, false), clock.now(), REMAINING))
+        .process(invocation(
+            batch(&["m-1"], 1, false),
+            clock.now(),
+            REMAINING,
+        ))
         .await;
     assert_eq!(outcomes(&report), [Outcome::Executed]);
 }

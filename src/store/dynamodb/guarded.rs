@@ -10,7 +10,7 @@ use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
 
 use super::commit::{conditioned, sdk_item};
-use super::{refused_for_handler, DynamoDbStore};
+use super::{refused, DynamoDbStore, Requester};
 use crate::store::item_size::write_size_bytes;
 use crate::store::{Attr, Guarded, GuardedWrite, Item, StoreError, Write, WriteKind};
 
@@ -49,7 +49,7 @@ where
         Ok(_) => Ok(Guarded::Applied),
         Err(err) => match err.as_service_error().and_then(&refusal) {
             Some(old) => Ok(Guarded::Refused(old.map(item))),
-            None => Err(refused_for_handler(err, size, table)),
+            None => Err(refused(err, size, table, Requester::Handler)),
         },
     }
 }
@@ -104,7 +104,7 @@ impl DynamoDbStore {
             .consistent_read(true)
             .send()
             .await
-            .map_err(|err| refused_for_handler(err, 0, table))?;
+            .map_err(|err| refused(err, 0, table, Requester::Handler))?;
         Ok(output.item().map(item))
     }
 }

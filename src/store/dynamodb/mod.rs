@@ -164,6 +164,17 @@ impl DynamoDbStore {
             .collect())
     }
 
+    /// The item key of `key` for a call on one item, counted as one DynamoDB call: the call
+    /// is sent right after (a key that cannot be made sends nothing, and is not counted).
+    fn called_with(
+        &self,
+        key: &IdempotencyKey,
+    ) -> Result<HashMap<String, AttributeValue>, StoreError> {
+        let item = self.key_item(key)?;
+        crate::metrics::dynamodb_call();
+        Ok(item)
+    }
+
     /// The item of a record written whole under [`TAKEOVER_CONDITION`] (by an acquire, by an
     /// optimistic commit): its key's attributes, `status`, `expiration_secs`, `owner` and the
     /// `validation` hash when there is one; the caller adds its lease end or its data.
@@ -267,7 +278,7 @@ impl DynamoDbStore {
                 Some(item) => Some(self.record_from_item(item)?),
                 None => self.get_inner(&request.key).await?,
             },
-            _ => return Err(refused(err, size_bytes, &self.table)),
+            _ => return Err(refused(err, size_bytes, &self.table, Requester::Store)),
         };
         Ok(match existing {
             // The item that refused the put is another key's: the table's key is not the
@@ -309,7 +320,7 @@ impl DynamoDbStore {
                 .item()
                 .map(|item| self.record_from_item(item))
                 .transpose()?,
-            _ => return Err(refused(err, size_bytes, &self.table)),
+            _ => return Err(refused(err, size_bytes, &self.table, Requester::Store)),
         };
         Ok(match existing {
             // Our own completion: an earlier send was applied and its answer lost.
@@ -325,13 +336,11 @@ impl DynamoDbStore {
         let mut values = self.owner_condition_values(&request.owner);
         values.insert(":lease".into(), num(request.lease_expiration_ms));
         values.insert(":exp".into(), num(request.expiration_secs));
-        let key_item = self.key_item(&request.key)?;
-        crate::metrics::dynamodb_call();
         let result = self
             .client
             .update_item()
             .table_name(&self.table)
-            .set_key(Some(key_item))
+            .set_key(Some(self.called_with(&request.key)?))
             .update_expression("SET #ipe = :lease, #exp = :exp")
             .condition_expression(OWNER_CONDITION)
             .set_expression_attribute_names(Some(names))
@@ -346,13 +355,11 @@ impl DynamoDbStore {
         key: &IdempotencyKey,
         owner: &OwnerToken,
     ) -> Result<Fenced, StoreError> {
-        let key_item = self.key_item(key)?;
-        crate::metrics::dynamodb_call();
         let result = self
             .client
             .delete_item()
             .table_name(&self.table)
-            .set_key(Some(key_item))
+            .set_key(Some(self.called_with(key)?))
             .condition_expression(OWNER_CONDITION)
             .set_expression_attribute_names(Some(self.owner_condition_names()))
             .set_expression_attribute_values(Some(self.owner_condition_values(owner)))
@@ -365,13 +372,11 @@ impl DynamoDbStore {
         &self,
         key: &IdempotencyKey,
     ) -> Result<Option<Record>, StoreError> {
-        let key_item = self.key_item(key)?;
-        crate::metrics::dynamodb_call();
         let output = self
             .client
             .get_item()
             .table_name(&self.table)
-            .set_key(Some(key_item))
+            .set_key(Some(self.called_with(key)?))
             .consistent_read(true)
             .send()
             .await
@@ -405,7 +410,7 @@ where
         {
             Ok(Fenced::LeaseLost)
         }
-        Err(err) => Err(refused(err, 0, table)),
+        Err(err) => Err(refused(err, 0, table, Requester::Store)),
     }
 }
 
@@ -530,14 +535,30 @@ where
     }
 }
 
-/// The store error for a request on the store's own `table` that DynamoDB did not apply
-/// (other than a failed condition): an item over the size limit ([`StoreError::ItemTooLarge`],
-/// with `size_bytes` as estimated); any other refusal is the store's setup
-/// ([`StoreError::Misconfigured`]: the credentials, no such table, no permission, a key that
-/// does not match the table's; the store's own requests have a fixed shape, so DynamoDB
-/// refusing one as invalid means the table is not the store's), never a record's fault;
-/// anything else is an outage.
-pub(crate) fn refused<E, R>(err: SdkError<E, R>, size_bytes: usize, table: &str) -> StoreError
+/// Whose request DynamoDB refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Requester {
+    /// The store's own: its requests have a fixed shape, so any refusal but an item over the
+    /// size limit is the store's setup (the credentials, no such table, no permission, a key
+    /// that does not match the table's), never a record's fault.
+    Store,
+    /// One of the handler's (a sequence-guarded write, or its read): a missing table, denied
+    /// access or a key that does not match is the setup of the handler's table
+    /// ([`Misconfiguration::for_handler_write`]), another invalid request the request's fault;
+    /// refused credentials are still the store's setup.
+    Handler,
+}
+
+/// The store error for a request on `table`, made by `by`, that DynamoDB did not apply
+/// (other than a failed condition): an item over the size limit
+/// ([`StoreError::ItemTooLarge`], with `size_bytes` as estimated), a misconfiguration or an
+/// invalid request as [`Requester`] says, and anything else an outage.
+pub(crate) fn refused<E, R>(
+    err: SdkError<E, R>,
+    size_bytes: usize,
+    table: &str,
+    by: Requester,
+) -> StoreError
 where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
     R: std::fmt::Debug + Send + Sync + 'static,
@@ -545,9 +566,16 @@ where
     let Some(service) = err.as_service_error() else {
         return unavailable(err);
     };
-    match refusal(service) {
-        Refusal::TooLarge => too_large(size_bytes),
-        Refusal::Other => unavailable(err),
+    match (refusal(service), by) {
+        (Refusal::TooLarge, _) => too_large(size_bytes),
+        (Refusal::Other, _) => unavailable(err),
+        (Refusal::Table | Refusal::KeySchema, Requester::Handler) => {
+            StoreError::Misconfigured(misconfigured(service, table).for_handler_write())
+        }
+        (Refusal::Invalid, Requester::Handler) => StoreError::InvalidRequest {
+            write_index: None,
+            reason: Box::new(err),
+        },
         _ => StoreError::Misconfigured(misconfigured(service, table)),
     }
 }
@@ -557,37 +585,6 @@ pub(crate) fn too_large(size_bytes: usize) -> StoreError {
     StoreError::ItemTooLarge {
         size_bytes: size_bytes.max(crate::store::MAX_ITEM_BYTES + 1),
         limit_bytes: crate::store::MAX_ITEM_BYTES,
-    }
-}
-
-/// The store error for a request on `table`, one of the handler's (a sequence-guarded
-/// write or its read), that DynamoDB did not apply: refused credentials are the store's setup;
-/// a missing table, denied access or a key that does not match the table's are the setup of
-/// the handler's table ([`Misconfiguration::for_handler_write`]); an item over the size limit
-/// or another invalid request is the request's fault; anything else is an outage.
-pub(crate) fn refused_for_handler<E, R>(
-    err: SdkError<E, R>,
-    size_bytes: usize,
-    table: &str,
-) -> StoreError
-where
-    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
-    R: std::fmt::Debug + Send + Sync + 'static,
-{
-    let Some(service) = err.as_service_error() else {
-        return unavailable(err);
-    };
-    match refusal(service) {
-        Refusal::Credentials => StoreError::Misconfigured(misconfigured(service, table)),
-        Refusal::Table | Refusal::KeySchema => {
-            StoreError::Misconfigured(misconfigured(service, table).for_handler_write())
-        }
-        Refusal::TooLarge => too_large(size_bytes),
-        Refusal::Invalid => StoreError::InvalidRequest {
-            write_index: None,
-            reason: Box::new(err),
-        },
-        Refusal::Other => unavailable(err),
     }
 }
 

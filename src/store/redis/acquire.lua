@@ -32,7 +32,5 @@ redis.call('HSET', key, 'status', 'INPROGRESS', 'expiration', ARGV[5],
 if ARGV[7] == '1' then
   redis.call('HSET', key, 'validation', ARGV[8])
 end
-if ARGV[6] ~= '0' then
-  redis.call('PEXPIRE', key, ARGV[6])
-end
+keep_until(key, ARGV[6])
 return {'acquired'}

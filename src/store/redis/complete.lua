@@ -6,11 +6,7 @@ local r = redis.call('HMGET', key, 'status', 'lease_owner', 'data')
 if r[1] == 'INPROGRESS' and r[2] == ARGV[1] then
   redis.call('HSET', key, 'status', ARGV[2], 'data', ARGV[3], 'expiration', ARGV[4])
   redis.call('HDEL', key, 'in_progress_expiration')
-  if ARGV[5] ~= '0' then
-    redis.call('PEXPIRE', key, ARGV[5])
-  else
-    redis.call('PERSIST', key)
-  end
+  keep_until(key, ARGV[5])
   return 1
 end
 if r[1] == ARGV[2] and r[2] == ARGV[1] and r[3] == ARGV[3] then

@@ -4,11 +4,7 @@ local key = KEYS[1]
 local r = redis.call('HMGET', key, 'status', 'lease_owner')
 if r[1] == 'INPROGRESS' and r[2] == ARGV[1] then
   redis.call('HSET', key, 'in_progress_expiration', ARGV[2], 'expiration', ARGV[3])
-  if ARGV[4] ~= '0' then
-    redis.call('PEXPIRE', key, ARGV[4])
-  else
-    redis.call('PERSIST', key)
-  end
+  keep_until(key, ARGV[4])
   return 1
 end
 return 0

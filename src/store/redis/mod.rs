@@ -53,9 +53,21 @@ pub const GC_GRACE: Duration = Duration::from_secs(300);
 /// gets no TTL.
 const LATEST_TTL_MS: u64 = 253_402_300_799_999;
 
-static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("acquire.lua")));
-static COMPLETE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("complete.lua")));
-static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("extend.lua")));
+/// The scripts that write a record, each after `ttl.lua` (the key's TTL, set one way).
+static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("ttl.lua"),
+        include_str!("acquire.lua")
+    ))
+});
+static COMPLETE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("ttl.lua"),
+        include_str!("complete.lua")
+    ))
+});
+static EXTEND: LazyLock<Script> =
+    LazyLock::new(|| Script::new(concat!(include_str!("ttl.lua"), include_str!("extend.lua"))));
 static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("release.lua")));
 
 /// The idempotency records in Redis or Valkey, through any async connection of the `redis`
