@@ -68,7 +68,9 @@ pub use crate::clock::ANSWER_MARGIN;
 /// to retry in `batchItemFailures`.
 ///
 /// The event is a [`BatchEvent`] (an `SqsEvent`, a `KinesisEvent`, a DynamoDB Streams
-/// `Event`), the service normally an [`Idempotent`](crate::Idempotent) one.
+/// `Event`), the service normally an [`Idempotent`](crate::Idempotent) one. Each record
+/// reaches it as a [`BatchRecord`]: its event, with what its batch knows (a service of
+/// `LambdaEvent`s alone goes in through [`EventOnly`](super::EventOnly)).
 ///
 /// It is itself a `Service<LambdaEvent<E>>` answering the event's partial batch response
 /// (`SqsBatchResponse`, `KinesisEventResponse`, `DynamoDbEventResponse`), so it can be handed to
