@@ -125,3 +125,50 @@ async fn stored_keys_hold_no_raw_key_material() {
         assert_eq!(key.len(), "orders#".len() + 64);
     }
 }
+
+/// A handler with writes never runs unprotected (its writes commit with the record), under
+/// either commit strategy, even with `MissingKey::ProcessUnprotected`: the record is rejected
+/// with the key error. (Written in review of the admission consolidation.)
+#[tokio::test]
+async fn a_missing_key_with_writes_is_a_key_error_under_both_strategies() {
+    use lambda_idempotency::{CommitStrategy, Completion};
+    let mut event = load_event("batch.json");
+    event.records.truncate(1);
+    event.records[0].body = Some(r#"{"account":"acct-alice","amount":1}"#.into());
+    for strategy in [CommitStrategy::Lease, CommitStrategy::Optimistic] {
+        let store = InMemoryStore::new();
+        let calls = Arc::new(Mutex::new(0));
+        let counted = calls.clone();
+        let layer = IdempotencyLayer::new(store.clone())
+            .with_key(JsonPointer::new("/eventId"))
+            .with_config(Config::new().with_missing_key(MissingKey::ProcessUnprotected))
+            .with_writes()
+            .with_commit(strategy);
+        let processor = BatchProcessor::new(layer.handler(move |_m: SqsMessage| {
+            let counted = counted.clone();
+            async move {
+                *counted.lock().unwrap() += 1;
+                Ok::<_, std::io::Error>(Completion::new(1))
+            }
+        }));
+        let report = processor
+            .process(invocation(
+                event.clone(),
+                std::time::SystemTime::now(),
+                REMAINING,
+            ))
+            .await;
+        assert_eq!(outcomes(&report), [Outcome::Rejected], "{strategy:?}");
+        assert!(
+            matches!(
+                report.records[0].error,
+                Some(Error::Key(
+                    lambda_idempotency::key::KeyError::PointerNotFound { .. }
+                ))
+            ),
+            "{strategy:?}"
+        );
+        assert_eq!(*calls.lock().unwrap(), 0, "{strategy:?}");
+        assert!(store.records().is_empty());
+    }
+}

@@ -311,3 +311,44 @@ async fn a_pool_without_room_for_a_transaction_is_refused_when_the_layer_is_buil
     }
     assert!(IdempotencyLayer::new(store(2)).in_transaction().is_ok());
 }
+
+/// A handler that writes in the store's transaction never runs unprotected, under either
+/// commit strategy, even with `MissingKey::ProcessUnprotected`. (Written in review of the
+/// admission consolidation.)
+#[tokio::test]
+async fn a_missing_key_in_transaction_is_a_key_error() {
+    use lambda_idempotency::key::JsonPointer;
+    use lambda_idempotency::MissingKey;
+    let Some(rig) = Rig::new().await else { return };
+    for mode in [CommitStrategy::Lease, CommitStrategy::Optimistic] {
+        let runs = Arc::clone(&rig.runs);
+        let handler = IdempotencyLayer::new(rig.store.clone())
+            .with_key(JsonPointer::new("/nope"))
+            .with_config(Config::new().with_missing_key(MissingKey::ProcessUnprotected))
+            .in_transaction()
+            .expect("pool")
+            .with_commit(mode)
+            .handler(move |_m: SqsMessage, _t: PgTransaction| {
+                runs.fetch_add(1, Ordering::SeqCst);
+                async move { Ok::<_, BoxError>(1_i64) }
+            });
+        let mut event = load_event("batch.json");
+        event.records.truncate(1);
+        let report = BatchProcessor::new(handler)
+            .process(invocation(
+                event,
+                SystemTime::now(),
+                Duration::from_secs(60),
+            ))
+            .await;
+        assert_eq!(outcomes(&report), [Outcome::Rejected], "{mode:?}");
+        assert!(
+            matches!(
+                report.records[0].error,
+                Some(lambda_idempotency::Error::Key(_))
+            ),
+            "{mode:?}"
+        );
+    }
+    assert_eq!(rig.runs(), 0);
+}
