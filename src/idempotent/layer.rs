@@ -172,17 +172,9 @@ impl<St, K, C, M> IdempotencyLayer<St, K, C, M> {
 /// duplicate found by the read of a redelivered event. The store must be a
 /// [`GuardedWrite`]. With no record, there is no key, local cache or record setting to
 /// choose: the store, the sequence and the clock are all it takes.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct SequencedLayer<St, P, C = SystemClock> {
     layer: IdempotencyLayer<St, Sequence<P>, C, Sequenced>,
-}
-
-impl<St: Clone, P: Clone, C: Clone> Clone for SequencedLayer<St, P, C> {
-    fn clone(&self) -> Self {
-        Self {
-            layer: self.layer.clone(),
-        }
-    }
 }
 
 impl<St: GuardedWrite, P> SequencedLayer<St, P> {
