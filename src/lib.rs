@@ -93,7 +93,12 @@
 //! first and an optimistic single round trip. Errors marked [`Permanent`] are stored and
 //! acknowledged instead of retried.
 //!
+//! The [`guide`] takes each choice in turn: guarantees and failures, handler kinds and
+//! commit strategies, keys, batches, HTTP, invocations and functions, stores, operations,
+//! testing, troubleshooting.
+//!
 //! # Modules
+//! - [`guide`]: the guide (documentation only);
 //! - [`idempotent`]: the layer, the service and the protocol's drivers;
 //! - [`store`]: the store trait, its requests and limits, the embedded and DynamoDB stores;
 //! - [`key`]: idempotency keys and payload hashes, from any [`Input`];
@@ -145,6 +150,7 @@ mod config;
 pub mod dynamodb_streams;
 mod error;
 pub mod function;
+pub mod guide;
 pub mod hooks;
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
