@@ -26,7 +26,10 @@ pub enum MissingKey {
     Fail,
     /// Run the handler without idempotency when the key's source is absent
     /// ([`KeyError::is_absent`](crate::key::KeyError::is_absent)). The outcome is
-    /// [`Outcome::Unprotected`](crate::Outcome::Unprotected), so it shows in metrics.
+    /// [`Outcome::Unprotected`](crate::Outcome::Unprotected), so it shows in metrics. Only a
+    /// handler that answers its result alone runs unprotected: one whose writes commit with
+    /// the record (with writes, in a transaction) fails the record with the key error, as
+    /// with `Fail`.
     ProcessUnprotected,
 }
 

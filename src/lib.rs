@@ -4,10 +4,12 @@
 //!
 //! SQS delivers at least once. This crate makes your per-record handler's effect happen once
 //! per idempotency key while the key's record counts, replays the stored result to
-//! duplicates, and reports only the records that need a retry in `batchItemFailures`. With a
-//! plain handler (and transactional handlers in lease mode) the handler itself runs once per
-//! key, unless it outlives its lease; in optimistic mode a duplicate may run the handler, and
-//! only its committed DynamoDB writes are exactly-once.
+//! duplicates, and reports only the records that need a retry in `batchItemFailures`. Writes a
+//! handler hands back are committed with its record, so they apply once per key even if the
+//! process dies at any instant. The handler itself runs once per key except when it fails
+//! retryably, when its invocation ends or the store cannot be reached after it ran and before
+//! its result is stored, and, with the optimistic commit strategy, for a duplicate that
+//! neither the local cache nor the batch's pre-check answers (see [`guide::guarantees`]).
 //!
 //! ```
 //! use lambda_idempotency::aws_lambda_events::sqs::{SqsEvent, SqsMessage};
@@ -122,6 +124,8 @@
 //!   transition), on a `deadpool-postgres` pool; handlers can write in its transaction
 //!   (`IdempotencyLayer::in_transaction`), so their PostgreSQL effects commit with the record.
 //! - `metrics`: outcomes, latencies and DynamoDB calls through the `metrics` facade.
+//! - `sqs-visibility`: `sqs::VisibilityLayer`, retry shaping with SQS's visibility timeout
+//!   (the SQS client without a TLS choice: give it yours).
 //! - `testing`: the testing kit for your handlers (`testing`: event builders for each
 //!   trigger, invocations, the store contract suites), `clock::ManualClock`,
 //!   `clock::epoch_ms`/`epoch_secs`, `InMemoryStore::set_unavailable`, and the DynamoDB

@@ -9,14 +9,17 @@ use std::fmt;
 pub enum Outcome {
     /// The handler ran and its result was stored.
     Executed,
-    /// Completed before: the handler did not run, the stored result was returned.
+    /// Completed before: the stored result was returned. Under a lease the handler did not
+    /// run for this delivery; with the optimistic commit strategy it may have, and its writes
+    /// were not committed.
     Replayed,
     /// The handler ran without idempotency, because the key was absent and
     /// [`MissingKey::ProcessUnprotected`](crate::MissingKey) was chosen.
     Unprotected,
     /// Another invocation holds the lease: reported for retry.
     Locked,
-    /// The handler returned an error or panicked: lease released, reported for retry.
+    /// The handler returned an error or panicked: reported for retry (its lease released;
+    /// with the optimistic commit strategy nothing was stored).
     Failed,
     /// No key could be derived, or the key came with a different payload: reported.
     Rejected,

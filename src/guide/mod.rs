@@ -13,7 +13,8 @@
 //! - [`stores`]: DynamoDB, Redis or Valkey, PostgreSQL, in memory;
 //! - [`operations`]: metrics, the CLI and a runbook;
 //! - [`testing`]: testing your own functions;
-//! - [`troubleshooting`]: each symptom, its cause and its fix.
+//! - [`troubleshooting`]: each symptom, its cause and its fix;
+//! - [`configuration`]: every setting of `Config`, the layer, the processor and the stores.
 //!
 //! The chapters hold documentation only.
 
@@ -58,4 +59,8 @@ pub mod testing {
 /// Troubleshooting: each symptom, its cause and its fix.
 pub mod troubleshooting {
     #![doc = include_str!("troubleshooting.md")]
+}
+/// Every setting: of `Config`, the layer, the batch processor and the stores.
+pub mod configuration {
+    #![doc = include_str!("configuration.md")]
 }
