@@ -152,6 +152,13 @@ impl<St, K, C, M> IdempotencyLayer<St, K, C, M> {
     /// Wraps a plain async function of one event: `async fn(E) -> Result<T, Err>` (or, with
     /// writes, `Result<Completion<T>, Err>`; in a transaction, `async fn(E, Tx) -> Result<T,
     /// Err>`).
+    ///
+    /// `f` is any `FnMut` that is `Clone + Send + 'static`, and `Sync` to serve a
+    /// `BatchProcessor` handed to `lambda_runtime::run` (a function, or a closure over what
+    /// it needs: `move |m| credit(client.clone(), m)`), its future `Send + 'static`;
+    /// `T` is `Serialize + DeserializeOwned + Send + 'static` (it is stored and replayed),
+    /// and `Err` converts into a `BoxError` (mark a failure that retrying cannot fix with
+    /// [`Permanent`](crate::Permanent)).
     pub fn handler<F>(&self, f: F) -> Idempotent<RecordFn<F>, St, K, C, M>
     where
         St: Clone,
