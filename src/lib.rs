@@ -97,7 +97,7 @@
 //!
 //! The [`guide`] takes each choice in turn: guarantees and failures, handler kinds and
 //! commit strategies, keys, batches, HTTP, invocations and functions, stores, operations,
-//! testing, troubleshooting.
+//! costs, testing, troubleshooting.
 //!
 //! # Modules
 //! - [`guide`]: the guide (documentation only);

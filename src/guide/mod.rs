@@ -12,6 +12,8 @@
 //! - [`invocations`]: whole invocations of any event, and idempotent functions;
 //! - [`stores`]: DynamoDB, Redis or Valkey, PostgreSQL, in memory;
 //! - [`operations`]: metrics, the CLI and a runbook;
+//! - [`costs`]: what a million messages cost in DynamoDB units, Lambda GB-seconds and
+//!   dollars, by handler kind and commit strategy;
 //! - [`testing`]: testing your own functions;
 //! - [`troubleshooting`]: each symptom, its cause and its fix;
 //! - [`configuration`]: every setting of `Config`, the layer, the processor and the stores.
@@ -51,6 +53,11 @@ pub mod stores {
 /// Operating it: metrics, the `lambda-idempotency` CLI and a runbook.
 pub mod operations {
     #![doc = include_str!("operations.md")]
+}
+/// What it costs: DynamoDB units, Lambda GB-seconds and dollars per million messages, by
+/// handler kind and commit strategy, from the benchmark's figures.
+pub mod costs {
+    #![doc = include_str!("costs.md")]
 }
 /// Testing your own functions with the `testing` feature.
 pub mod testing {
