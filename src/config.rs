@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use crate::hooks::{Created, Hooks, Replay};
 use crate::key::PayloadValidation;
+use crate::powertools::PowertoolsFormat;
 
 /// The default record window ([`Config::with_expires_after`]): 43 days, longer than a message
 /// can live in SQS with a dead-letter queue and one redrive at the longest retention SQS
@@ -102,6 +103,8 @@ pub struct Config {
     /// Set for an idempotent function's layer: `fn:<name>`, between the key prefix and the
     /// hash of its stored keys, so no other record (whatever its key material) shares one.
     pub(crate) key_namespace: Option<String>,
+    /// Records in Powertools for AWS Lambda's format.
+    pub(crate) powertools: Option<PowertoolsFormat>,
 }
 
 impl Default for Config {
@@ -119,6 +122,7 @@ impl Default for Config {
             store_failure_messages: false,
             hooks: Hooks::default(),
             key_namespace: None,
+            powertools: None,
         }
     }
 }
@@ -159,6 +163,28 @@ impl Config {
     pub fn with_max_lease(mut self, max_lease: Duration) -> Self {
         self.max_lease = Some(max_lease);
         self
+    }
+
+    /// Writes and reads records in the format of Powertools for AWS Lambda (key ids, payload
+    /// hashes, stored results), so that a function written with Powertools and this one share
+    /// records while both run. See [`powertools`](crate::powertools) and the
+    /// [migration chapter](crate::guide::migrating).
+    ///
+    /// The key is `<prefix>#<digest>`: set the [key prefix](Self::with_key_prefix) to the
+    /// exact text before `#` in the Powertools function's ids (its `key_prefix`, else
+    /// `<function name>.<module>.<function>`). The key namespace of an
+    /// [idempotent function](crate::IdempotencyLayer::function) is not part of it, as
+    /// Powertools has none: give each function its own prefix. Results are never compressed
+    /// (Powertools reads `data` as JSON); one too large for the record is stored as the JSON
+    /// string `"~omitted:too-large"`.
+    pub fn with_powertools_format(mut self, format: PowertoolsFormat) -> Self {
+        self.powertools = Some(format);
+        self
+    }
+
+    /// The Powertools format, when records are written in it.
+    pub fn powertools_format(&self) -> Option<&PowertoolsFormat> {
+        self.powertools.as_ref()
     }
 
     /// Stores a hash of the payload and rejects the same key with another payload.

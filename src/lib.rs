@@ -97,13 +97,15 @@
 //!
 //! The [`guide`] takes each choice in turn: guarantees and failures, handler kinds and
 //! commit strategies, keys, batches, HTTP, invocations and functions, stores, operations,
-//! costs, testing, troubleshooting.
+//! costs, testing, troubleshooting, and migrating from Powertools (one table shared by a
+//! Powertools function and its Rust rewrite while both run: [`powertools`]).
 //!
 //! # Modules
 //! - [`guide`]: the guide (documentation only);
 //! - [`idempotent`]: the layer, the service and the protocol's drivers;
 //! - [`store`]: the store trait, its requests and limits, the embedded and DynamoDB stores;
-//! - [`key`]: idempotency keys and payload hashes, from any [`Input`];
+//! - [`key`]: idempotency keys and payload hashes, from any [`Input`]; [`powertools`]: the
+//!   records in the format of Powertools for AWS Lambda, to share a table with it;
 //! - [`batch`]: batch processors and their partial batch responses, for [`sqs`] and, with
 //!   their features, `kinesis` and `dynamodb_streams`;
 //! - [`invocation`]: whole invocations of any event; `http` (feature `http`): HTTP APIs with
@@ -168,6 +170,7 @@ pub mod key;
 pub mod kinesis;
 pub mod metrics;
 mod outcome;
+pub mod powertools;
 pub mod prelude;
 pub mod record;
 pub mod sqs;

@@ -81,7 +81,7 @@ async fn complete_in<St: TransactionScope, C: Clock>(
     clock: &C,
     transaction: &St::Transaction,
     request: CompleteRequest,
-    json: Result<String, serde_json::Error>,
+    json: stored_result::ResultText,
     deadline: Deadline,
 ) -> Result<(Commit, String), StoreError> {
     let finished = store_fitting(json, request, |request| async move {
@@ -179,7 +179,7 @@ where
                 expiration_secs,
                 now,
             };
-            let json = stored_result::to_json(&value);
+            let json = stored_result::to_json(&value, config);
             heartbeat.final_write_sending();
             let finished = complete_in(store, clock, &transaction, request, json, deadline).await;
             Ran::Finished((value, expiration_secs, finished))
@@ -276,7 +276,7 @@ where
             expiration_secs,
             now,
         };
-        let json = stored_result::to_json(&value);
+        let json = stored_result::to_json(&value, config);
         match complete_in(store, clock, &transaction, request, json, deadline).await {
             Ok((Commit::Applied, data)) => {
                 config.hooks.created(&Created {

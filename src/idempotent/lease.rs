@@ -225,7 +225,7 @@ where
             writes,
         });
         heartbeat.final_write_sending();
-        let json = stored_result::to_json(&value);
+        let json = stored_result::to_json(&value, config);
         let finished = store_fitting(json, request, |request| async move {
             let answer =
                 finish_under_lease::<M, _, _, _>(store, clock, config, &request, deadline).await;

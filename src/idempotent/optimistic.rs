@@ -187,7 +187,7 @@ where
     match call_handler(inner, event, &protocol.clock).await {
         Ok(Completion { result, writes }) => {
             let request = commit_request(&claim, owner, Status::Completed, writes);
-            let json = stored_result::to_json(&result);
+            let json = stored_result::to_json(&result, &protocol.config);
             let fresh = store_fitting(json, request, |mut request| {
                 let protocol = &protocol;
                 async move {

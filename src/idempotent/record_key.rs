@@ -50,18 +50,24 @@ where
     K: KeyExtractor<I>,
     I: Input,
 {
-    let material = match catch_panic(|| key.key_material(payload)) {
-        Ok(Ok(material)) => material,
+    let prefix = key_prefix(config, context);
+    let format = config.powertools.as_ref();
+    // Powertools' records are keyed by the key data's JSON, this crate's by its material.
+    let derived = catch_panic(|| match (format, &config.key_namespace) {
+        (Some(format), _) => format.key(&prefix, &key.key_json(payload)?),
+        (None, Some(namespace)) => Ok(IdempotencyKey::derive(
+            &format!("{prefix}#{namespace}"),
+            &key.key_material(payload)?,
+        )),
+        (None, None) => Ok(IdempotencyKey::derive(&prefix, &key.key_material(payload)?)),
+    });
+    let key = match derived {
+        Ok(Ok(key)) => key,
         Ok(Err(err)) if err.is_absent() && config.missing_key == MissingKey::ProcessUnprotected => {
             return Err(NotDerived::Unprotected(err));
         }
         Ok(Err(err)) => return Err(NotDerived::Failed(Error::Key(err))),
         Err(panic) => return Err(NotDerived::Failed(panic)),
-    };
-    let prefix = key_prefix(config, context);
-    let key = match &config.key_namespace {
-        Some(namespace) => IdempotencyKey::derive(&format!("{prefix}#{namespace}"), &material),
-        None => IdempotencyKey::derive(&prefix, &material),
     };
     if key.as_str().len() > MAX_KEY_BYTES {
         let len_bytes = key.as_str().len();
@@ -69,7 +75,11 @@ where
             len_bytes,
         })));
     }
-    match config.validation.hash(payload) {
+    let validation = match format {
+        Some(format) => format.payload_hash(&config.validation, payload),
+        None => config.validation.hash(payload),
+    };
+    match validation {
         Ok(validation) => Ok((key, validation)),
         Err(err) => Err(NotDerived::Failed(Error::Key(err))),
     }
@@ -92,5 +102,59 @@ mod tests {
             key_prefix(&Config::new().with_key_prefix("orders-v1"), &context),
             "orders-v1"
         );
+    }
+
+    #[test]
+    fn the_powertools_format_keys_by_the_prefix_and_the_key_data_alone() {
+        use crate::key::{JsonPointer, PayloadValidation};
+        use crate::powertools::PowertoolsFormat;
+        use aws_lambda_events::sqs::SqsMessage;
+        let mut message = SqsMessage::default();
+        message.body = Some(r#"{"eventId":"order-1","amount":25}"#.into());
+        let mut config = Config::new()
+            .with_key_prefix("orders")
+            .with_payload_validation(PayloadValidation::Body)
+            .with_powertools_format(PowertoolsFormat::new());
+        // An idempotent function's namespace is not part of a Powertools key.
+        config.key_namespace = Some("fn:charge".into());
+        let Ok((key, validation)) = derive(
+            &JsonPointer::new("/eventId"),
+            &config,
+            &message,
+            &Context::default(),
+        ) else {
+            panic!("derived");
+        };
+        // hashlib.md5(json.dumps("order-1").encode()).hexdigest()
+        assert_eq!(key.as_str(), "orders#729040816f7330c4cb31f54a56f59a7b");
+        // ... and of the parsed body, json.dumps({"amount": 25, "eventId": "order-1"}).
+        assert_eq!(
+            validation.unwrap().as_str(),
+            "a496e96b7fafe9c5e7875cd4ef3722a7"
+        );
+        // An empty key is missing, as Powertools counts it: the record fails, or runs
+        // unprotected when that was chosen.
+        message.body = Some(r#"{"eventId":""}"#.into());
+        let failed = derive(
+            &JsonPointer::new("/eventId"),
+            &config,
+            &message,
+            &Context::default(),
+        );
+        assert!(matches!(
+            failed,
+            Err(NotDerived::Failed(Error::Key(KeyError::Empty)))
+        ));
+        let config = config.with_missing_key(MissingKey::ProcessUnprotected);
+        let unprotected = derive(
+            &JsonPointer::new("/eventId"),
+            &config,
+            &message,
+            &Context::default(),
+        );
+        assert!(matches!(
+            unprotected,
+            Err(NotDerived::Unprotected(KeyError::Empty))
+        ));
     }
 }

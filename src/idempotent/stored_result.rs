@@ -21,11 +21,13 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::invoke::catch_panic;
+use crate::config::Config;
 use crate::error::Error;
 use crate::hooks::{Hooks, Replay, ReplaySource};
 use crate::key::IdempotencyKey;
 use crate::key::PayloadHash;
 use crate::outcome::Processed;
+use crate::powertools::python_json;
 use crate::record::{decide, Decision, Record};
 use crate::store::{CommitRequest, CompleteRequest, StoreError};
 
@@ -53,11 +55,29 @@ impl Omitted {
     }
 }
 
-/// The result as JSON. A `Serialize` implementation that panics is a serialization failure
-/// like any other: the handler has run, so the record must still be completed.
-pub(crate) fn to_json<T: Serialize>(result: &T) -> Result<String, serde_json::Error> {
-    catch_panic(|| serde_json::to_string(result))
-        .unwrap_or_else(|_| Err(serde::ser::Error::custom("serializing the result panicked")))
+/// A result's text to store, in the form of the records' format.
+pub(crate) struct ResultText {
+    json: Result<String, serde_json::Error>,
+    /// Records in Powertools' format: it reads `data` as JSON, so the text is as Python's
+    /// `json.dumps(result, sort_keys=True)` writes it, never compressed, and a marker is a
+    /// JSON string.
+    powertools: bool,
+}
+
+/// The result as JSON, in the form `config`'s record format stores. A `Serialize`
+/// implementation that panics is a serialization failure like any other: the handler has
+/// run, so the record must still be completed.
+pub(crate) fn to_json<T: Serialize>(result: &T, config: &Config) -> ResultText {
+    let json = catch_panic(|| serde_json::to_string(result))
+        .unwrap_or_else(|_| Err(serde::ser::Error::custom("serializing the result panicked")));
+    let powertools = config.powertools.is_some();
+    ResultText {
+        json: match json {
+            Ok(json) if powertools => python_json::dumps(&json),
+            other => other,
+        },
+        powertools,
+    }
 }
 
 /// Reads a stored result back for a duplicate. A result that no longer decodes (the result
@@ -161,9 +181,13 @@ pub(crate) fn compressed(json: &str) -> String {
     out
 }
 
-/// The marker stored instead of a result.
-pub(crate) fn omitted(reason: Omitted) -> String {
-    format!("{OMITTED_TAG}{}", reason.as_str())
+/// The marker stored instead of a result: as a JSON string in Powertools' format.
+pub(crate) fn omitted(reason: Omitted, powertools: bool) -> String {
+    if powertools {
+        format!("\"{OMITTED_TAG}{}\"", reason.as_str())
+    } else {
+        format!("{OMITTED_TAG}{}", reason.as_str())
+    }
 }
 
 /// Why a stored result could not be read back.
@@ -180,7 +204,11 @@ pub(crate) enum DecodeError {
 /// Reads a stored result back. `None` (no data attribute) reads as JSON `null`.
 pub(crate) fn decode<T: DeserializeOwned>(data: Option<&str>) -> Result<Processed<T>, DecodeError> {
     let data = data.unwrap_or("null");
-    if data.starts_with(OMITTED_TAG) {
+    if data.starts_with(OMITTED_TAG)
+        || data
+            .strip_prefix('"')
+            .is_some_and(|marker| marker.starts_with(OMITTED_TAG))
+    {
         return Ok(Processed::ReplayedWithoutResult);
     }
     if let Some(encoded) = data.strip_prefix(COMPRESSED_TAG) {
@@ -222,7 +250,7 @@ impl CarriesData for CompleteRequest {
 /// answer, so nothing in it is copied between sends. Answers what the store answered, and
 /// the data it accepted.
 pub(crate) async fn store_fitting<R, F, Fut, A>(
-    json: Result<String, serde_json::Error>,
+    text: ResultText,
     request: R,
     mut send: F,
 ) -> Result<(A, String), StoreError>
@@ -240,34 +268,39 @@ where
             (request, answer, data)
         }
     };
+    let ResultText { json, powertools } = text;
     let json = match json {
         Ok(json) => json,
         Err(_) => {
             // The serializer's message may quote the result: it is not logged.
             tracing::warn!("the result cannot be serialized: storing the completion without it");
-            let (_, answer, marker) = send_with(request, omitted(Omitted::Unserializable)).await;
+            let marker = omitted(Omitted::Unserializable, powertools);
+            let (_, answer, marker) = send_with(request, marker).await;
             return answer.map(|answer| (answer, marker));
         }
     };
-    let (request, json) = match send_with(request, json).await {
+    let (mut request, json) = match send_with(request, json).await {
         (request, Err(StoreError::ItemTooLarge { .. }), json) => (request, json),
         (_, other, json) => return other.map(|answer| (answer, json)),
     };
-    let request = match send_with(request, compressed(&json)).await {
-        (request, Err(StoreError::ItemTooLarge { .. }), _) => request,
-        (_, other, small) => return other.map(|answer| (answer, small)),
-    };
+    if !powertools {
+        request = match send_with(request, compressed(&json)).await {
+            (request, Err(StoreError::ItemTooLarge { .. }), _) => request,
+            (_, other, small) => return other.map(|answer| (answer, small)),
+        };
+    }
     tracing::warn!(
         result_bytes = json.len(),
-        "the result does not fit the record even compressed: storing the completion without it"
+        "the result does not fit the record (compressed where the format allows): storing the completion without it"
     );
-    let (_, answer, marker) = send_with(request, omitted(Omitted::TooLarge)).await;
+    let (_, answer, marker) = send_with(request, omitted(Omitted::TooLarge, powertools)).await;
     answer.map(|answer| (answer, marker))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::powertools::PowertoolsFormat;
 
     #[test]
     fn json_compressed_and_omitted_forms_read_back() {
@@ -285,7 +318,14 @@ mod tests {
         );
         for reason in [Omitted::TooLarge, Omitted::Unserializable] {
             assert_eq!(
-                decode::<String>(Some(&omitted(reason))).unwrap(),
+                decode::<String>(Some(&omitted(reason, false))).unwrap(),
+                Processed::ReplayedWithoutResult
+            );
+            // Powertools' format stores the marker as a JSON string, which Powertools reads.
+            let marker = omitted(reason, true);
+            assert!(serde_json::from_str::<String>(&marker).is_ok());
+            assert_eq!(
+                decode::<String>(Some(&marker)).unwrap(),
                 Processed::ReplayedWithoutResult
             );
         }
@@ -299,8 +339,11 @@ mod tests {
                 panic!("no")
             }
         }
-        assert!(to_json(&Panics).is_err());
-        assert_eq!(to_json(&[1, 2]).unwrap(), "[1,2]");
+        assert!(to_json(&Panics, &Config::new()).json.is_err());
+        assert_eq!(to_json(&[1, 2], &Config::new()).json.unwrap(), "[1,2]");
+        let powertools = Config::new().with_powertools_format(PowertoolsFormat::new());
+        let text = to_json(&serde_json::json!({"b": 1.0, "a": "é"}), &powertools);
+        assert_eq!(text.json.unwrap(), r#"{"a": "\u00e9", "b": 1.0}"#);
     }
 
     #[test]
@@ -366,6 +409,7 @@ mod tests {
 
     #[tokio::test]
     async fn results_are_compressed_then_omitted_until_they_fit() {
+        let native = Config::new();
         let limit = 1000;
         let fits = |data: String| async move {
             let answer = if data.len() > limit {
@@ -378,28 +422,39 @@ mod tests {
             };
             (data, answer)
         };
-        let (_, small) = store_fitting(serde_json::to_string("short"), String::new(), fits)
+        let (_, small) = store_fitting(to_json(&"short", &native), String::new(), fits)
             .await
             .unwrap();
         assert_eq!(small, "\"short\"");
-        let (_, medium) = store_fitting(
-            serde_json::to_string(&"a".repeat(5_000)),
-            String::new(),
-            fits,
-        )
-        .await
-        .unwrap();
+        let (_, medium) = store_fitting(to_json(&"a".repeat(5_000), &native), String::new(), fits)
+            .await
+            .unwrap();
         assert_eq!(
             decode::<String>(Some(&medium)).unwrap(),
             Processed::Replayed("a".repeat(5_000))
         );
         let mut rng = fastrand::Rng::with_seed(7);
         let noise: String = (0..5_000).map(|_| rng.alphanumeric()).collect();
-        let (_, large) = store_fitting(serde_json::to_string(&noise), String::new(), fits)
+        let (_, large) = store_fitting(to_json(&noise, &native), String::new(), fits)
             .await
             .unwrap();
         assert_eq!(
             decode::<String>(Some(&large)).unwrap(),
+            Processed::ReplayedWithoutResult
+        );
+        // Powertools reads `data` as JSON: the medium result is not compressed but omitted,
+        // with a marker that is JSON.
+        let powertools = Config::new().with_powertools_format(PowertoolsFormat::new());
+        let (_, medium) = store_fitting(
+            to_json(&"a".repeat(5_000), &powertools),
+            String::new(),
+            fits,
+        )
+        .await
+        .unwrap();
+        assert_eq!(medium, "\"~omitted:too-large\"");
+        assert_eq!(
+            decode::<String>(Some(&medium)).unwrap(),
             Processed::ReplayedWithoutResult
         );
     }
@@ -413,7 +468,7 @@ mod tests {
             }
         }
         let (_, data) = store_fitting(
-            serde_json::to_string(&Bad),
+            to_json(&Bad, &Config::new()),
             String::new(),
             |data: String| async move { (data.clone(), Ok::<_, StoreError>(data)) },
         )

@@ -2,7 +2,7 @@
 
 use crate::canonical::canonical;
 use crate::input::{AttributeValue, Identified, Input};
-use crate::key::pointer::select;
+use crate::key::pointer::{select, selected_list};
 use crate::key::{non_empty, KeyError, KeyExtractor};
 
 /// Keys on a batch record's own id ([`Input::id`]; SQS: the `messageId`; Kinesis and
@@ -91,24 +91,34 @@ impl JsonPointer {
 
 /// Marks key material that is canonical JSON rather than text: `0xFF` never occurs in
 /// UTF-8, so no string value (or string attribute) can produce the same bytes.
-const JSON_MATERIAL_TAG: u8 = 0xFF;
+pub(super) const JSON_MATERIAL_TAG: u8 = 0xFF;
 
 /// Marks key material that is a binary attribute's bytes: `0xFE` never occurs in UTF-8 either,
 /// and differs from [`JSON_MATERIAL_TAG`].
-const BINARY_MATERIAL_TAG: u8 = 0xFE;
+pub(super) const BINARY_MATERIAL_TAG: u8 = 0xFE;
 
-impl<I: Input + ?Sized> KeyExtractor<I> for JsonPointer {
-    fn key_material(&self, input: &I) -> Result<Vec<u8>, KeyError> {
-        let body = input.body().ok_or(KeyError::MissingBody)?;
-        let body = json_text(&body)?;
+impl JsonPointer {
+    /// The raw text of the non-`null` value the pointer selects in `input`'s body.
+    fn selected<'a>(&self, body: &'a [u8]) -> Result<&'a str, KeyError> {
+        let body = json_text(body)?;
         let not_found = || KeyError::PointerNotFound {
             pointer: self.pointer.clone(),
         };
         let raw = select(body, &self.pointer)
             .map_err(KeyError::BodyNotJson)?
             .ok_or_else(not_found)?;
+        if raw.starts_with('n') {
+            return Err(not_found());
+        }
+        Ok(raw)
+    }
+}
+
+impl<I: Input + ?Sized> KeyExtractor<I> for JsonPointer {
+    fn key_material(&self, input: &I) -> Result<Vec<u8>, KeyError> {
+        let body = input.body().ok_or(KeyError::MissingBody)?;
+        let raw = self.selected(&body)?;
         match raw.as_bytes().first() {
-            Some(b'n') => Err(not_found()),
             Some(b'"') => {
                 let text: String = serde_json::from_str(raw).map_err(KeyError::BodyNotJson)?;
                 non_empty(text.into_bytes())
@@ -118,6 +128,57 @@ impl<I: Input + ?Sized> KeyExtractor<I> for JsonPointer {
                 Ok([&[JSON_MATERIAL_TAG], json.as_bytes()].concat())
             }
         }
+    }
+
+    fn key_json(&self, input: &I) -> Result<String, KeyError> {
+        let body = input.body().ok_or(KeyError::MissingBody)?;
+        Ok(self.selected(&body)?.to_string())
+    }
+}
+
+/// Keys on the values several JSON pointers select in the body, together: Powertools'
+/// multi-select list (`[powertools_json(body).a, powertools_json(body).b]`).
+///
+/// The key material is the canonical JSON list of the selected values, `null` where a
+/// pointer selects nothing; the key is absent ([`KeyError::PointerNotFound`]) when every
+/// pointer selects nothing (or `null`), as Powertools counts a list of `None`s missing.
+#[derive(Debug, Clone)]
+pub struct JsonPointers {
+    pointers: Vec<String>,
+}
+
+impl JsonPointers {
+    /// Keys on the values at `pointers`, in this order.
+    pub fn new<P: Into<String>>(pointers: impl IntoIterator<Item = P>) -> Self {
+        Self {
+            pointers: pointers.into_iter().map(Into::into).collect(),
+        }
+    }
+
+    /// The list's raw JSON text, or `PointerNotFound` when it holds nothing but `null`s.
+    fn list(&self, body: &[u8]) -> Result<String, KeyError> {
+        let list = selected_list(json_text(body)?, &self.pointers)?;
+        let values: Vec<&serde_json::value::RawValue> =
+            serde_json::from_str(&list).map_err(KeyError::BodyNotJson)?;
+        if values.iter().all(|v| v.get() == "null") {
+            return Err(KeyError::PointerNotFound {
+                pointer: self.pointers.join(", "),
+            });
+        }
+        Ok(list)
+    }
+}
+
+impl<I: Input + ?Sized> KeyExtractor<I> for JsonPointers {
+    fn key_material(&self, input: &I) -> Result<Vec<u8>, KeyError> {
+        let body = input.body().ok_or(KeyError::MissingBody)?;
+        let json = canonical(&self.list(&body)?).map_err(KeyError::BodyNotJson)?;
+        Ok([&[JSON_MATERIAL_TAG], json.as_bytes()].concat())
+    }
+
+    fn key_json(&self, input: &I) -> Result<String, KeyError> {
+        let body = input.body().ok_or(KeyError::MissingBody)?;
+        self.list(&body)
     }
 }
 

@@ -18,7 +18,7 @@ pub(crate) mod pointer;
 pub(crate) mod validation;
 
 pub(crate) use extractors::json_text;
-pub use extractors::{BodyHash, JsonPointer, MessageAttribute, MessageId};
+pub use extractors::{BodyHash, JsonPointer, JsonPointers, MessageAttribute, MessageId};
 pub use validation::{
     PayloadHash, PayloadValidation, PAYLOAD_HASH_PREFIX, QUERY_PAYLOAD_HASH_PREFIX,
 };
@@ -99,6 +99,10 @@ pub enum KeyError {
     /// strings) or are nested deeper than 128 levels, so nothing can be derived from them.
     #[error("the arguments could not be serialized as JSON")]
     Unserializable(#[source] serde_json::Error),
+    /// The key material is neither text nor JSON, so it is not key data the
+    /// [Powertools format](crate::powertools) can hash (a closure's bytes that are not UTF-8).
+    #[error("the key material is not text, so it cannot be Powertools key data")]
+    NotText,
     /// A user-supplied extractor failed.
     #[error("custom key extraction failed")]
     Custom(#[source] BoxError),
@@ -145,6 +149,17 @@ pub trait KeyExtractor<I: ?Sized>: Send + Sync + 'static {
     /// together within one record's call, and each of those records then keeps its key.
     fn key_material(&self, input: &I) -> Result<Vec<u8>, KeyError>;
 
+    /// The key data as JSON text, for the [Powertools format](crate::powertools): what
+    /// Powertools' `event_key_jmespath` would select. By default the key material read as
+    /// JSON: a string when it is text (a message id, an attribute, a closure's text), the
+    /// value itself when it is JSON (a pointer to a number or an object), the base64 text of
+    /// a binary attribute (as the event holds it). [`JsonPointer`] gives the selected text as
+    /// it is, so a number keeps its literal form (`2.0` stays a float, as in Python).
+    /// Key material that is neither text nor JSON is [`KeyError::NotText`].
+    fn key_json(&self, input: &I) -> Result<String, KeyError> {
+        material_as_json(self.key_material(input)?)
+    }
+
     /// Uses `fallback` when this extractor finds its source absent
     /// ([`KeyError::is_absent`]); other errors are returned as they are.
     ///
@@ -164,6 +179,24 @@ pub trait KeyExtractor<I: ?Sized>: Send + Sync + 'static {
         Or {
             first: self,
             fallback,
+        }
+    }
+}
+
+/// Key material as JSON text: see [`KeyExtractor::key_json`].
+pub(crate) fn material_as_json(material: Vec<u8>) -> Result<String, KeyError> {
+    use base64::Engine as _;
+    match material.split_first() {
+        Some((&extractors::JSON_MATERIAL_TAG, json)) => {
+            String::from_utf8(json.to_vec()).map_err(|_| KeyError::NotText)
+        }
+        Some((&extractors::BINARY_MATERIAL_TAG, bytes)) => Ok(serde_json::Value::String(
+            base64::engine::general_purpose::STANDARD.encode(bytes),
+        )
+        .to_string()),
+        _ => {
+            let text = String::from_utf8(material).map_err(|_| KeyError::NotText)?;
+            Ok(serde_json::Value::String(text).to_string())
         }
     }
 }
@@ -216,6 +249,7 @@ inherent_or! {
     MessageId;
     MessageAttribute;
     JsonPointer;
+    JsonPointers;
     BodyHash;
     Or<A, B>, A, B;
 }
@@ -224,6 +258,13 @@ impl<I: ?Sized, A: KeyExtractor<I>, B: KeyExtractor<I>> KeyExtractor<I> for Or<A
     fn key_material(&self, input: &I) -> Result<Vec<u8>, KeyError> {
         match self.first.key_material(input) {
             Err(err) if err.is_absent() => self.fallback.key_material(input),
+            other => other,
+        }
+    }
+
+    fn key_json(&self, input: &I) -> Result<String, KeyError> {
+        match self.first.key_json(input) {
+            Err(err) if err.is_absent() => self.fallback.key_json(input),
             other => other,
         }
     }

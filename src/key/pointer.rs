@@ -8,6 +8,7 @@ use serde::de::{DeserializeSeed, Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
 use crate::canonical::{too_deep, MAX_DEPTH};
+use crate::key::KeyError;
 
 /// The raw text of the value that the JSON pointer (RFC 6901) selects in the JSON text
 /// `document`, or `None` when it selects nothing.
@@ -122,6 +123,21 @@ impl<'de> Visitor<'de> for Key {
     fn visit_str<E>(self, key: &str) -> Result<Self::Value, E> {
         Ok(Cow::Owned(key.to_owned()))
     }
+}
+
+/// The JSON list of the values `pointers` select in `body`, `null` where one selects nothing
+/// (a JMESPath multi-select list): raw text, so numbers keep their literal form.
+pub(crate) fn selected_list(body: &str, pointers: &[String]) -> Result<String, KeyError> {
+    let mut list = String::from("[");
+    for (i, pointer) in pointers.iter().enumerate() {
+        if i > 0 {
+            list.push(',');
+        }
+        let raw = select(body, pointer).map_err(KeyError::BodyNotJson)?;
+        list.push_str(raw.unwrap_or("null"));
+    }
+    list.push(']');
+    Ok(list)
 }
 
 #[cfg(test)]
