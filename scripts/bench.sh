@@ -52,20 +52,16 @@ if [ -n "${BENCH_SMOKE:-}" ]; then
   exit 0
 fi
 
-BENCH_VENV="${LAMBDA_IDEMPOTENCY_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/lambda-idempotency}/bench-venv"
-if [ ! -x "$BENCH_VENV/bin/python3" ] || ! cmp -s scripts/bench-requirements.txt "$BENCH_VENV/requirements.txt"; then
-  echo "Installing the Powertools baseline into $BENCH_VENV (once)" >&2
-  python3 -m venv "$BENCH_VENV"
-  "$BENCH_VENV/bin/pip" install --quiet --disable-pip-version-check -r scripts/bench-requirements.txt
-  cp scripts/bench-requirements.txt "$BENCH_VENV/requirements.txt"
-fi
+# shellcheck source=scripts/tools.sh
+source scripts/tools.sh
+powertools_install
 
 echo "== building (release)" >&2
 build_started=$SECONDS
 cargo build --release --quiet -p order-consumer -p bench
 export BENCH_BUILD_SECS=$((SECONDS - build_started))
 ddb_start
-BENCH_PYTHON="$BENCH_VENV/bin/python3" \
+BENCH_PYTHON="$POWERTOOLS_PYTHON" \
 BENCH_ORDER_CONSUMER="$PWD/target/release/order-consumer" \
 BENCH_OUT="${BENCH_OUT:-BENCHMARKS.md}" \
   target/release/bench

@@ -51,6 +51,11 @@ export LAMBDA_IDEMPOTENCY_REQUIRE_DYNAMODB=1
 export LAMBDA_IDEMPOTENCY_REQUIRE_REDIS=1
 export LAMBDA_IDEMPOTENCY_REQUIRE_POSTGRES=1
 export LAMBDA_IDEMPOTENCY_REQUIRE_SQS=1
+# The interoperability test runs the real Powertools for AWS Lambda (Python) beside the
+# order-consumer; it fails, rather than skips, without it.
+powertools_install
+export LAMBDA_IDEMPOTENCY_POWERTOOLS_PYTHON="$POWERTOOLS_PYTHON"
+export LAMBDA_IDEMPOTENCY_REQUIRE_POWERTOOLS=1
 
 echo "== the library with the DynamoDB feature alone compiles neither the Redis, the PostgreSQL nor the SQS client"
 if cargo tree -p lambda-idempotency --no-default-features --features dynamodb -e normal --prefix none \

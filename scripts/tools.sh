@@ -26,3 +26,19 @@ tools_install() {
   export PATH="$TOOLS_HOME/bin:$PATH"
   export SAM_CLI_TELEMETRY=0
 }
+
+# Powertools for AWS Lambda (Python) and boto3, pinned in scripts/bench-requirements.txt, in
+# their own venv: the benchmarks' baseline and the interoperability test's other side. Sets
+# POWERTOOLS_PYTHON to its interpreter.
+POWERTOOLS_VENV="${LAMBDA_IDEMPOTENCY_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/lambda-idempotency}/bench-venv"
+
+powertools_install() {
+  local requirements="$TOOLS_SCRIPTS/bench-requirements.txt"
+  if [ ! -x "$POWERTOOLS_VENV/bin/python3" ] || ! cmp -s "$requirements" "$POWERTOOLS_VENV/requirements.txt"; then
+    echo "Installing Powertools for AWS Lambda (Python) into $POWERTOOLS_VENV (once)" >&2
+    python3 -m venv "$POWERTOOLS_VENV" >&2 || return 1
+    "$POWERTOOLS_VENV/bin/pip" install --quiet --disable-pip-version-check -r "$requirements" >&2 || return 1
+    cp "$requirements" "$POWERTOOLS_VENV/requirements.txt"
+  fi
+  export POWERTOOLS_PYTHON="$POWERTOOLS_VENV/bin/python3"
+}

@@ -12,6 +12,14 @@
 //!   1 s; every store call is bounded by the time left before the deadline, whatever the
 //!   SDK's timeouts, so the default works under Lambda's default 3 s timeout). The DynamoDB
 //!   endpoint comes from the standard AWS settings (`AWS_ENDPOINT_URL_DYNAMODB` locally).
+//! - `POWERTOOLS_KEY_PREFIX` (optional): records in the format of Powertools for AWS Lambda
+//!   under this key prefix, so that this function and a Powertools (Python) one share them
+//!   while both consume the queue. The key data and the validated payload are what
+//!   `@idempotent_function(data_keyword_argument="order", config=IdempotencyConfig(
+//!   event_key_jmespath="key", payload_validation_jmespath="body"), key_prefix=...)` selects
+//!   on `apply(order={"key": <the Idempotency-Key attribute, else eventId>, "body": <the
+//!   parsed body>})`; set the prefix to the exact text before `#` in that function's ids.
+//!   See the library's guide, "Migrating from Powertools".
 //! - Message body: `{"eventId": string, "account": string, "amount": integer}`. The
 //!   idempotency key is the message attribute `Idempotency-Key` when present, else
 //!   `eventId`. Payload validation covers the body: the same key with another account or
@@ -44,6 +52,7 @@ use lambda_idempotency::clock::SystemClock;
 use lambda_idempotency::idempotent::{Position, Sequence};
 use lambda_idempotency::key::PayloadValidation;
 use lambda_idempotency::key::{JsonPointer, KeyError, KeyExtractor, MessageAttribute};
+use lambda_idempotency::powertools::PowertoolsFormat;
 use lambda_idempotency::store::{Attr, DynamoDbStore, Write};
 use lambda_idempotency::{
     CommitStrategy, Completion, Config, Error, IdempotencyLayer, Processed, SequencedLayer,
@@ -259,6 +268,10 @@ pub struct Settings {
     /// account's `sequence`, and the credit is applied in turn by one conditional write on
     /// the ledger item, without an idempotency record.
     pub sequenced: bool,
+    /// Records in Powertools' format under this key prefix (`POWERTOOLS_KEY_PREFIX`), shared
+    /// with a Powertools function during a migration; `None`: this crate's format under
+    /// [`KEY_PREFIX`].
+    pub powertools_key_prefix: Option<String>,
 }
 
 impl Settings {
@@ -272,6 +285,7 @@ impl Settings {
             deadline_margin: DEFAULT_DEADLINE_MARGIN,
             local_cache: 1024,
             sequenced: false,
+            powertools_key_prefix: None,
         }
     }
 
@@ -304,6 +318,9 @@ impl Settings {
         settings.deadline_margin =
             deadline_margin(std::env::var("DEADLINE_MARGIN_MS").ok().as_deref())?;
         settings.sequenced = sequenced;
+        settings.powertools_key_prefix = std::env::var("POWERTOOLS_KEY_PREFIX")
+            .ok()
+            .filter(|prefix| !prefix.is_empty());
         Ok(settings)
     }
 }
@@ -346,15 +363,19 @@ pub fn processor(
     BatchReplayer<SqsMessage, Applied>,
 > {
     let store = DynamoDbStore::new(client, settings.tables.idempotency.clone());
+    let config = Config::new()
+        .with_expires_after(settings.expires_after)
+        .with_payload_validation(PayloadValidation::Body)
+        .with_local_cache(settings.local_cache);
+    let config = match &settings.powertools_key_prefix {
+        Some(prefix) => config
+            .with_key_prefix(prefix)
+            .with_powertools_format(PowertoolsFormat::new()),
+        None => config.with_key_prefix(KEY_PREFIX),
+    };
     let layer = IdempotencyLayer::new(store.clone())
         .with_key(order_key())
-        .with_config(
-            Config::new()
-                .with_key_prefix(KEY_PREFIX)
-                .with_expires_after(settings.expires_after)
-                .with_payload_validation(PayloadValidation::Body)
-                .with_local_cache(settings.local_cache),
-        );
+        .with_config(config);
     let ledger_table = settings.tables.ledger.clone();
     let apply = move |message| apply_order(ledger_table.clone(), message);
     let handler = if settings.sequenced {
