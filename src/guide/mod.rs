@@ -16,7 +16,9 @@
 //!   dollars, by handler kind and commit strategy;
 //! - [`testing`]: testing your own functions;
 //! - [`troubleshooting`]: each symptom, its cause and its fix;
-//! - [`configuration`]: every setting of `Config`, the layer, the processor and the stores.
+//! - [`configuration`]: every setting of `Config`, the layer, the processor and the stores;
+//! - [`migrating`]: from Powertools for AWS Lambda, with both versions live during the
+//!   cut-over.
 //!
 //! The chapters hold documentation only.
 
@@ -70,4 +72,9 @@ pub mod troubleshooting {
 /// Every setting: of `Config`, the layer, the batch processor and the stores.
 pub mod configuration {
     #![doc = include_str!("configuration.md")]
+}
+/// Migrating from Powertools for AWS Lambda: one table shared by both versions during the
+/// cut-over, the option mapping, and what differs.
+pub mod migrating {
+    #![doc = include_str!("migrating.md")]
 }
