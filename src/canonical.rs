@@ -13,7 +13,7 @@
 //! no leading or trailing zeros in the digits (`1`, `1.0` and `10e-1` are all `1e0`; zero
 //! is `0`).
 //!
-//! A Rust value's canonical JSON ([`canonical_value`], a function's arguments) is this form
+//! A Rust value's canonical JSON (a function's arguments) is this form
 //! of the text serde_json writes for it, with the elements of its hash sets sorted.
 
 use std::collections::BTreeMap;
@@ -23,7 +23,7 @@ use serde_json::value::RawValue;
 
 mod value;
 
-pub(crate) use value::canonical_value;
+pub(crate) use value::serialized_text;
 
 /// The deepest nesting accepted, as serde_json's own parser (`RawValue` skips nested values
 /// without that limit, so it is enforced here: a deeper body is an error, never a stack

@@ -38,7 +38,7 @@
 //! ```
 //!
 //! **Keys.** By default the key is the arguments' canonical JSON
-//! ([`BodyHash`] over [`Serialized`]): equal arguments are one call, whatever order their
+//! ([`Arguments`]: [`BodyHash`] over [`Serialized`]): equal arguments are one call, whatever order their
 //! serialization visits them in, for arguments made of:
 //! - structs, tuples, enums, `Option`, strings, booleans, and numbers (integers up to 128
 //!   bits with every digit; finite floats: serde_json writes `NaN` and the infinities as
@@ -59,7 +59,9 @@
 //! a namespace of their own: the stored key is `<prefix>#fn:<name>#<sha256 of the
 //! material>`, with the layer's key prefix, so two functions, or a function and the
 //! handler's own records, never share a record in one table, whatever the handler's input
-//! (only a layer configured with the prefix `<prefix>#fn:<name>` itself could).
+//! (only a layer configured with the prefix `<prefix>#fn:<name>` itself could). In the
+//! [Powertools format](crate::powertools) the key is `<prefix>#<digest>` as Powertools
+//! writes it, with no namespace: give each function its own prefix there.
 //!
 //! **What is exactly-once.** The function runs once per key while its record counts, under
 //! its lease: a function always takes a lease, also from a layer in optimistic mode (which
@@ -92,8 +94,8 @@ use crate::clock::Clock;
 use crate::config::CommitStrategy;
 use crate::error::Error;
 use crate::idempotent::{HandlerKind, IdempotencyLayer};
-use crate::input::Serialized;
-use crate::key::{BodyHash, KeyError};
+use crate::input::{Input, Serialized};
+use crate::key::{BodyHash, KeyError, KeyExtractor};
 use crate::outcome::Processed;
 
 /// The deadline of a call outside an invocation: none (the end of time, as epoch
@@ -140,19 +142,39 @@ impl<St, K, C, M> IdempotencyLayer<St, K, C, M> {
     /// its arguments. The layer's store, clock, configuration (key prefix, expiry, payload
     /// validation) and mode apply; its key extractor does not (see
     /// [`IdempotentFn::with_key`]).
-    pub fn function<F>(&self, name: impl Into<String>, f: F) -> IdempotentFn<F, St, BodyHash, C, M>
+    pub fn function<F>(&self, name: impl Into<String>, f: F) -> IdempotentFn<F, St, Arguments, C, M>
     where
         St: Clone,
         K: Clone,
         C: Clone,
     {
         let name = name.into();
-        let mut layer = self.clone().with_key(BodyHash);
+        let mut layer = self.clone().with_key(Arguments);
         let config = layer.config_mut();
         config.key_namespace = Some(format!("fn:{name}"));
         // The function's effect is outside the store: never run it without a lease.
         layer.protocol.commit = CommitStrategy::Lease;
         IdempotentFn { layer, name, f }
+    }
+}
+
+/// Keys a function's calls on all their arguments (the default of
+/// [`IdempotencyLayer::function`]).
+///
+/// The key material is their canonical JSON (as [`BodyHash`] over [`Serialized`]); in the
+/// [Powertools format](crate::powertools), the key data is the arguments' JSON value, as
+/// Powertools' `idempotent_function` hashes its data without `event_key_jmespath`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Arguments;
+
+impl<A> KeyExtractor<Serialized<A>> for Arguments {
+    fn key_material(&self, args: &Serialized<A>) -> Result<Vec<u8>, KeyError> {
+        BodyHash.key_material(args)
+    }
+
+    fn key_json(&self, args: &Serialized<A>) -> Result<String, KeyError> {
+        let text = args.written_body().ok_or(KeyError::MissingBody)?;
+        String::from_utf8(text.into_owned()).map_err(|_| KeyError::NotText)
     }
 }
 

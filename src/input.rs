@@ -40,6 +40,14 @@ pub trait Input {
     /// The attribute called `name`, if the event has it with a value.
     fn attribute(&self, name: &str) -> Option<AttributeValue<'_>>;
 
+    /// The body as it was written, when [`body`](Self::body) gives another form of it: what
+    /// the [Powertools format](crate::powertools) reads, since Python tells `25` from
+    /// `25.0`. The same as `body` (the default) for every input but a function's arguments
+    /// and a whole invocation's event, whose `body` is their canonical JSON.
+    fn written_body(&self) -> Option<Cow<'_, [u8]>> {
+        self.body()
+    }
+
     /// The query string that [payload validation](crate::key::PayloadValidation)
     /// covers beside the body: an HTTP request's, empty when it has none. `None` (the
     /// default) for events that have no query string at all (batch records, invocations).
@@ -86,16 +94,21 @@ pub trait Input {
 pub struct Serialized<T> {
     value: T,
     json: Vec<u8>,
+    /// The JSON text before its canonical form (serde_json's, or the event as received):
+    /// what the Powertools format reads.
+    text: Box<str>,
 }
 
 impl<T: serde::Serialize> Serialized<T> {
     /// Serializes `value`. Fails when it cannot be serialized as JSON (a map with keys that
     /// are not strings, a serializer error) or is nested deeper than 128 levels.
     pub fn new(value: T) -> Result<Self, serde_json::Error> {
-        let json = crate::canonical::canonical_value(&value)?;
+        let text = crate::canonical::serialized_text(&value)?;
+        let json = crate::canonical::canonical(&text)?;
         Ok(Self {
             value,
             json: json.into_bytes(),
+            text: text.into_boxed_str(),
         })
     }
 }
@@ -107,11 +120,12 @@ impl<T> Serialized<T> {
     /// writes, or nesting deeper than 128 levels): a redelivery carries the same bytes, so it
     /// still finds its record.
     pub(crate) fn from_json(value: T, json: &str) -> Self {
+        let text = json.into();
         let json = match crate::canonical::canonical(json) {
             Ok(canonical) => canonical.into_bytes(),
             Err(_) => json.as_bytes().to_vec(),
         };
-        Self { value, json }
+        Self { value, json, text }
     }
 
     /// The value.
@@ -154,6 +168,10 @@ impl<T> Input for Serialized<T> {
 
     fn body(&self) -> Option<Cow<'_, [u8]>> {
         Some(Cow::Borrowed(&self.json))
+    }
+
+    fn written_body(&self) -> Option<Cow<'_, [u8]>> {
+        Some(Cow::Borrowed(self.text.as_bytes()))
     }
 
     fn attribute(&self, _name: &str) -> Option<AttributeValue<'_>> {

@@ -127,12 +127,15 @@ impl<T: DeserializeOwned> Received<T> {
 }
 
 impl<T: Serialize> Received<T> {
-    /// The event `value`, its JSON text the value serialized as canonical JSON (as
-    /// [`Serialized`] serializes it: the same key as the text Lambda would deliver for it,
-    /// when `T` serializes as it deserializes). Fails when `value` cannot be serialized as
-    /// JSON (a map with keys that are not strings) or is nested deeper than 128 levels.
+    /// The event `value`, its JSON text the value as serde_json writes it (as [`Serialized`]
+    /// serializes it: the same key as the text Lambda would deliver for it, when `T`
+    /// serializes as it deserializes). Fails when `value` cannot be serialized as JSON (a
+    /// map with keys that are not strings) or is nested deeper than 128 levels.
     pub fn from_value(value: T) -> Result<Self, serde_json::Error> {
-        let json = RawValue::from_string(crate::canonical::canonical_value(&value)?)?;
+        let text = crate::canonical::serialized_text(&value)?;
+        // Checked as the key material will be: nested deeper than 128 levels fails here.
+        crate::canonical::canonical(&text)?;
+        let json = RawValue::from_string(text)?;
         Ok(Self { value, json })
     }
 }

@@ -25,11 +25,19 @@ use serde_json::value::RawValue;
 pub(crate) fn canonical_value<T: Serialize + ?Sized>(
     value: &T,
 ) -> Result<String, serde_json::Error> {
+    super::canonical(&serialized_text(value)?)
+}
+
+/// The JSON text serde_json writes for `value`, its hash sets in the order of their
+/// elements' canonical text: what [`canonical_value`] is the canonical form of (numbers as
+/// serde_json writes them, `25` and `2.0`).
+pub(crate) fn serialized_text<T: Serialize + ?Sized>(
+    value: &T,
+) -> Result<String, serde_json::Error> {
     let mut text = Vec::with_capacity(128);
     value.serialize(SortSets(&mut serde_json::Serializer::new(&mut text)))?;
     // serde_json writes UTF-8; a failure here would be its bug, reported, not a panic.
-    let text = String::from_utf8(text).map_err(ser::Error::custom)?;
-    super::canonical(&text)
+    String::from_utf8(text).map_err(ser::Error::custom)
 }
 
 /// The type paths of hash sets, as `std::any::type_name` writes them (after any `&`).

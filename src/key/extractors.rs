@@ -131,7 +131,7 @@ impl<I: Input + ?Sized> KeyExtractor<I> for JsonPointer {
     }
 
     fn key_json(&self, input: &I) -> Result<String, KeyError> {
-        let body = input.body().ok_or(KeyError::MissingBody)?;
+        let body = input.written_body().ok_or(KeyError::MissingBody)?;
         Ok(self.selected(&body)?.to_string())
     }
 }
@@ -177,7 +177,7 @@ impl<I: Input + ?Sized> KeyExtractor<I> for JsonPointers {
     }
 
     fn key_json(&self, input: &I) -> Result<String, KeyError> {
-        let body = input.body().ok_or(KeyError::MissingBody)?;
+        let body = input.written_body().ok_or(KeyError::MissingBody)?;
         self.list(&body)
     }
 }
@@ -196,6 +196,13 @@ impl<I: Input + ?Sized> KeyExtractor<I> for BodyHash {
     fn key_material(&self, input: &I) -> Result<Vec<u8>, KeyError> {
         let body = input.body().ok_or(KeyError::MissingBody)?;
         non_empty(body.into_owned())
+    }
+
+    /// The body as written, as a JSON string: Powertools' `body`.
+    fn key_json(&self, input: &I) -> Result<String, KeyError> {
+        let body = input.written_body().ok_or(KeyError::MissingBody)?;
+        let text = std::str::from_utf8(&body).map_err(|_| KeyError::NotText)?;
+        Ok(serde_json::Value::String(text.to_string()).to_string())
     }
 }
 

@@ -173,11 +173,11 @@ impl PowertoolsFormat {
         let selected = match validation {
             PayloadValidation::Off => return Ok(None),
             PayloadValidation::Body => {
-                let body = input.body().ok_or(KeyError::MissingBody)?;
+                let body = input.written_body().ok_or(KeyError::MissingBody)?;
                 python_json::dumps(json_text(&body)?).map_err(KeyError::BodyNotJson)?
             }
             PayloadValidation::Pointers(pointers) => {
-                let body = input.body().ok_or(KeyError::MissingBody)?;
+                let body = input.written_body().ok_or(KeyError::MissingBody)?;
                 let list = selected_list(json_text(&body)?, pointers)?;
                 python_json::dumps(&list).map_err(KeyError::BodyNotJson)?
             }
