@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The Quickstart's main job: runs the real example functions locally and checks them.
+# The first command of the README's "Try the examples": runs the real example functions locally and checks them.
 #
 # Checks its prerequisites up front, installs what is missing (DynamoDB Local; cargo-lambda,
 # boto3 and PyYAML into a venv; not the SAM CLI, which it does not use), builds the three
@@ -13,7 +13,7 @@
 # ledger balances are checked against what each event should give. It ends with PASS (exit
 # 0) or FAIL (exit 1, saying what differed) and stops everything it started.
 #
-#   IDEMPOTENCY_MODE=lease scripts/run-local.sh      # the other commit mode
+#   IDEMPOTENCY_MODE=lease scripts/run-local.sh      # every function under a lease
 #   LEDGER_SEED=acct-alice=1 scripts/run-local.sh    # a ledger that is not empty: FAIL
 set -euo pipefail
 cd "$(dirname "$0")/.."

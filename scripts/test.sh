@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The project's test command (README Quickstart, and CI through .ci/run):
+# The project's test command (README "Try the examples", and CI through .ci/run):
 # installs what is missing (DynamoDB Local, the Python-packaged tools), lints template.yaml,
 # starts DynamoDB Local, Redis (one server and a cluster of three) and PostgreSQL (Debian's
 # packages, installed if missing) and
@@ -109,7 +109,7 @@ RUSTDOCFLAGS=-Dwarnings cargo doc -p lambda-idempotency --no-deps --all-features
 cargo test -p lambda-idempotency --features sqs-visibility --lib --test visibility_sqs
 echo "== scripts/bench.sh smoke (debug build, a few batches, fresh-10's instructions under callgrind (valgrind installed if missing), report written to a temporary file)"
 BENCH_SMOKE=1 scripts/bench.sh
-echo "== scripts/run-local.sh (the Quickstart's main job) ends with PASS"
+echo "== scripts/run-local.sh (the README's first command) ends with PASS"
 run_local="$(mktemp -t run-local.XXXXXX)"
 scripts/run-local.sh >"$run_local" 2>&1 || { tail -40 "$run_local" >&2; echo "scripts/run-local.sh did not pass" >&2; exit 1; }
 tail -1 "$run_local"

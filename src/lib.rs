@@ -8,8 +8,9 @@
 //! handler hands back are committed with its record, so they apply once per key even if the
 //! process dies at any instant. The handler itself runs once per key except when it fails
 //! retryably, when its invocation ends or the store cannot be reached after it ran and before
-//! its result is stored, and, with the optimistic commit strategy, for a duplicate that
-//! neither the local cache nor the batch's pre-check answers (see [`guide::guarantees`]).
+//! its result is stored, when it outlives a lease capped below the deadline, and, with the
+//! optimistic commit strategy, for a duplicate that neither the local cache nor the batch's
+//! pre-check answers (see [`guide::guarantees`]).
 //!
 //! ```
 //! use lambda_idempotency::aws_lambda_events::sqs::{SqsEvent, SqsMessage};
