@@ -11,6 +11,7 @@ Its records are keyed `<AWS_LAMBDA_FUNCTION_NAME>.__main__.apply#<md5>` (Powerto
 prefix: no key_prefix is set). JSON lines on stdin, one answer each on stdout:
 
     {"event": {...}}                 -> {"failures": [messageId, ...], "applied": n}
+                                        (every record when Powertools fails the invocation)
     {"event": {...}, "hold": true}   -> {"held": true} once the first record's handler runs
                                         (its INPROGRESS record is written); it then waits
     {"release": true}                -> the held batch's {"failures": [...], "applied": n}
@@ -32,6 +33,7 @@ from aws_lambda_powertools.utilities.batch import (
     EventType,
     process_partial_response,
 )
+from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingError
 from aws_lambda_powertools.utilities.idempotency import (
     DynamoDBPersistenceLayer,
     IdempotencyConfig,
@@ -94,13 +96,15 @@ def handle(event):
     context = Context()
     config.register_lambda_context(context)
     runs["applied"] = 0
-    response = process_partial_response(
-        event=event, record_handler=record_handler, processor=processor, context=context
-    )
-    return {
-        "failures": [f["itemIdentifier"] for f in response["batchItemFailures"]],
-        "applied": runs["applied"],
-    }
+    try:
+        response = process_partial_response(
+            event=event, record_handler=record_handler, processor=processor, context=context
+        )
+        failures = [f["itemIdentifier"] for f in response["batchItemFailures"]]
+    except BatchProcessingError:
+        # Every record failed: Powertools fails the invocation, so Lambda retries them all.
+        failures = [record["messageId"] for record in event["Records"]]
+    return {"failures": failures, "applied": runs["applied"]}
 
 
 def answer(value):

@@ -8,7 +8,9 @@
 //! - a batch this crate applied is acknowledged by Powertools without its handler running,
 //!   and the records both write for the same events are the same items;
 //! - a record Powertools holds in progress is `locked` here and reported; once Powertools
-//!   finishes it, this crate replays it.
+//!   finishes it, this crate replays it;
+//! - a record this crate holds in progress is reported by Powertools without its handler
+//!   running; once this crate commits it, Powertools replays it.
 //!
 //! The Python side's interpreter is `LAMBDA_IDEMPOTENCY_POWERTOOLS_PYTHON` (`scripts/test.sh`
 //! installs it). Without it the test skips, unless `LAMBDA_IDEMPOTENCY_REQUIRE_POWERTOOLS=1`
@@ -16,19 +18,24 @@
 
 use std::collections::BTreeMap;
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use lambda_idempotency::aws_lambda_events::sqs::SqsEvent;
 use lambda_idempotency::aws_sdk_dynamodb::types::AttributeValue;
 use lambda_idempotency::aws_sdk_dynamodb::Client;
-use lambda_idempotency::batch::BatchReport;
-use lambda_idempotency::{CommitStrategy, Outcome};
+use lambda_idempotency::batch::{BatchProcessor, BatchReport};
+use lambda_idempotency::key::PayloadValidation;
+use lambda_idempotency::powertools::PowertoolsFormat;
+use lambda_idempotency::store::DynamoDbStore;
+use lambda_idempotency::{CommitStrategy, Config, IdempotencyLayer, Outcome};
 use lambda_idempotency_test_support as support;
-use order_consumer::{processor, Applied, Settings, Tables};
+use order_consumer::{apply_order, order_key, processor, Applied, Settings, Tables};
 use serde_json::{json, Value};
 use support::dynamodb::{balance, create_table, create_table_keyed};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout};
+use tokio::sync::Notify;
 
 /// The Powertools function's name: its ids start `orders-python.__main__.apply#`.
 const PYTHON_FUNCTION: &str = "orders-python";
@@ -271,4 +278,63 @@ async fn powertools_and_this_crate_share_their_records() {
         );
         assert_eq!(balances(&client, &in_flight).await, (0, 40), "{mode:?}");
     }
+}
+
+/// A lease this crate holds is respected by Powertools: the record is reported there and its
+/// handler does not run; once this crate commits, Powertools replays it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn powertools_respects_a_lease_this_crate_holds() {
+    let Some(client) = support::dynamodb::client().await else {
+        return;
+    };
+    let Some(python) = python() else {
+        return;
+    };
+    let tables = tables(&client).await;
+    let entered = Arc::new(Notify::new());
+    let release = Arc::new(Notify::new());
+    let store = DynamoDbStore::new(client.clone(), tables.idempotency.clone());
+    let ledger = tables.ledger.clone();
+    let (entered_in, release_in) = (entered.clone(), release.clone());
+    let handler = IdempotencyLayer::new(store)
+        .with_key(order_key())
+        .with_config(
+            Config::new()
+                .with_key_prefix(PREFIX)
+                .with_payload_validation(PayloadValidation::Body)
+                .with_powertools_format(PowertoolsFormat::new()),
+        )
+        .with_writes()
+        .with_commit(CommitStrategy::Lease)
+        .handler(move |message| {
+            let (entered, release, ledger) =
+                (entered_in.clone(), release_in.clone(), ledger.clone());
+            async move {
+                entered.notify_one();
+                release.notified().await;
+                apply_order(ledger, message).await
+            }
+        });
+    let processor = BatchProcessor::new(handler);
+    let one = event("producer_retry.json");
+    let batch: SqsEvent = serde_json::from_value(one.clone()).unwrap();
+    let invocation = support::invocation(batch, SystemTime::now(), Duration::from_secs(30));
+    let held = tokio::spawn(async move { processor.process::<Applied>(invocation).await });
+    entered.notified().await;
+
+    let mut powertools = Powertools::start(&python, &tables);
+    let message_id = one["Records"][0]["messageId"].as_str().unwrap();
+    assert_eq!(
+        powertools.process(&one).await,
+        (vec![message_id.to_string()], 0),
+        "Powertools ran the handler of a record this crate holds, or did not report it"
+    );
+    assert_eq!(balances(&client, &tables).await, (0, 0));
+
+    release.notify_one();
+    let report = held.await.unwrap();
+    assert_eq!(support::outcomes(&report), vec![Outcome::Executed]);
+    assert_eq!(balances(&client, &tables).await, (0, 40));
+    assert_eq!(powertools.process(&one).await, (vec![], 0));
+    assert_eq!(balances(&client, &tables).await, (0, 40));
 }
