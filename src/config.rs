@@ -100,11 +100,19 @@ pub struct Config {
     pub(crate) heartbeat: Option<Duration>,
     pub(crate) store_failure_messages: bool,
     pub(crate) hooks: Hooks,
-    /// Set for an idempotent function's layer: `fn:<name>`, between the key prefix and the
-    /// hash of its stored keys, so no other record (whatever its key material) shares one.
-    pub(crate) key_namespace: Option<String>,
+    /// Set for an idempotent function's layer: its records are namespaced by its name, so
+    /// no other record (whatever its key material) shares one.
+    pub(crate) function: Option<FunctionScope>,
     /// Records in Powertools for AWS Lambda's format.
     pub(crate) powertools: Option<PowertoolsFormat>,
+}
+
+/// An idempotent function's records: its name, and whether its key prefix is its own
+/// ([`IdempotentFn::with_key_prefix`](crate::function::IdempotentFn::with_key_prefix)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct FunctionScope {
+    pub(crate) name: String,
+    pub(crate) own_prefix: bool,
 }
 
 impl Default for Config {
@@ -121,19 +129,19 @@ impl Default for Config {
             heartbeat: None,
             store_failure_messages: false,
             hooks: Hooks::default(),
-            key_namespace: None,
+            function: None,
             powertools: None,
         }
     }
 }
 
 impl Config {
-    /// Whether this is an idempotent function's configuration ([`key_namespace`] set): its
+    /// Whether this is an idempotent function's configuration ([`function`] set): its
     /// calls wait for another call with the same key up to their own deadline.
     ///
-    /// [`key_namespace`]: Self::key_namespace
+    /// [`function`]: Self::function
     pub(crate) fn is_a_function(&self) -> bool {
-        self.key_namespace.is_some()
+        self.function.is_some()
     }
 
     /// The default configuration.
@@ -170,13 +178,12 @@ impl Config {
     /// records while both run. See [`powertools`](crate::powertools) and the
     /// [migration chapter](crate::guide::migrating).
     ///
-    /// The key is `<prefix>#<digest>`: set the [key prefix](Self::with_key_prefix) to the
-    /// exact text before `#` in the Powertools function's ids (its `key_prefix`, else
-    /// `<function name>.<module>.<function>`). The key namespace of an
-    /// [idempotent function](crate::IdempotencyLayer::function) is not part of it, as
-    /// Powertools has none: give each function its own prefix. Results are never compressed
-    /// (Powertools reads `data` as JSON); one too large for the record is stored as the JSON
-    /// string `"~omitted:too-large"`.
+    /// The key is `<prefix>#<digest>`, with the format's prefix ([`PowertoolsFormat::new`]):
+    /// the exact text before `#` in the Powertools function's ids. An [idempotent function](crate::IdempotencyLayer::function) `name` of the layer
+    /// keys under `<prefix>.<name>`, as Powertools' default prefix ends with the function's
+    /// name, unless [given its own](crate::function::IdempotentFn::with_key_prefix). Results
+    /// are never compressed (Powertools reads `data` as JSON); one too large for the record
+    /// is stored as the JSON string `"~omitted:too-large"`.
     pub fn with_powertools_format(mut self, format: PowertoolsFormat) -> Self {
         self.powertools = Some(format);
         self

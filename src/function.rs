@@ -91,7 +91,7 @@ use serde::Serialize;
 use tower::{BoxError, Layer, Service, ServiceExt};
 
 use crate::clock::Clock;
-use crate::config::CommitStrategy;
+use crate::config::{CommitStrategy, FunctionScope};
 use crate::error::Error;
 use crate::idempotent::{HandlerKind, IdempotencyLayer};
 use crate::input::{Input, Serialized};
@@ -151,7 +151,10 @@ impl<St, K, C, M> IdempotencyLayer<St, K, C, M> {
         let name = name.into();
         let mut layer = self.clone().with_key(Arguments);
         let config = layer.config_mut();
-        config.key_namespace = Some(format!("fn:{name}"));
+        config.function = Some(FunctionScope {
+            name: name.clone(),
+            own_prefix: false,
+        });
         // The function's effect is outside the store: never run it without a lease.
         layer.protocol.commit = CommitStrategy::Lease;
         IdempotentFn { layer, name, f }
@@ -187,6 +190,25 @@ impl<F, St, K, C, M> IdempotentFn<F, St, K, C, M> {
             name: self.name,
             f: self.f,
         }
+    }
+
+    /// Keys this function's records under `prefix` instead of the layer's key prefix.
+    ///
+    /// The stored key is `<prefix>#fn:<name>#<sha256>` in this crate's format; in the
+    /// [Powertools format](crate::powertools), `<prefix>#<digest>` exactly (by default
+    /// `<the format's prefix>.<name>`), so that it shares records with the Powertools
+    /// function whose ids start with `prefix`.
+    pub fn with_key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        let prefix = prefix.into();
+        let config = self.layer.config_mut();
+        if let Some(format) = config.powertools.as_mut() {
+            format.set_prefix(prefix.clone());
+        }
+        config.key_prefix = Some(prefix);
+        if let Some(function) = config.function.as_mut() {
+            function.own_prefix = true;
+        }
+        self
     }
 
     /// The function's name.

@@ -40,11 +40,11 @@ fn only_record(store: &InMemoryStore) -> Record {
 #[tokio::test]
 async fn a_function_call_is_keyed_as_idempotent_function_keys_its_data() {
     let store = InMemoryStore::new();
+    // Powertools' default prefix for `charge` in `app.py` of the function `payments`.
     let layer = IdempotencyLayer::new(store.clone()).with_config(
         Config::new()
-            .with_key_prefix("payments.app.charge")
             .with_payload_validation(PayloadValidation::Body)
-            .with_powertools_format(PowertoolsFormat::new()),
+            .with_powertools_format(PowertoolsFormat::new("payments.app")),
     );
     let charge = layer.function("charge", |charge: Charge| async move {
         Ok::<_, BoxError>(Receipt {
@@ -61,7 +61,7 @@ async fn a_function_call_is_keyed_as_idempotent_function_keys_its_data() {
     assert_eq!(first, Processed::Executed(Receipt { charged_cents: 500 }));
     let record = only_record(&store);
     // hashlib.md5(json.dumps({"customer": "c-1", "cents": 500, "rate": 2.0},
-    // sort_keys=True).encode()).hexdigest(): no `fn:charge` namespace, the float kept.
+    // sort_keys=True).encode()).hexdigest(), under `<prefix>.<name>`, the float kept.
     assert_eq!(
         record.key.as_str(),
         "payments.app.charge#4d9ebea31657c21c081cc4564b239426"
@@ -84,9 +84,8 @@ async fn a_whole_invocation_is_keyed_on_the_event_as_delivered() {
         .with_key(JsonPointer::new("/id"))
         .with_config(
             Config::new()
-                .with_key_prefix("refunds")
                 .with_payload_validation(PayloadValidation::Body)
-                .with_powertools_format(PowertoolsFormat::new()),
+                .with_powertools_format(PowertoolsFormat::new("refunds")),
         );
     let mut function = layer.invocation(service_fn(|_: LambdaEvent<Value>| async move {
         Ok::<_, BoxError>(7u32)
@@ -119,4 +118,57 @@ async fn a_whole_invocation_is_keyed_on_the_event_as_delivered() {
     let replayed = function.ready().await.unwrap().call(from_value).await;
     assert_eq!(replayed.unwrap(), 7);
     assert_eq!(store.records().len(), 1);
+}
+
+/// Two functions of one layer, and a function and the handler that calls it, never share a
+/// record in Powertools' format: each function keys under `<prefix>.<name>`, or its own
+/// prefix.
+#[tokio::test]
+async fn functions_of_one_layer_keep_their_own_records() {
+    let store = InMemoryStore::new();
+    let layer = IdempotencyLayer::new(store.clone())
+        .with_key(JsonPointer::new("/order_id"))
+        .with_config(Config::new().with_powertools_format(PowertoolsFormat::new("orders")));
+    let charge = layer.function("charge", |order: String| async move {
+        Ok::<_, BoxError>(format!("charged {order}"))
+    });
+    let email = layer.function("email", |order: String| async move {
+        Ok::<_, BoxError>(format!("emailed {order}"))
+    });
+    let refund = layer
+        .function("refund", |order: String| async move {
+            Ok::<_, BoxError>(format!("refunded {order}"))
+        })
+        .with_key_prefix("refunds-python.app.refund");
+    let lease = Duration::from_secs(30);
+    let charged = charge
+        .call_with_lease("o-1".to_string(), lease)
+        .await
+        .unwrap();
+    let emailed = email
+        .call_with_lease("o-1".to_string(), lease)
+        .await
+        .unwrap();
+    let refunded = refund
+        .call_with_lease("o-1".to_string(), lease)
+        .await
+        .unwrap();
+    assert_eq!(charged, Processed::Executed("charged o-1".to_string()));
+    assert_eq!(emailed, Processed::Executed("emailed o-1".to_string()));
+    assert_eq!(refunded, Processed::Executed("refunded o-1".to_string()));
+    let mut keys: Vec<String> = store
+        .records()
+        .into_iter()
+        .map(|r| r.key.as_str().to_string())
+        .collect();
+    keys.sort();
+    // md5(json.dumps("o-1")) under each prefix.
+    assert_eq!(
+        keys,
+        [
+            "orders.charge#cbcbdb948de16bfe7e49a81f91500ab1",
+            "orders.email#cbcbdb948de16bfe7e49a81f91500ab1",
+            "refunds-python.app.refund#cbcbdb948de16bfe7e49a81f91500ab1",
+        ]
+    );
 }

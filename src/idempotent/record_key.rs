@@ -50,16 +50,24 @@ where
     K: KeyExtractor<I>,
     I: Input,
 {
-    let prefix = key_prefix(config, context);
     let format = config.powertools.as_ref();
-    // Powertools' records are keyed by the key data's JSON, this crate's by its material.
-    let derived = catch_panic(|| match (format, &config.key_namespace) {
-        (Some(format), _) => format.key(&prefix, &key.key_json(payload)?),
-        (None, Some(namespace)) => Ok(IdempotencyKey::derive(
-            &format!("{prefix}#{namespace}"),
+    // Powertools' records are keyed by the key data's JSON under the format's prefix (a
+    // function's name after it, as Powertools' default prefix ends), this crate's by its
+    // material under the key prefix (a function's namespace after it).
+    let derived = catch_panic(|| match (format, &config.function) {
+        (Some(format), Some(function)) if !function.own_prefix => {
+            let prefix = format!("{}.{}", format.prefix(), function.name);
+            format.key(&prefix, &key.key_json(payload)?)
+        }
+        (Some(format), _) => format.key(format.prefix(), &key.key_json(payload)?),
+        (None, Some(function)) => Ok(IdempotencyKey::derive(
+            &format!("{}#fn:{}", key_prefix(config, context), function.name),
             &key.key_material(payload)?,
         )),
-        (None, None) => Ok(IdempotencyKey::derive(&prefix, &key.key_material(payload)?)),
+        (None, None) => Ok(IdempotencyKey::derive(
+            &key_prefix(config, context),
+            &key.key_material(payload)?,
+        )),
     });
     let key = match derived {
         Ok(Ok(key)) => key,
@@ -112,11 +120,14 @@ mod tests {
         let mut message = SqsMessage::default();
         message.body = Some(r#"{"eventId":"order-1","amount":25}"#.into());
         let mut config = Config::new()
-            .with_key_prefix("orders")
             .with_payload_validation(PayloadValidation::Body)
-            .with_powertools_format(PowertoolsFormat::new());
-        // An idempotent function's namespace is not part of a Powertools key.
-        config.key_namespace = Some("fn:charge".into());
+            .with_powertools_format(PowertoolsFormat::new("orders"));
+        // An idempotent function's name follows the prefix, as Powertools' default prefix
+        // ends with the function's name; unless its prefix is its own.
+        config.function = Some(crate::config::FunctionScope {
+            name: "charge".into(),
+            own_prefix: true,
+        });
         let Ok((key, validation)) = derive(
             &JsonPointer::new("/eventId"),
             &config,

@@ -7,7 +7,9 @@
 //! its place. The record is `COMPLETED` in every case, so a duplicate never runs the handler
 //! again because of its result: it replays the result, or is acknowledged as
 //! [`Processed::ReplayedWithoutResult`]. No JSON text starts with `~`, so the forms cannot be
-//! confused.
+//! confused. In the [Powertools format](crate::powertools), which Powertools reads as JSON,
+//! nothing is compressed and the marker is the JSON string `"~omitted:<reason>"`: a result
+//! that is exactly that string replays without its result.
 
 use std::future::Future;
 use std::io::{Read, Write as _};
@@ -205,9 +207,9 @@ pub(crate) enum DecodeError {
 pub(crate) fn decode<T: DeserializeOwned>(data: Option<&str>) -> Result<Processed<T>, DecodeError> {
     let data = data.unwrap_or("null");
     if data.starts_with(OMITTED_TAG)
-        || data
-            .strip_prefix('"')
-            .is_some_and(|marker| marker.starts_with(OMITTED_TAG))
+        || [Omitted::TooLarge, Omitted::Unserializable]
+            .into_iter()
+            .any(|reason| data == omitted(reason, true))
     {
         return Ok(Processed::ReplayedWithoutResult);
     }
@@ -321,6 +323,12 @@ mod tests {
                 decode::<String>(Some(&omitted(reason, false))).unwrap(),
                 Processed::ReplayedWithoutResult
             );
+            // A string result that merely starts like a marker is a result.
+            let text = serde_json::to_string("~omitted:hello").unwrap();
+            assert_eq!(
+                decode::<String>(Some(&text)).unwrap(),
+                Processed::Replayed("~omitted:hello".to_string())
+            );
             // Powertools' format stores the marker as a JSON string, which Powertools reads.
             let marker = omitted(reason, true);
             assert!(serde_json::from_str::<String>(&marker).is_ok());
@@ -341,7 +349,7 @@ mod tests {
         }
         assert!(to_json(&Panics, &Config::new()).json.is_err());
         assert_eq!(to_json(&[1, 2], &Config::new()).json.unwrap(), "[1,2]");
-        let powertools = Config::new().with_powertools_format(PowertoolsFormat::new());
+        let powertools = Config::new().with_powertools_format(PowertoolsFormat::new("p"));
         let text = to_json(&serde_json::json!({"b": 1.0, "a": "é"}), &powertools);
         assert_eq!(text.json.unwrap(), r#"{"a": "\u00e9", "b": 1.0}"#);
     }
@@ -444,7 +452,7 @@ mod tests {
         );
         // Powertools reads `data` as JSON: the medium result is not compressed but omitted,
         // with a marker that is JSON.
-        let powertools = Config::new().with_powertools_format(PowertoolsFormat::new());
+        let powertools = Config::new().with_powertools_format(PowertoolsFormat::new("p"));
         let (_, medium) = store_fitting(
             to_json(&"a".repeat(5_000), &powertools),
             String::new(),

@@ -52,6 +52,19 @@ impl MessageAttribute {
 }
 
 impl<I: Input + ?Sized> KeyExtractor<I> for MessageAttribute {
+    /// The attribute's string value: Powertools' `messageAttributes."<name>".stringValue`,
+    /// which a binary attribute does not have (absent, as `null` is to JMESPath).
+    fn key_json(&self, input: &I) -> Result<String, KeyError> {
+        match input.attribute(&self.name) {
+            Some(AttributeValue::Text(text)) if !text.is_empty() => {
+                Ok(serde_json::Value::String(text.to_string()).to_string())
+            }
+            _ => Err(KeyError::MissingAttribute {
+                name: self.name.clone(),
+            }),
+        }
+    }
+
     fn key_material(&self, input: &I) -> Result<Vec<u8>, KeyError> {
         let missing = || KeyError::MissingAttribute {
             name: self.name.clone(),
@@ -154,10 +167,12 @@ impl JsonPointers {
             pointers: pointers.into_iter().map(Into::into).collect(),
         }
     }
+}
 
-    /// The list's raw JSON text, or `PointerNotFound` when it holds nothing but `null`s.
-    fn list(&self, body: &[u8]) -> Result<String, KeyError> {
-        let list = selected_list(json_text(body)?, &self.pointers)?;
+impl<I: Input + ?Sized> KeyExtractor<I> for JsonPointers {
+    fn key_material(&self, input: &I) -> Result<Vec<u8>, KeyError> {
+        let body = input.body().ok_or(KeyError::MissingBody)?;
+        let list = selected_list(json_text(&body)?, &self.pointers)?;
         let values: Vec<&serde_json::value::RawValue> =
             serde_json::from_str(&list).map_err(KeyError::BodyNotJson)?;
         if values.iter().all(|v| v.get() == "null") {
@@ -165,20 +180,15 @@ impl JsonPointers {
                 pointer: self.pointers.join(", "),
             });
         }
-        Ok(list)
-    }
-}
-
-impl<I: Input + ?Sized> KeyExtractor<I> for JsonPointers {
-    fn key_material(&self, input: &I) -> Result<Vec<u8>, KeyError> {
-        let body = input.body().ok_or(KeyError::MissingBody)?;
-        let json = canonical(&self.list(&body)?).map_err(KeyError::BodyNotJson)?;
+        let json = canonical(&list).map_err(KeyError::BodyNotJson)?;
         Ok([&[JSON_MATERIAL_TAG], json.as_bytes()].concat())
     }
 
+    /// The list, `null`s and all: a list of `null`s is no key to Powertools
+    /// ([`KeyError::Empty`]), but a true value to JMESPath's `||`, so no fallback is tried.
     fn key_json(&self, input: &I) -> Result<String, KeyError> {
         let body = input.written_body().ok_or(KeyError::MissingBody)?;
-        self.list(&body)
+        selected_list(json_text(&body)?, &self.pointers)
     }
 }
 

@@ -183,6 +183,19 @@ pub trait KeyExtractor<I: ?Sized>: Send + Sync + 'static {
     }
 }
 
+/// Whether the JSON text `json` is a false value to JMESPath: `null`, `""`, `false`, `[]`
+/// or `{}` (text that is not JSON is not).
+fn jmespath_false(json: &str) -> bool {
+    use serde_json::Value;
+    match serde_json::from_str::<Value>(json) {
+        Ok(Value::Null | Value::Bool(false)) => true,
+        Ok(Value::String(text)) => text.is_empty(),
+        Ok(Value::Array(items)) => items.is_empty(),
+        Ok(Value::Object(members)) => members.is_empty(),
+        _ => false,
+    }
+}
+
 /// Key material as JSON text: see [`KeyExtractor::key_json`].
 pub(crate) fn material_as_json(material: Vec<u8>) -> Result<String, KeyError> {
     use base64::Engine as _;
@@ -262,9 +275,12 @@ impl<I: ?Sized, A: KeyExtractor<I>, B: KeyExtractor<I>> KeyExtractor<I> for Or<A
         }
     }
 
+    /// Falls back as JMESPath's `||` does, which Powertools' expressions use: when the
+    /// first is absent or selects a false value (`null`, `""`, `false`, `[]`, `{}`).
     fn key_json(&self, input: &I) -> Result<String, KeyError> {
         match self.first.key_json(input) {
             Err(err) if err.is_absent() => self.fallback.key_json(input),
+            Ok(json) if jmespath_false(&json) => self.fallback.key_json(input),
             other => other,
         }
     }

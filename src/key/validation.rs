@@ -25,6 +25,9 @@ pub enum PayloadValidation {
     /// The values at these JSON pointers, as a canonical JSON array (`null` where a pointer
     /// matches nothing). The body must be JSON.
     Pointers(Vec<String>),
+    /// The value at one JSON pointer, as canonical JSON (`null` when it matches nothing):
+    /// Powertools' `payload_validation_jmespath` naming one field. The body must be JSON.
+    Pointer(String),
 }
 
 /// The prefix of stored payload hashes in the current format. Hashes written before it
@@ -139,6 +142,12 @@ impl PayloadValidation {
                 array.push(']');
                 array.into_bytes()
             }
+            PayloadValidation::Pointer(pointer) => {
+                match select(json_text(&body)?, pointer).map_err(KeyError::BodyNotJson)? {
+                    Some(raw) => canonical(raw).map_err(KeyError::BodyNotJson)?.into_bytes(),
+                    None => b"null".to_vec(),
+                }
+            }
         };
         let body_only = prefixed_sha256_hex(&[PAYLOAD_HASH_PREFIX], &bytes);
         let (stored, body_only) = match input.query() {
@@ -174,6 +183,10 @@ impl PayloadValidation {
                     .collect();
                 legacy_canonical_json(&Value::Array(selected))
             }
+            PayloadValidation::Pointer(pointer) => {
+                let json: Value = serde_json::from_slice(body).ok()?;
+                legacy_canonical_json(json.pointer(pointer).unwrap_or(&Value::Null))
+            }
         };
         Some(sha256_hex(&bytes))
     }
@@ -192,6 +205,19 @@ mod tests {
 
     fn hash(v: &PayloadValidation, body: &str) -> PayloadHash {
         v.hash(&message(body)).unwrap().unwrap()
+    }
+
+    #[test]
+    fn one_pointer_covers_its_value_alone() {
+        let one = PayloadValidation::Pointer("/amount".into());
+        let a = hash(&one, r#"{"amount": 25, "note": "a"}"#);
+        assert_eq!(a, hash(&one, r#"{"note": "b", "amount": 25.0}"#));
+        assert_ne!(a, hash(&one, r#"{"amount": 26}"#));
+        // Not the list of one value, and a missing field is `null`.
+        let list = PayloadValidation::Pointers(vec!["/amount".into()]);
+        assert_ne!(a, hash(&list, r#"{"amount": 25}"#));
+        assert_eq!(hash(&one, "{}"), hash(&one, r#"{"amount": null}"#));
+        assert!(hash(&one, "{}").matches(hash(&one, "{}").as_str()));
     }
 
     #[test]

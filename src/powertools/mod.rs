@@ -31,9 +31,8 @@
 //!     .with_key(MessageAttribute::new("Idempotency-Key").or(JsonPointer::new("/eventId")))
 //!     .with_config(
 //!         Config::new()
-//!             .with_key_prefix("orders")
 //!             .with_payload_validation(PayloadValidation::Body)
-//!             .with_powertools_format(PowertoolsFormat::new()),
+//!             .with_powertools_format(PowertoolsFormat::new("orders")),
 //!     );
 //! # let _ = layer;
 //! ```
@@ -46,7 +45,7 @@ use sha2::{Digest, Sha224, Sha256, Sha384, Sha512};
 
 use crate::input::Input;
 use crate::key::hashing::to_hex;
-use crate::key::pointer::selected_list;
+use crate::key::pointer::{select, selected_list};
 use crate::key::{json_text, IdempotencyKey, KeyError, PayloadHash, PayloadValidation};
 
 pub(crate) mod python_json;
@@ -122,15 +121,39 @@ impl fmt::Display for HashFunction {
 /// read as Powertools writes and reads them. Set it with
 /// [`Config::with_powertools_format`](crate::Config::with_powertools_format); see the
 /// [module docs](self).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct PowertoolsFormat {
+    prefix: String,
     hash: HashFunction,
 }
 
 impl PowertoolsFormat {
-    /// The format with Powertools' default hash function, md5.
-    pub fn new() -> Self {
-        Self::default()
+    /// The format with the key prefix `prefix` and Powertools' default hash function, md5.
+    ///
+    /// The prefix is the exact text before `#` in the Powertools function's ids (its
+    /// `key_prefix`, else `<function name>.<module>.<function>`, for
+    /// `@idempotent_function` on `apply` in `app.py` of the Lambda function `orders`:
+    /// `orders.app.apply`).
+    ///
+    /// The prefix is required here, not taken from the function's name as this crate's own
+    /// format takes it: Powertools' default is not the function's name, and a prefix that
+    /// differs from the Powertools function's shares no record with it. It replaces
+    /// [`Config::with_key_prefix`](crate::Config::with_key_prefix) for records in this format.
+    pub fn new(prefix: impl Into<String>) -> Self {
+        Self {
+            prefix: prefix.into(),
+            hash: HashFunction::default(),
+        }
+    }
+
+    /// The key prefix.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// Sets the key prefix (an idempotent function's own, say).
+    pub(crate) fn set_prefix(&mut self, prefix: String) {
+        self.prefix = prefix;
     }
 
     /// Digests with `hash`, as Powertools' `IdempotencyConfig(hash_function=...)` does.
@@ -164,7 +187,8 @@ impl PowertoolsFormat {
     /// digest): [`PayloadValidation::Body`] is `powertools_json(body)`, the body parsed as
     /// JSON (a body that is not JSON fails the record, as it fails Powertools);
     /// [`PayloadValidation::Pointers`] is a multi-select list of the values they select
-    /// (`null` where one selects nothing). An HTTP request's query string is not covered.
+    /// (`null` where one selects nothing), [`PayloadValidation::Pointer`] the one value its
+    /// pointer selects (`null` when none). An HTTP request's query string is not covered.
     pub(crate) fn payload_hash<I: Input + ?Sized>(
         &self,
         validation: &PayloadValidation,
@@ -180,6 +204,11 @@ impl PowertoolsFormat {
                 let body = input.written_body().ok_or(KeyError::MissingBody)?;
                 let list = selected_list(json_text(&body)?, pointers)?;
                 python_json::dumps(&list).map_err(KeyError::BodyNotJson)?
+            }
+            PayloadValidation::Pointer(pointer) => {
+                let body = input.written_body().ok_or(KeyError::MissingBody)?;
+                let raw = select(json_text(&body)?, pointer).map_err(KeyError::BodyNotJson)?;
+                python_json::dumps(raw.unwrap_or("null")).map_err(KeyError::BodyNotJson)?
             }
         };
         Ok(Some(PayloadHash::new(
@@ -222,7 +251,7 @@ mod tests {
             (HashFunction::Sha512, "b8bfbbdbad8994e6096dfe28b3175e6f33bebf25b8fd063b5b859f3c054b0fb3e069a54d68d81f113e44249edbb04d6a43b1badd2ebc50c200103d0be37b90da"),
         ];
         for (hash, digest) in digests {
-            let format = PowertoolsFormat::new().with_hash_function(hash);
+            let format = PowertoolsFormat::new("p").with_hash_function(hash);
             assert_eq!(
                 format.key("orders", "\"order-1\"").unwrap().as_str(),
                 format!("orders#{digest}")
@@ -230,7 +259,7 @@ mod tests {
         }
         // {"b": [1, 2.0, "é"], "a": null}: sorted, spaced, ASCII-escaped, 2.0 kept a float.
         assert_eq!(
-            PowertoolsFormat::new()
+            PowertoolsFormat::new("p")
                 .key("p", r#"{"b":[1,2.0,"\u00e9"],"a":null}"#)
                 .unwrap()
                 .as_str(),
@@ -240,7 +269,7 @@ mod tests {
 
     #[test]
     fn missing_key_data_is_empty_as_powertools_counts_it() {
-        let format = PowertoolsFormat::new();
+        let format = PowertoolsFormat::new("p");
         for missing in ["null", "\"\"", "[]", "[null, null]", "{}", "{\"a\": null}"] {
             assert!(
                 matches!(format.key("p", missing), Err(KeyError::Empty)),
@@ -270,7 +299,7 @@ mod tests {
 
     fn key_of<K: KeyExtractor<SqsMessage>>(key: K) -> String {
         let json = key.key_json(&message()).unwrap();
-        PowertoolsFormat::new()
+        PowertoolsFormat::new("p")
             .key("p", &json)
             .unwrap()
             .as_str()
@@ -300,7 +329,7 @@ mod tests {
             "p#643550e6cfb03f4c4db9d9837d43a18d"
         );
         // A string, however it was selected: the digest of its JSON string.
-        let evt = PowertoolsFormat::new().key("p", "\"evt-1\"").unwrap();
+        let evt = PowertoolsFormat::new("p").key("p", "\"evt-1\"").unwrap();
         assert_eq!(key_of(JsonPointer::new("/eventId")), evt.as_str());
         let mut attributed = message();
         attributed
@@ -328,14 +357,58 @@ mod tests {
     fn key_data_that_is_not_text_fails_and_all_nulls_are_absent() {
         let bytes = |_: &SqsMessage| Ok::<_, KeyError>(vec![0x80u8, 0x81]);
         assert!(matches!(bytes.key_json(&message()), Err(KeyError::NotText)));
-        let none = JsonPointers::new(["/x", "/y"]).key_json(&message());
-        assert!(matches!(none, Err(KeyError::PointerNotFound { .. })));
-        assert!(none.unwrap_err().is_absent());
+        // [null, null]: a true value to JMESPath, no key to Powertools.
+        let nulls = JsonPointers::new(["/x", "/y"])
+            .key_json(&message())
+            .unwrap();
+        assert_eq!(nulls, "[null,null]");
+        let missing = PowertoolsFormat::new("p").key("p", &nulls);
+        assert!(matches!(missing, Err(KeyError::Empty)));
+        assert!(missing.unwrap_err().is_absent());
+    }
+
+    /// `a || b` in Powertools' expressions falls back on JMESPath's false values, which `or`
+    /// follows for key data; a binary attribute has no `stringValue`.
+    #[test]
+    fn or_falls_back_as_jmespath_does() {
+        let mut empty = message();
+        empty.body = Some(r#"{"eventId":"","flag":false,"list":[],"nulls":[null]}"#.into());
+        // md5(json.dumps("m-1")): powertools_json(body).eventId || messageId
+        for pointer in ["/eventId", "/flag", "/list", "/missing"] {
+            let json = JsonPointer::new(pointer)
+                .or(MessageId)
+                .key_json(&empty)
+                .unwrap();
+            assert_eq!(json, "\"m-1\"", "{pointer}");
+        }
+        let kept = JsonPointer::new("/nulls")
+            .or(MessageId)
+            .key_json(&empty)
+            .unwrap();
+        assert_eq!(kept, "[null]");
+        let mut binary = message();
+        binary.message_attributes.insert("Idempotency-Key".into(), {
+            let mut attribute = SqsMessageAttribute::default();
+            let mut data = aws_lambda_events::encodings::Base64Data::default();
+            data.extend_from_slice(&[1, 2]);
+            attribute.binary_value = Some(data);
+            attribute.data_type = Some("Binary".into());
+            attribute
+        });
+        let json = MessageAttribute::new("Idempotency-Key")
+            .or(MessageId)
+            .key_json(&binary)
+            .unwrap();
+        assert_eq!(json, "\"m-1\"");
+        assert_eq!(
+            PowertoolsFormat::new("p").key("p", &json).unwrap().as_str(),
+            "p#07bfa2edad72a6be5d2cb60e90978991"
+        );
     }
 
     #[test]
     fn payload_hashes_are_bare_digests_of_pythons_json() {
-        let format = PowertoolsFormat::new();
+        let format = PowertoolsFormat::new("p");
         let body = format
             .payload_hash(&PayloadValidation::Body, &message())
             .unwrap()
@@ -344,6 +417,10 @@ mod tests {
         let pointers = PayloadValidation::Pointers(vec!["/n".into(), "/o".into()]);
         let fields = format.payload_hash(&pointers, &message()).unwrap().unwrap();
         assert_eq!(fields.as_str(), "74aca4aae1a89ff867138348dd6f309d");
+        // payload_validation_jmespath="powertools_json(body).n": the value, not a list.
+        let one = PayloadValidation::Pointer("/n".into());
+        let field = format.payload_hash(&one, &message()).unwrap().unwrap();
+        assert_eq!(field.as_str(), "d1bd83a33f1a841ab7fda32449746cc4");
         assert!(format
             .payload_hash(&PayloadValidation::Off, &message())
             .unwrap()

@@ -368,9 +368,7 @@ pub fn processor(
         .with_payload_validation(PayloadValidation::Body)
         .with_local_cache(settings.local_cache);
     let config = match &settings.powertools_key_prefix {
-        Some(prefix) => config
-            .with_key_prefix(prefix)
-            .with_powertools_format(PowertoolsFormat::new()),
+        Some(prefix) => config.with_powertools_format(PowertoolsFormat::new(prefix.clone())),
         None => config.with_key_prefix(KEY_PREFIX),
     };
     let layer = IdempotencyLayer::new(store.clone())
