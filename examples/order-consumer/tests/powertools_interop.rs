@@ -4,7 +4,8 @@
 //! `scripts/powertools_interop.py` share one table, as during a migration, in both commit
 //! strategies:
 //! - a batch Powertools applied is replayed by this crate: every record `replayed`, nothing
-//!   reported, the ledger unmoved;
+//!   reported, the ledger unmoved; the compiled order-consumer, given `POWERTOOLS_KEY_PREFIX`
+//!   in its environment, acknowledges it too;
 //! - a batch this crate applied is acknowledged by Powertools without its handler running,
 //!   and the records both write for the same events are the same items;
 //! - a record Powertools holds in progress is `locked` here and reported; once Powertools
@@ -33,6 +34,8 @@ use lambda_idempotency_test_support as support;
 use order_consumer::{apply_order, order_key, processor, Applied, Settings, Tables};
 use serde_json::{json, Value};
 use support::dynamodb::{balance, create_table, create_table_keyed};
+use support::harness::function;
+use support::harness::runtime_api::{batch_failures, RuntimeApi};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout};
 use tokio::sync::Notify;
@@ -222,6 +225,42 @@ async fn powertools_and_this_crate_share_their_records() {
             for record in &report.records {
                 assert!(record.value.is_some(), "{mode:?} {redelivery}");
             }
+        }
+        assert_eq!(balances(&client, &python_first).await, (20, 40), "{mode:?}");
+        // The same through the compiled function, configured by its environment alone.
+        let api = RuntimeApi::start().await;
+        let mode_name = match mode {
+            CommitStrategy::Lease => "lease",
+            _ => "optimistic",
+        };
+        let _function = function::spawn(
+            env!("CARGO_BIN_EXE_order-consumer"),
+            "order-consumer",
+            &api.address(),
+            &[
+                ("IDEMPOTENCY_TABLE", &python_first.idempotency),
+                ("LEDGER_TABLE", &python_first.ledger),
+                ("IDEMPOTENCY_MODE", mode_name),
+                ("POWERTOOLS_KEY_PREFIX", PREFIX),
+            ],
+        );
+        for redelivery in ["batch_redelivered.json", "producer_retry.json"] {
+            let reply = api
+                .invoke(
+                    &event(redelivery),
+                    Duration::from_secs(30),
+                    Duration::from_secs(60),
+                )
+                .await;
+            assert!(
+                reply.is_some(),
+                "{mode:?} {redelivery}: the function answered"
+            );
+            assert_eq!(
+                batch_failures(reply),
+                Vec::<String>::new(),
+                "{mode:?} {redelivery}"
+            );
         }
         assert_eq!(balances(&client, &python_first).await, (20, 40), "{mode:?}");
 
