@@ -206,11 +206,18 @@ pub(crate) enum DecodeError {
 /// Reads a stored result back. `None` (no data attribute) reads as JSON `null`.
 pub(crate) fn decode<T: DeserializeOwned>(data: Option<&str>) -> Result<Processed<T>, DecodeError> {
     let data = data.unwrap_or("null");
-    if data.starts_with(OMITTED_TAG)
-        || [Omitted::TooLarge, Omitted::Unserializable]
-            .into_iter()
-            .any(|reason| data == omitted(reason, true))
-    {
+    // Powertools' format's markers: exactly the JSON string of one (no allocation: this
+    // runs for every replay).
+    let quoted_marker = data
+        .strip_prefix('"')
+        .and_then(|inner| inner.strip_suffix('"'))
+        .and_then(|inner| inner.strip_prefix(OMITTED_TAG))
+        .is_some_and(|reason| {
+            [Omitted::TooLarge, Omitted::Unserializable]
+                .iter()
+                .any(|known| known.as_str() == reason)
+        });
+    if data.starts_with(OMITTED_TAG) || quoted_marker {
         return Ok(Processed::ReplayedWithoutResult);
     }
     if let Some(encoded) = data.strip_prefix(COMPRESSED_TAG) {
