@@ -151,7 +151,8 @@ impl Config {
 
     /// Namespaces stored keys as `<prefix>#<hash>`. Choose a name that stays the same across
     /// refactors and deployments of the function; two functions sharing a table need
-    /// different prefixes.
+    /// different prefixes. Records in the
+    /// [Powertools format](Self::with_powertools_format) take the format's prefix instead.
     pub fn with_key_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.key_prefix = Some(prefix.into());
         self
@@ -179,11 +180,14 @@ impl Config {
     /// [migration chapter](crate::guide::migrating).
     ///
     /// The key is `<prefix>#<digest>`, with the format's prefix ([`PowertoolsFormat::new`]):
-    /// the exact text before `#` in the Powertools function's ids. An [idempotent function](crate::IdempotencyLayer::function) `name` of the layer
-    /// keys under `<prefix>.<name>`, as Powertools' default prefix ends with the function's
-    /// name, unless [given its own](crate::function::IdempotentFn::with_key_prefix). Results
-    /// are never compressed (Powertools reads `data` as JSON); one too large for the record
-    /// is stored as the JSON string `"~omitted:too-large"`.
+    /// the exact text before `#` in the Powertools function's ids; the
+    /// [key prefix](Self::with_key_prefix) does not apply. An
+    /// [idempotent function](crate::IdempotencyLayer::function) `name` of the layer keys
+    /// under `<prefix>.<name>`, apart from the handler's records and other functions'; to
+    /// share a Python function's records, give it that function's exact prefix
+    /// ([`IdempotentFn::with_key_prefix`](crate::function::IdempotentFn::with_key_prefix)).
+    /// Results are never compressed (Powertools reads `data` as JSON); one too large for the
+    /// record is stored as the JSON string `"~omitted:too-large"`.
     pub fn with_powertools_format(mut self, format: PowertoolsFormat) -> Self {
         self.powertools = Some(format);
         self

@@ -60,8 +60,9 @@
 //! material>`, with the layer's key prefix, so two functions, or a function and the
 //! handler's own records, never share a record in one table, whatever the handler's input
 //! (only a layer configured with the prefix `<prefix>#fn:<name>` itself could). In the
-//! [Powertools format](crate::powertools) the key is `<prefix>#<digest>` as Powertools
-//! writes it, with no namespace: give each function its own prefix there.
+//! [Powertools format](crate::powertools) the key is `<format prefix>.<name>#<digest>`, so
+//! functions stay apart there too; to share records with a Powertools function, give it
+//! that function's exact prefix with [`with_key_prefix`](IdempotentFn::with_key_prefix).
 //!
 //! **What is exactly-once.** The function runs once per key while its record counts, under
 //! its lease: a function always takes a lease, also from a layer in optimistic mode (which
@@ -195,9 +196,10 @@ impl<F, St, K, C, M> IdempotentFn<F, St, K, C, M> {
     /// Keys this function's records under `prefix` instead of the layer's key prefix.
     ///
     /// The stored key is `<prefix>#fn:<name>#<sha256>` in this crate's format; in the
-    /// [Powertools format](crate::powertools), `<prefix>#<digest>` exactly (by default
-    /// `<the format's prefix>.<name>`), so that it shares records with the Powertools
-    /// function whose ids start with `prefix`.
+    /// [Powertools format](crate::powertools), `<prefix>#<digest>` exactly, so that it shares
+    /// records with the Powertools function whose ids start with `prefix` (by default
+    /// `<the format's prefix>.<name>`, which keeps functions apart but matches no Python
+    /// function's default: Powertools' is `<Lambda function>.<module>.<function>`).
     pub fn with_key_prefix(mut self, prefix: impl Into<String>) -> Self {
         let prefix = prefix.into();
         let config = self.layer.config_mut();

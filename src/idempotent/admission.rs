@@ -117,12 +117,8 @@ impl Claim {
         let key = self.key.clone();
         match decide(&existing, now, self.validation.as_ref()) {
             Decision::Replay { data } => {
-                let replayed = replayed(
-                    &protocol.config.hooks,
-                    &key,
-                    data.as_deref(),
-                    ReplaySource::Store,
-                );
+                let replayed =
+                    replayed(&protocol.config, &key, data.as_deref(), ReplaySource::Store);
                 self.finish(FlightResult::Completed {
                     data: data.unwrap_or_else(|| "null".into()),
                     validation: existing.validation.clone(),
@@ -383,7 +379,7 @@ fn answer_found<St, K, C, T: DeserializeOwned>(
     let answer = match decide(stored, now, validation) {
         Decision::Retry => return None,
         Decision::Replay { data } => Ok(replayed(
-            &protocol.config.hooks,
+            &protocol.config,
             key,
             data.as_deref(),
             ReplaySource::Store,
@@ -428,7 +424,7 @@ fn follow<T: DeserializeOwned>(
             Some(Err(Error::PayloadMismatch { key: key.clone() }))
         }
         FlightResult::Completed { data, .. } => Some(Ok(replayed(
-            &config.hooks,
+            config,
             key,
             Some(&data),
             ReplaySource::SameProcess,

@@ -35,7 +35,7 @@ pub(crate) fn answer_known<St, K, C, T: DeserializeOwned>(
         match decide(&record, now, validation) {
             Decision::Replay { data } => {
                 return Some(Ok(replayed(
-                    &protocol.config.hooks,
+                    &protocol.config,
                     key,
                     data.as_deref(),
                     ReplaySource::LocalCache,

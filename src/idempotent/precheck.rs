@@ -403,8 +403,14 @@ fn replay_at_turn<St, K, C: Clock, T: DeserializeOwned>(
         None => {}
     }
     let stored = stored?;
-    let hooks = &protocol.config.hooks;
-    let replay = replay_of(hooks, key, validation, stored, now, ReplaySource::Store)?;
+    let replay = replay_of(
+        &protocol.config,
+        key,
+        validation,
+        stored,
+        now,
+        ReplaySource::Store,
+    )?;
     protocol.local.remember_copy(stored);
     Some(replay)
 }

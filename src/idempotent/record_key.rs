@@ -52,7 +52,7 @@ where
 {
     let format = config.powertools.as_ref();
     // Powertools' records are keyed by the key data's JSON under the format's prefix (a
-    // function's name after it, as Powertools' default prefix ends), this crate's by its
+    // function's name after it, unless the function has its own), this crate's by its
     // material under the key prefix (a function's namespace after it).
     let derived = catch_panic(|| match (format, &config.function) {
         (Some(format), Some(function)) if !function.own_prefix => {
@@ -122,8 +122,7 @@ mod tests {
         let mut config = Config::new()
             .with_payload_validation(PayloadValidation::Body)
             .with_powertools_format(PowertoolsFormat::new("orders"));
-        // An idempotent function's name follows the prefix, as Powertools' default prefix
-        // ends with the function's name; unless its prefix is its own.
+        // A function with a prefix of its own keys under it exactly.
         config.function = Some(crate::config::FunctionScope {
             name: "charge".into(),
             own_prefix: true,

@@ -25,7 +25,7 @@ use serde::Serialize;
 use super::invoke::catch_panic;
 use crate::config::Config;
 use crate::error::Error;
-use crate::hooks::{Hooks, Replay, ReplaySource};
+use crate::hooks::{Replay, ReplaySource};
 use crate::key::IdempotencyKey;
 use crate::key::PayloadHash;
 use crate::outcome::Processed;
@@ -86,8 +86,9 @@ pub(crate) fn to_json<T: Serialize>(result: &T, config: &Config) -> ResultText {
 /// type changed across a deploy, or its `Deserialize` panics) still belongs to a completed
 /// record: the message is a duplicate and is acknowledged without the result rather than
 /// sent to the dead-letter queue.
-pub(crate) fn replay<T: DeserializeOwned>(data: Option<&str>) -> Processed<T> {
-    match catch_panic(|| decode(data)) {
+/// `powertools`: the records are in Powertools' format, whose markers are JSON strings.
+pub(crate) fn replay<T: DeserializeOwned>(data: Option<&str>, powertools: bool) -> Processed<T> {
+    match catch_panic(|| decode(data, powertools)) {
         Ok(Ok(replayed)) => replayed,
         Ok(Err(err)) => {
             tracing::warn!(error = %err, "acknowledging a duplicate whose stored result cannot be read");
@@ -100,24 +101,25 @@ pub(crate) fn replay<T: DeserializeOwned>(data: Option<&str>) -> Processed<T> {
     }
 }
 
-/// Reads a stored result back for a duplicate through the configured response hook, if any:
+/// Reads a stored result back for a duplicate through `config`'s response hook, if any:
 /// the hook gets the stored JSON and the duplicate its answer (see [`replay`] for results
 /// that do not decode).
 pub(crate) fn replay_with<T: DeserializeOwned>(
     data: Option<&str>,
-    hooks: &Hooks,
+    config: &Config,
     about: &Replay<'_>,
 ) -> Processed<T> {
+    let (hooks, powertools) = (&config.hooks, config.powertools.is_some());
     if !hooks.has_response() {
-        return replay(data);
+        return replay(data, powertools);
     }
-    match replay::<serde_json::Value>(data) {
+    match replay::<serde_json::Value>(data, powertools) {
         Processed::Replayed(json) => {
             let answer = hooks.respond(json.clone(), about);
             if answer == json {
                 // Unchanged: the stored text, which keeps what a JSON value cannot (integers
                 // past 64 bits).
-                return replay(data);
+                return replay(data, powertools);
             }
             match catch_panic(|| serde_json::from_value::<T>(answer)) {
                 Ok(Ok(value)) => Processed::Replayed(value),
@@ -131,22 +133,22 @@ pub(crate) fn replay_with<T: DeserializeOwned>(
     }
 }
 
-/// The replay of a stored result `data` for `key`, found in `source`, through the response
-/// hook.
+/// The replay of a stored result `data` for `key`, found in `source`, through `config`'s
+/// response hook.
 pub(crate) fn replayed<T: DeserializeOwned>(
-    hooks: &Hooks,
+    config: &Config,
     key: &IdempotencyKey,
     data: Option<&str>,
     source: ReplaySource,
 ) -> Processed<T> {
-    replay_with(data, hooks, &Replay { key, source })
+    replay_with(data, config, &Replay { key, source })
 }
 
 /// The replay of `record`, found in `source` for `key`, when it is completed for the same
 /// payload (and can no longer be taken over); `None` for anything else, which admission
 /// answers on its own path.
 pub(crate) fn replay_of<T: DeserializeOwned>(
-    hooks: &Hooks,
+    config: &Config,
     key: &IdempotencyKey,
     validation: Option<&PayloadHash>,
     record: &Record,
@@ -154,7 +156,7 @@ pub(crate) fn replay_of<T: DeserializeOwned>(
     source: ReplaySource,
 ) -> Option<Processed<T>> {
     match decide(record, now, validation) {
-        Decision::Replay { data } => Some(replayed(hooks, key, data.as_deref(), source)),
+        Decision::Replay { data } => Some(replayed(config, key, data.as_deref(), source)),
         _ => None,
     }
 }
@@ -203,20 +205,25 @@ pub(crate) enum DecodeError {
     Compressed,
 }
 
-/// Reads a stored result back. `None` (no data attribute) reads as JSON `null`.
-pub(crate) fn decode<T: DeserializeOwned>(data: Option<&str>) -> Result<Processed<T>, DecodeError> {
+/// Reads a stored result back. `None` (no data attribute) reads as JSON `null`. In
+/// Powertools' format (`powertools`) a marker is the JSON string of one.
+pub(crate) fn decode<T: DeserializeOwned>(
+    data: Option<&str>,
+    powertools: bool,
+) -> Result<Processed<T>, DecodeError> {
     let data = data.unwrap_or("null");
     // Powertools' format's markers: exactly the JSON string of one (no allocation: this
     // runs for every replay).
-    let quoted_marker = data
-        .strip_prefix('"')
-        .and_then(|inner| inner.strip_suffix('"'))
-        .and_then(|inner| inner.strip_prefix(OMITTED_TAG))
-        .is_some_and(|reason| {
-            [Omitted::TooLarge, Omitted::Unserializable]
-                .iter()
-                .any(|known| known.as_str() == reason)
-        });
+    let quoted_marker = powertools
+        && data
+            .strip_prefix('"')
+            .and_then(|inner| inner.strip_suffix('"'))
+            .and_then(|inner| inner.strip_prefix(OMITTED_TAG))
+            .is_some_and(|reason| {
+                [Omitted::TooLarge, Omitted::Unserializable]
+                    .iter()
+                    .any(|known| known.as_str() == reason)
+            });
     if data.starts_with(OMITTED_TAG) || quoted_marker {
         return Ok(Processed::ReplayedWithoutResult);
     }
@@ -314,33 +321,36 @@ mod tests {
     #[test]
     fn json_compressed_and_omitted_forms_read_back() {
         assert_eq!(
-            decode::<Vec<u32>>(Some("[1,2]")).unwrap(),
+            decode::<Vec<u32>>(Some("[1,2]"), false).unwrap(),
             Processed::Replayed(vec![1, 2])
         );
-        assert_eq!(decode::<()>(None).unwrap(), Processed::Replayed(()));
+        assert_eq!(decode::<()>(None, false).unwrap(), Processed::Replayed(()));
         let big = serde_json::to_string(&"ab".repeat(100_000)).unwrap();
         let small = compressed(&big);
         assert!(small.len() < big.len() / 50, "{} bytes", small.len());
         assert_eq!(
-            decode::<String>(Some(&small)).unwrap(),
+            decode::<String>(Some(&small), false).unwrap(),
             Processed::Replayed("ab".repeat(100_000))
         );
         for reason in [Omitted::TooLarge, Omitted::Unserializable] {
             assert_eq!(
-                decode::<String>(Some(&omitted(reason, false))).unwrap(),
+                decode::<String>(Some(&omitted(reason, false)), false).unwrap(),
                 Processed::ReplayedWithoutResult
             );
-            // A string result that merely starts like a marker is a result.
-            let text = serde_json::to_string("~omitted:hello").unwrap();
-            assert_eq!(
-                decode::<String>(Some(&text)).unwrap(),
-                Processed::Replayed("~omitted:hello".to_string())
-            );
+            // A string result that merely starts like a marker is a result, and in this
+            // crate's own format one equal to a quoted marker is too.
+            for result in ["~omitted:hello", "~omitted:too-large"] {
+                let text = serde_json::to_string(result).unwrap();
+                assert_eq!(
+                    decode::<String>(Some(&text), false).unwrap(),
+                    Processed::Replayed(result.to_string())
+                );
+            }
             // Powertools' format stores the marker as a JSON string, which Powertools reads.
             let marker = omitted(reason, true);
             assert!(serde_json::from_str::<String>(&marker).is_ok());
             assert_eq!(
-                decode::<String>(Some(&marker)).unwrap(),
+                decode::<String>(Some(&marker), true).unwrap(),
                 Processed::ReplayedWithoutResult
             );
         }
@@ -364,27 +374,27 @@ mod tests {
     #[test]
     fn damaged_or_foreign_data_is_an_error() {
         assert!(matches!(
-            decode::<u32>(Some("\"text\"")),
+            decode::<u32>(Some("\"text\""), false),
             Err(DecodeError::Json(_))
         ));
         assert!(matches!(
-            decode::<u32>(Some("~deflate:!!!")),
+            decode::<u32>(Some("~deflate:!!!"), false),
             Err(DecodeError::Compressed)
         ));
         assert!(matches!(
-            decode::<u32>(Some("~deflate:AAAA")),
+            decode::<u32>(Some("~deflate:AAAA"), false),
             Err(DecodeError::Compressed)
         ));
     }
 
     #[test]
     fn replay_reads_the_stored_json_and_acknowledges_what_no_longer_decodes() {
-        let replayed: Processed<Vec<u32>> = replay(Some("[1,2]"));
+        let replayed: Processed<Vec<u32>> = replay(Some("[1,2]"), false);
         assert_eq!(replayed, Processed::Replayed(vec![1, 2]));
-        let unit: Processed<()> = replay(None);
+        let unit: Processed<()> = replay(None, false);
         assert_eq!(unit.outcome(), crate::Outcome::Replayed);
         assert_eq!(
-            replay::<u32>(Some("\"text\"")),
+            replay::<u32>(Some("\"text\""), false),
             Processed::ReplayedWithoutResult
         );
     }
@@ -399,7 +409,7 @@ mod tests {
             }
         }
         assert_eq!(
-            replay::<Panics>(Some("1")),
+            replay::<Panics>(Some("1"), false),
             Processed::ReplayedWithoutResult
         );
     }
@@ -445,7 +455,7 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(
-            decode::<String>(Some(&medium)).unwrap(),
+            decode::<String>(Some(&medium), false).unwrap(),
             Processed::Replayed("a".repeat(5_000))
         );
         let mut rng = fastrand::Rng::with_seed(7);
@@ -454,7 +464,7 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(
-            decode::<String>(Some(&large)).unwrap(),
+            decode::<String>(Some(&large), false).unwrap(),
             Processed::ReplayedWithoutResult
         );
         // Powertools reads `data` as JSON: the medium result is not compressed but omitted,
@@ -469,7 +479,7 @@ mod tests {
         .unwrap();
         assert_eq!(medium, "\"~omitted:too-large\"");
         assert_eq!(
-            decode::<String>(Some(&medium)).unwrap(),
+            decode::<String>(Some(&medium), true).unwrap(),
             Processed::ReplayedWithoutResult
         );
     }
@@ -490,7 +500,7 @@ mod tests {
         .await
         .unwrap();
         assert_eq!(
-            decode::<u8>(Some(&data)).unwrap(),
+            decode::<u8>(Some(&data), false).unwrap(),
             Processed::ReplayedWithoutResult
         );
     }

@@ -139,6 +139,8 @@ impl PowertoolsFormat {
     /// format takes it: Powertools' default is not the function's name, and a prefix that
     /// differs from the Powertools function's shares no record with it. It replaces
     /// [`Config::with_key_prefix`](crate::Config::with_key_prefix) for records in this format.
+    /// An empty prefix writes `#<digest>`, which no Powertools function does (an empty
+    /// `key_prefix` there means its default).
     pub fn new(prefix: impl Into<String>) -> Self {
         Self {
             prefix: prefix.into(),
