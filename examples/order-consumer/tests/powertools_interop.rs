@@ -36,6 +36,7 @@ use serde_json::{json, Value};
 use support::dynamodb::{balance, create_table, create_table_keyed};
 use support::harness::function;
 use support::harness::runtime_api::{batch_failures, RuntimeApi};
+use support::reported;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout};
 use tokio::sync::Notify;
@@ -131,15 +132,6 @@ async fn rust(
     processor(client.clone(), &settings)
         .process(invocation)
         .await
-}
-
-fn reported(report: &BatchReport<Applied>) -> Vec<String> {
-    report
-        .response
-        .batch_item_failures
-        .iter()
-        .map(|f| f.item_identifier.clone())
-        .collect()
 }
 
 async fn balances(client: &Client, tables: &Tables) -> (i64, i64) {
